@@ -1,0 +1,93 @@
+import { randomUUID } from 'node:crypto'
+import type { Writable } from 'node:stream'
+import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import cors from '@fastify/cors'
+import helmet from '@fastify/helmet'
+import type { Config } from './lib/config.js'
+import { parseOrigin } from './lib/tenants.js'
+import authPlugin from './plugins/auth.js'
+import configPlugin from './plugins/config.js'
+import errorsPlugin from './plugins/errors.js'
+import mailerPlugin from './plugins/mailer.js'
+import openapiPlugin from './plugins/openapi.js'
+import redisPlugin from './plugins/redis.js'
+import tenantsPlugin from './plugins/tenants.js'
+import tokenStorePlugin from './plugins/token-store.js'
+import healthRoutes from './routes/health.js'
+import otpRoutes from './routes/otp.js'
+
+export interface AppOptions {
+  config: Config
+  /** Where the log mail transport prints (stdout by default). */
+  mailLog?: Writable
+}
+
+/**
+ * Fastify's constructor options for a given configuration. server.ts and the tests build
+ * the instance with the same options.
+ */
+export function serverOptions (config: Config, logStream?: Writable): FastifyServerOptions {
+  return {
+    logger: {
+      level: config.logLevel,
+      ...(logStream === undefined ? {} : { stream: logStream }),
+      // Belt and braces: no serializer below emits these, and nothing may ever log them.
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.body', 'email', 'code', 'userGuess'], censor: '[redacted]' },
+      serializers: {
+        // The default request serializer logs the whole URL; query strings may carry addresses.
+        req: (request: { method: string, url: string, ip?: string, id?: string }) => ({
+          method: request.method,
+          url: request.url.split('?')[0],
+          remoteAddress: request.ip
+        })
+      }
+    },
+    bodyLimit: config.bodyLimitBytes,
+    trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
+    // Request ids are ours; a client-chosen id would let callers forge log correlation.
+    requestIdHeader: false,
+    genReqId: () => randomUUID(),
+    ajv: {
+      customOptions: {
+        // Unknown fields are an error, not something to drop silently; types are not coerced.
+        removeAdditional: false,
+        coerceTypes: false,
+        allErrors: false
+      }
+    }
+  }
+}
+
+export default async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
+  await fastify.register(configPlugin, { config: options.config })
+  await fastify.register(errorsPlugin)
+  await fastify.register(helmet, { contentSecurityPolicy: { directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } } })
+  await fastify.register(cors, {
+    // Preflights are answered for any well-formed origin; the key's allow-list is enforced on
+    // the real request, where the key is known.
+    origin: (origin, callback) => { callback(null, origin !== undefined && parseOrigin(origin) !== null) },
+    methods: ['GET', 'POST'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
+    exposedHeaders: ['Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Quota-Limit', 'Quota-Remaining', 'Quota-Reset', 'X-Request-Id'],
+    maxAge: 600
+  })
+  fastify.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+  })
+  await fastify.register(redisPlugin)
+  await fastify.register(tokenStorePlugin)
+  await fastify.register(tenantsPlugin)
+  await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
+  await fastify.register(openapiPlugin)
+
+  await fastify.register(healthRoutes)
+  await fastify.register(async function apiScope (api) {
+    // JSON only: anything else answers 415 before its body is read.
+    api.removeContentTypeParser('text/plain')
+    api.addHook('onRequest', async (_request, reply) => {
+      reply.header('cache-control', 'no-store')
+    })
+    await api.register(authPlugin)
+    await api.register(otpRoutes)
+  })
+}

@@ -1,0 +1,72 @@
+import { createHmac, randomBytes, randomInt, timingSafeEqual } from 'node:crypto'
+
+export interface MacKey {
+  id: string
+  secret: Buffer
+}
+
+/** What a code is bound to: a code issued in one scope never verifies in another. */
+export interface CodeScope {
+  tenantId: string
+  mode: 'live' | 'test'
+  requestId: string
+}
+
+/** Six ASCII digits from a CSPRNG, leading zeros kept. */
+export function generateCode (): string {
+  return randomInt(0, 1_000_000).toString().padStart(6, '0')
+}
+
+/** 144 bits from a CSPRNG, URL-safe, 28 characters. */
+export function generateRequestId (): string {
+  return 'otp_' + randomBytes(18).toString('base64url')
+}
+
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
+
+/**
+ * Keyed hashes of codes. Only `keyId.mac` is ever stored: without the server key, a leaked
+ * store cannot be brute-forced offline even though a code has only a million values.
+ * The first key signs; every key verifies, so keys rotate without invalidating live codes.
+ */
+export class CodeSigner {
+  readonly #signingKey: MacKey
+  readonly #keys: ReadonlyMap<string, Buffer>
+
+  constructor (keys: readonly MacKey[]) {
+    const [first] = keys
+    if (first === undefined) throw new Error('CodeSigner needs at least one key')
+    this.#signingKey = first
+    this.#keys = new Map(keys.map((key) => [key.id, key.secret]))
+  }
+
+  sign (scope: CodeScope, code: string): string {
+    return `${this.#signingKey.id}.${mac(this.#signingKey.secret, scope, code).toString('base64url')}`
+  }
+
+  /** Constant-time check of a guess against a stored `keyId.mac`. */
+  verify (stored: string, scope: CodeScope, guess: string): boolean {
+    const separator = stored.indexOf('.')
+    const secret = this.#keys.get(stored.slice(0, separator))
+    const expected = Buffer.from(stored.slice(separator + 1), 'base64url')
+    // An unknown key id (a retired key) still costs one HMAC, so timing reveals nothing.
+    const actual = mac(secret ?? this.#signingKey.secret, scope, guess)
+    return secret !== undefined && expected.length === actual.length && timingSafeEqual(expected, actual)
+  }
+
+  /** Spends the same work as a verify, for paths that have no stored value to compare. */
+  burn (scope: CodeScope, guess: string): void {
+    mac(this.#signingKey.secret, scope, guess)
+  }
+
+  /** A keyed, non-reversible tag for a recipient, so stores never hold addresses. */
+  tag (value: string): string {
+    return createHmac('sha256', this.#signingKey.secret).update('recipient\0').update(value).digest('base64url').slice(0, 22)
+  }
+}
+
+function mac (secret: Buffer, scope: CodeScope, code: string): Buffer {
+  return createHmac('sha256', secret)
+    .update(`${scope.tenantId}\0${scope.mode}\0${scope.requestId}\0${code}`)
+    .digest()
+}

@@ -1,0 +1,125 @@
+import { randomBytes } from 'node:crypto'
+import { Value } from '@sinclair/typebox/value'
+import ipaddr from 'ipaddr.js'
+import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
+import type { MacKey } from './code-signer.js'
+
+export interface Config {
+  host: string
+  port: number
+  logLevel: Env['LOG_LEVEL']
+  tenantsFile: string | null
+  redisUrl: string | null
+  redisCommandTimeoutMs: number
+  hmacKeys: MacKey[]
+  /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
+  hmacKeyGenerated: boolean
+  otpTtlSeconds: number
+  memoryStoreMaxTokens: number
+  mailTransport: Env['MAIL_TRANSPORT']
+  mailFrom: string
+  bodyLimitBytes: number
+  trustProxy: string[]
+  shutdownGraceMs: number
+}
+
+/** A configuration problem, reported as one line naming the variable. */
+export class ConfigError extends Error {
+  readonly variable: string
+  constructor (variable: string, problem: string) {
+    super(`Invalid configuration: ${variable} ${problem}`)
+    this.name = 'ConfigError'
+    this.variable = variable
+  }
+}
+
+const DEFAULT_LOG_SENDER = 'Email OTP <no-reply@localhost>'
+
+/** Validates the environment once; throws ConfigError naming the first bad variable. */
+export function parseConfig (source: Readonly<Record<string, string | undefined>>): Config {
+  const raw: Record<string, unknown> = {}
+  for (const name of Object.keys(EnvSchema.properties)) {
+    const value = source[name]
+    // An empty variable (common in container manifests) means "not set".
+    if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
+  }
+  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw))
+  const firstError = Value.Errors(EnvSchema, env).First()
+  if (firstError !== undefined) {
+    const variable = firstError.path.replace(/^\//, '') || 'environment'
+    const shown = secretEnvVariables.has(variable) ? '' : ` (got ${JSON.stringify(raw[variable])})`
+    throw new ConfigError(variable, `${describe(firstError.schema as Parameters<typeof describe>[0])}${shown}`)
+  }
+  const valid = env as Env
+
+  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
+  if (hmacKeys === null && valid.REDIS_URL !== undefined) {
+    throw new ConfigError('OTP_HMAC_KEYS', 'is required when REDIS_URL is set: every instance must sign codes with the same key')
+  }
+  if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
+    throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
+  }
+
+  return {
+    host: valid.HOST,
+    port: valid.PORT,
+    logLevel: valid.LOG_LEVEL,
+    tenantsFile: valid.TENANTS_FILE ?? null,
+    redisUrl: valid.REDIS_URL ?? null,
+    redisCommandTimeoutMs: valid.REDIS_COMMAND_TIMEOUT_MS,
+    hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
+    hmacKeyGenerated: hmacKeys === null,
+    otpTtlSeconds: valid.OTP_TTL_SECONDS,
+    memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
+    mailTransport: valid.MAIL_TRANSPORT,
+    mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
+    bodyLimitBytes: valid.BODY_LIMIT_BYTES,
+    trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
+    shutdownGraceMs: valid.SHUTDOWN_GRACE_MS
+  }
+}
+
+function describe (schema: { type?: unknown, minimum?: number, maximum?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
+  if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((option) => String(option.const)).join(', ')}`
+  if (schema.type === 'integer') return `must be an integer from ${schema.minimum} to ${schema.maximum}`
+  if (schema.pattern !== undefined) return `must match ${schema.pattern}`
+  return 'is not valid'
+}
+
+const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/
+
+function parseMacKeys (value: string): MacKey[] {
+  const keys: MacKey[] = []
+  for (const entry of value.split(',')) {
+    const separator = entry.indexOf(':')
+    const id = entry.slice(0, separator).trim()
+    const secret = Buffer.from(entry.slice(separator + 1).trim(), 'base64')
+    if (separator < 1 || !MAC_KEY_ID.test(id)) {
+      throw new ConfigError('OTP_HMAC_KEYS', 'must be comma-separated id:secret pairs with ids of 1-16 letters, digits, - or _')
+    }
+    if (secret.length < 32) {
+      throw new ConfigError('OTP_HMAC_KEYS', `key "${id}" must be base64 of at least 32 bytes (openssl rand -base64 32)`)
+    }
+    if (keys.some((key) => key.id === id)) throw new ConfigError('OTP_HMAC_KEYS', `lists key id "${id}" twice`)
+    keys.push({ id, secret })
+  }
+  return keys
+}
+
+function parseCidrList (variable: string, value: string | undefined): string[] {
+  if (value === undefined) return []
+  const entries = value.split(',').map((entry) => entry.trim()).filter((entry) => entry !== '')
+  for (const entry of entries) {
+    if (!ipaddr.isValid(entry) && !isCidr(entry)) throw new ConfigError(variable, `has an entry that is not an address or CIDR: ${JSON.stringify(entry)}`)
+  }
+  return entries
+}
+
+function isCidr (entry: string): boolean {
+  try {
+    ipaddr.parseCIDR(entry)
+    return true
+  } catch {
+    return false
+  }
+}

@@ -1,0 +1,96 @@
+import { domainToASCII } from 'node:url'
+import emailAddresses from 'email-addresses'
+
+export interface ValidatedEmail {
+  /** Where the mail goes: the local part as given, the domain in lower-case ASCII (punycode). */
+  address: string
+  /** The key for per-recipient limits: case-folded, `+tag` removed. */
+  canonical: string
+  /** ASCII domain, for domain policies (disposable lists, tenant deny lists). */
+  domain: string
+}
+
+export type EmailRejection =
+  | 'too_long'
+  | 'control_character'
+  | 'syntax'
+  | 'display_name_or_group'
+  | 'comment_or_whitespace'
+  | 'quoted_local_part'
+  | 'non_ascii_local_part'
+  | 'local_part_too_long'
+  | 'domain_literal'
+  | 'invalid_domain'
+
+export type EmailCheck = { ok: true, email: ValidatedEmail } | { ok: false, reason: EmailRejection }
+
+const MAX_ADDRESS = 254
+const MAX_LOCAL = 64
+// RFC 5322 dot-atom: the only local-part form the policy keeps (no quoted strings).
+const DOT_ATOM_LOCAL = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
+// C0 and C1 controls, DEL, and the Unicode line/paragraph separators.
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/
+
+/**
+ * Accepts an address only if the RFC 5322 parser (with RFC 6532 for internationalised
+ * domains) reads it as one bare mailbox, and the strict policy agrees: no display names,
+ * groups, comments, quoted local parts or control characters; an ASCII local part; a
+ * public-looking DNS domain, converted to punycode.
+ */
+export function validateEmail (input: string): EmailCheck {
+  // Cleanup: surrounding whitespace and Unicode normalisation, so look-alike encodings of
+  // one address are one address.
+  const cleaned = input.trim().normalize('NFC')
+  if (cleaned.length > MAX_ADDRESS * 4) return { ok: false, reason: 'too_long' }
+  if (CONTROL.test(cleaned)) return { ok: false, reason: 'control_character' }
+
+  const parsed = emailAddresses.parseOneAddress({ input: cleaned, rfc6532: true })
+  if (parsed === null) return { ok: false, reason: 'syntax' }
+  if (parsed.type !== 'mailbox' || parsed.name !== null) return { ok: false, reason: 'display_name_or_group' }
+  // The parser drops comments and folding whitespace from `address`; anything it dropped was
+  // not a bare addr-spec, and comments are how `a@x.com(evil.com)` smuggles a second domain.
+  if (parsed.address !== cleaned) return { ok: false, reason: 'comment_or_whitespace' }
+
+  const { local, domain } = parsed
+  if (local.startsWith('"')) return { ok: false, reason: 'quoted_local_part' }
+  if (!/^[\x21-\x7e]+$/.test(local)) return { ok: false, reason: 'non_ascii_local_part' }
+  if (!DOT_ATOM_LOCAL.test(local)) return { ok: false, reason: 'syntax' }
+  if (local.length > MAX_LOCAL) return { ok: false, reason: 'local_part_too_long' }
+  if (domain.startsWith('[')) return { ok: false, reason: 'domain_literal' }
+
+  const asciiDomain = domainToASCII(domain.toLowerCase())
+  if (!isPublicDnsName(asciiDomain)) return { ok: false, reason: 'invalid_domain' }
+
+  const address = `${local}@${asciiDomain}`
+  if (address.length > MAX_ADDRESS) return { ok: false, reason: 'too_long' }
+  const plus = local.indexOf('+')
+  const canonicalLocal = (plus > 0 ? local.slice(0, plus) : local).toLowerCase()
+  return { ok: true, email: { address, canonical: `${canonicalLocal}@${asciiDomain}`, domain: asciiDomain } }
+}
+
+function isPublicDnsName (domain: string): boolean {
+  if (domain === '' || domain.length > 253) return false
+  const labels = domain.split('.')
+  if (labels.length < 2) return false
+  // An all-numeric top-level label is an IP address, not a mail domain.
+  if (/^[0-9]+$/.test(labels[labels.length - 1] ?? '')) return false
+  return labels.every((label) => DNS_LABEL.test(label))
+}
+
+const rejectionMessages: Record<EmailRejection, string> = {
+  too_long: 'email is longer than 254 characters',
+  control_character: 'email contains control characters',
+  syntax: 'email is not a valid address',
+  display_name_or_group: 'email must be a bare address, without a display name or group',
+  comment_or_whitespace: 'email must not contain comments or whitespace',
+  quoted_local_part: 'email must not have a quoted local part',
+  non_ascii_local_part: 'email must have an ASCII local part (before the @)',
+  local_part_too_long: 'email local part is longer than 64 characters',
+  domain_literal: 'email must use a domain name, not an IP address literal',
+  invalid_domain: 'email domain is not a valid domain name'
+}
+
+export function describeEmailRejection (reason: EmailRejection): string {
+  return rejectionMessages[reason]
+}

@@ -1,0 +1,34 @@
+/** A message ready to leave: every value is already rendered and header-safe. */
+export interface OutgoingMessage {
+  to: string
+  from: string
+  replyTo?: string
+  subject: string
+  text: string
+  html: string
+  /** Provider tags (tenant id, mode); never the address or the code. */
+  tags: Record<string, string>
+}
+
+/** Why a delivery failed, as far as the provider lets us tell. */
+export type DeliveryFailureKind = 'timeout' | 'connection' | 'throttled' | 'rejected' | 'unknown'
+
+/** Thrown by a transport when the message did not leave. */
+export class DeliveryError extends Error {
+  readonly kind: DeliveryFailureKind
+  constructor (kind: DeliveryFailureKind, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'DeliveryError'
+    this.kind = kind
+  }
+}
+
+/** One way out for mail (log, ses, smtp, the sandbox inbox). */
+export interface MailTransport {
+  readonly name: string
+  /** Resolves once the provider accepted the message; rejects with DeliveryError otherwise. */
+  send (message: OutgoingMessage): Promise<void>
+  /** Whether the transport is usable right now (for /readyz). */
+  ready (): Promise<boolean>
+  close (): Promise<void>
+}

@@ -1,0 +1,51 @@
+import type { Redis } from 'ioredis'
+import { StoreUnavailableError, type TokenStore } from './token-store.js'
+
+/**
+ * Tokens in Redis, shared by every instance. `SET … PX … NX` writes value and expiry in one
+ * step; `GETDEL` makes every verify a single atomic consume.
+ */
+export class RedisTokenStore implements TokenStore {
+  readonly kind = 'redis'
+  readonly #client: Redis
+
+  constructor (client: Redis) {
+    this.#client = client
+  }
+
+  async put (key: string, record: string, ttlMs: number): Promise<boolean> {
+    try {
+      return await this.#client.set(key, record, 'PX', ttlMs, 'NX') === 'OK'
+    } catch (error) {
+      throw new StoreUnavailableError('redis put failed', { cause: error })
+    }
+  }
+
+  async take (key: string): Promise<string | null> {
+    try {
+      return await this.#client.getdel(key)
+    } catch (error) {
+      throw new StoreUnavailableError('redis take failed', { cause: error })
+    }
+  }
+
+  async delete (key: string): Promise<void> {
+    try {
+      await this.#client.del(key)
+    } catch (error) {
+      throw new StoreUnavailableError('redis delete failed', { cause: error })
+    }
+  }
+
+  async ready (): Promise<boolean> {
+    if (this.#client.status !== 'ready') return false
+    try {
+      return await this.#client.ping() === 'PONG'
+    } catch {
+      return false
+    }
+  }
+
+  /** The Redis client belongs to the redis plugin, which closes it. */
+  async close (): Promise<void> {}
+}

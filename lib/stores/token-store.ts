@@ -1,0 +1,31 @@
+/**
+ * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a
+ * recipient tag), never a plaintext code. Both implementations pass test/token-store.test.ts.
+ */
+export interface TokenStore {
+  readonly kind: 'memory' | 'redis'
+  /** Stores the record unless the key already exists; false on a collision. */
+  put (key: string, record: string, ttlMs: number): Promise<boolean>
+  /** Reads and removes the record in one atomic step: of concurrent takers, one gets it. */
+  take (key: string): Promise<string | null>
+  /** Removes the record, if any (a code whose mail did not leave). */
+  delete (key: string): Promise<void>
+  ready (): Promise<boolean>
+  close (): Promise<void>
+}
+
+/** The backing store cannot answer right now (Redis down or slow): the caller answers 503. */
+export class StoreUnavailableError extends Error {
+  constructor (message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'StoreUnavailableError'
+  }
+}
+
+/** The in-memory store reached its cap: the caller answers 503 rather than grow without bound. */
+export class StoreFullError extends Error {
+  constructor () {
+    super('token store is full')
+    this.name = 'StoreFullError'
+  }
+}

@@ -1,0 +1,42 @@
+import fp from 'fastify-plugin'
+import { TenantRegistry, demoRegistry } from '../lib/tenants.js'
+
+export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
+
+export interface TenantDirectory {
+  /** The registry in force; replaced whole by a successful reload. */
+  readonly current: TenantRegistry
+  /** Re-reads TENANTS_FILE; a file that does not validate leaves the current registry in place. */
+  reload (): Promise<ReloadResult>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    tenants: TenantDirectory
+  }
+}
+
+export default fp(async function tenantsPlugin (fastify) {
+  const path = fastify.config.tenantsFile
+  let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path)
+  if (path === null) {
+    fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
+  }
+
+  const directory: TenantDirectory = {
+    get current () { return current },
+    async reload () {
+      if (path === null) return { ok: true, tenants: current.tenants.size }
+      try {
+        current = await TenantRegistry.fromFile(path)
+        fastify.log.info({ tenants: current.tenants.size }, 'tenants file reloaded')
+        return { ok: true, tenants: current.tenants.size }
+      } catch (error) {
+        const message = (error as Error).message
+        fastify.log.error({ reason: message }, 'tenants file reload failed; keeping the previous tenants')
+        return { ok: false, error: message }
+      }
+    }
+  }
+  fastify.decorate('tenants', directory)
+}, { name: 'tenants', dependencies: ['config'], fastify: '5.x' })

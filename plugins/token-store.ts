@@ -1,0 +1,25 @@
+import fp from 'fastify-plugin'
+import { CodeSigner } from '../lib/code-signer.js'
+import { MemoryTokenStore } from '../lib/stores/memory-token-store.js'
+import { RedisTokenStore } from '../lib/stores/redis-token-store.js'
+import type { TokenStore } from '../lib/stores/token-store.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    tokenStore: TokenStore
+    codeSigner: CodeSigner
+  }
+}
+
+export default fp(async function tokenStorePlugin (fastify) {
+  const { config, redis } = fastify
+  if (config.hmacKeyGenerated) {
+    fastify.log.warn('OTP_HMAC_KEYS is not set: codes are signed with a key generated for this process only; set it in production')
+  }
+  const store: TokenStore = redis === null
+    ? new MemoryTokenStore({ maxTokens: config.memoryStoreMaxTokens })
+    : new RedisTokenStore(redis)
+  fastify.decorate('tokenStore', store)
+  fastify.decorate('codeSigner', new CodeSigner(config.hmacKeys))
+  fastify.addHook('onClose', async () => { await store.close() })
+}, { name: 'token-store', dependencies: ['config', 'redis'], fastify: '5.x' })

@@ -1,0 +1,86 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { describeEmailRejection, validateEmail } from '../lib/email.js'
+import { apiError } from '../lib/errors.js'
+import { composeVerificationMessage, negotiateLocale } from '../lib/mail/compose.js'
+import { issueCode, verifyCode } from '../lib/otp.js'
+import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from '../schemas/otp.js'
+
+const security = [{ bearerAuth: [] }]
+
+const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
+  const { config, tokenStore, codeSigner, mailer } = fastify
+
+  fastify.post('/otp/request', {
+    schema: {
+      operationId: 'dispatchCode',
+      summary: 'Send a 6-digit code to an email address',
+      description: 'Issues a code bound to the returned requestId and mails it. A second dispatch to the same address issues an independent requestId; earlier codes stay valid until used or expired. When delivery fails (502) the code is destroyed before the answer and nothing is charged.',
+      tags: ['otp'],
+      security,
+      body: DispatchBody,
+      response: {
+        200: DispatchReply,
+        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'DELIVERY_FAILED'])
+      }
+    }
+  }, async function dispatch (request) {
+    const key = request.auth
+    if (key === null) throw apiError('UNAUTHORIZED')
+    const checked = validateEmail(request.body.email)
+    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
+
+    const { tenant } = key
+    const scope = { tenantId: tenant.id, mode: key.mode }
+    const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
+    const issued = await issueCode(tokenStore, codeSigner, scope, codeSigner.tag(checked.email.canonical), ttlSeconds * 1000)
+
+    const message = composeVerificationMessage({
+      to: checked.email.address,
+      from: config.mailFrom,
+      brand: tenant.brandName,
+      code: issued.code,
+      ttlSeconds,
+      locale: negotiateLocale(request.body.locale, request.headers['accept-language']),
+      tags: { tenant: tenant.id, mode: key.mode }
+    })
+    try {
+      await mailer.send(message, key.mode)
+    } catch (error) {
+      // The mail did not leave: destroy the code before answering, so it can never verify.
+      await tokenStore.delete(issued.storeKey).catch((deleteError: unknown) => {
+        request.log.error({ err: deleteError, requestId: issued.requestId }, 'could not delete an undelivered code (nobody knows it; it expires)')
+      })
+      request.log.warn({ tenant: tenant.id, kind: (error as { kind?: string }).kind ?? 'unknown', domain: checked.email.domain }, 'delivery failed')
+      throw apiError('DELIVERY_FAILED')
+    }
+    request.log.info({ tenant: tenant.id, mode: key.mode, keyId: key.id, requestId: issued.requestId }, 'code dispatched')
+    return { success: true as const, message: 'Verification code sent', data: { requestId: issued.requestId } }
+  })
+
+  fastify.post('/otp/verify', {
+    schema: {
+      operationId: 'verifyCode',
+      summary: 'Check a guess against the code of a requestId',
+      description: 'Every call consumes the code of its requestId, right or wrong: a code can be tried once. Unknown, expired, used, other-tenant and wrong guesses all answer the same 400 `CODE_MISMATCH`.',
+      tags: ['otp'],
+      security,
+      body: VerifyBody,
+      response: {
+        200: VerifyReply,
+        ...errorResponses([...commonErrors, 'CODE_MISMATCH', 'INVALID_CODE_FORMAT'])
+      }
+    }
+  }, async function verify (request) {
+    const key = request.auth
+    if (key === null) throw apiError('UNAUTHORIZED')
+    const scope = { tenantId: key.tenant.id, mode: key.mode }
+    const outcome = await verifyCode(tokenStore, codeSigner, scope, request.body.requestId, request.body.userGuess)
+    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result: outcome.result }, 'code checked')
+    if (outcome.result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
+    if (outcome.result === 'mismatch') throw apiError('CODE_MISMATCH')
+    return { success: true as const, message: 'Code verified' }
+  })
+}
+
+export default otpRoutes

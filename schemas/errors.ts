@@ -1,0 +1,30 @@
+import { Type, type TSchema } from '@sinclair/typebox'
+import { errorCatalog, type ErrorCode } from '../lib/errors.js'
+
+/** The one error body of the API. */
+export function errorBody (codes: readonly ErrorCode[]): TSchema {
+  return Type.Object({
+    success: Type.Literal(false),
+    message: Type.String({ description: 'Human-readable; may change. Branch on `code`.' }),
+    code: Type.Union(codes.map((code) => Type.Literal(code)), { description: 'Stable error code.' })
+  }, {
+    description: codes.map((code) => `\`${code}\`: ${errorCatalog[code].message}.`).join(' '),
+    examples: [{ success: false, message: errorCatalog[codes[0] as ErrorCode].message, code: codes[0] }]
+  })
+}
+
+/** Response schemas for the given error codes, grouped by their HTTP status. */
+export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSchema> {
+  const byStatus = new Map<number, ErrorCode[]>()
+  for (const code of codes) {
+    const status = errorCatalog[code].status
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code])
+  }
+  return Object.fromEntries([...byStatus].map(([status, group]) => [status, errorBody(group)]))
+}
+
+/** Answers any route can give before its handler runs (body handling, keys, outages). */
+export const commonErrors: readonly ErrorCode[] = [
+  'INVALID_BODY', 'INVALID_JSON', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER',
+  'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'INTERNAL', 'UNAVAILABLE'
+]

@@ -1,0 +1,37 @@
+import { Type, type Static } from '@sinclair/typebox'
+import { REQUEST_ID_PATTERN } from '../lib/code-signer.js'
+
+export const DispatchBody = Type.Object({
+  email: Type.String({
+    minLength: 1,
+    maxLength: 1024,
+    description: 'Destination address. Trimmed and NFC-normalised, then checked by RFC 5322 rules and a strict policy (no display names, comments or quoted local parts; ASCII local part; internationalised domains are converted to punycode).',
+    examples: ['ada@example.com']
+  }),
+  locale: Type.Optional(Type.String({
+    pattern: '^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8}){0,3}$',
+    description: 'Language of the mail (BCP 47, e.g. `fr` or `de-CH`): en, fr, de and es are available. Unset or unavailable: from Accept-Language, else English.',
+    examples: ['fr']
+  }))
+}, { additionalProperties: false })
+
+export const DispatchReply = Type.Object({
+  success: Type.Literal(true),
+  message: Type.String(),
+  data: Type.Object({
+    requestId: Type.String({ description: 'Opaque id of this code; send it back on verify. 144 random bits, URL-safe.', examples: ['otp_3q2-7wX0aH4vQm1sT9bK8cLd'] })
+  })
+})
+
+export const VerifyBody = Type.Object({
+  requestId: Type.String({ pattern: REQUEST_ID_PATTERN, description: 'The requestId returned by dispatch.' }),
+  userGuess: Type.String({ minLength: 1, maxLength: 64, description: 'The code typed by the user. Surrounding whitespace is trimmed; it must then be exactly 6 ASCII digits.', examples: ['042917'] })
+}, { additionalProperties: false })
+
+export const VerifyReply = Type.Object({
+  success: Type.Literal(true),
+  message: Type.String()
+})
+
+export type DispatchBodyType = Static<typeof DispatchBody>
+export type VerifyBodyType = Static<typeof VerifyBody>

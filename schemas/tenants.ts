@@ -1,0 +1,53 @@
+import { Type, type Static } from '@sinclair/typebox'
+
+export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
+const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
+const ORIGIN_PATTERN = '^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$'
+export const WINDOW_PATTERN = '^([1-9][0-9]{0,5}[mhd]|month)$'
+
+export const TierSchema = Type.Object({
+  allowance: Type.Integer({ minimum: 0, description: 'Live dispatches allowed per window.' }),
+  window: Type.String({ pattern: WINDOW_PATTERN, description: '`<n>m`, `<n>h`, `<n>d` (fixed, epoch-aligned) or `month` (calendar month, UTC).' }),
+  sandboxAllowance: Type.Integer({ minimum: 0, description: 'Sandbox dispatches allowed per window (counted apart from live).' })
+}, { additionalProperties: false })
+
+export const KeySchema = Type.Object({
+  id: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'Key id, shown in logs instead of the key.' }),
+  kind: Type.Union([Type.Literal('secret'), Type.Literal('restricted')]),
+  mode: Type.Union([Type.Literal('live'), Type.Literal('test')], { description: 'test = sandbox.' }),
+  sha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'Hex SHA-256 of the whole key; the key itself is never stored.' }),
+  origins: Type.Optional(Type.Array(
+    Type.Union([Type.String({ pattern: HOST_PATTERN }), Type.String({ pattern: ORIGIN_PATTERN })]),
+    { maxItems: 100, description: 'Restricted keys only: allowed Origin hosts (`app.example.com`, `*.example.com`) or exact origins (`http://localhost:5173`).' }
+  )),
+  expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'ISO 8601 instant after which the key is refused.' })),
+  revoked: Type.Optional(Type.Boolean()),
+  createdAt: Type.Optional(Type.String({ format: 'date-time' }))
+}, { additionalProperties: false })
+
+export const BrandSchema = Type.Object({
+  name: Type.String({ minLength: 1, maxLength: 100, description: 'Shown in the subject and the body of the mail.' })
+}, { additionalProperties: false })
+
+export const TenantSchema = Type.Object({
+  id: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$' }),
+  tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
+  keys: Type.Array(KeySchema, { maxItems: 1000 }),
+  brand: Type.Optional(BrandSchema),
+  ttlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' }))
+}, { additionalProperties: false })
+
+export const TenantsFileSchema = Type.Object({
+  $schema: Type.Optional(Type.String()),
+  tiers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }), TierSchema),
+  tenants: Type.Array(TenantSchema)
+}, {
+  $id: 'https://email-otp.dev/schemas/tenants.schema.json',
+  title: 'email-otp tenants file',
+  additionalProperties: false
+})
+
+export type TierEntry = Static<typeof TierSchema>
+export type KeyEntry = Static<typeof KeySchema>
+export type TenantEntry = Static<typeof TenantSchema>
+export type TenantsFile = Static<typeof TenantsFileSchema>

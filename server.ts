@@ -1,0 +1,31 @@
+import Fastify from 'fastify'
+import closeWithGrace from 'close-with-grace'
+import app, { serverOptions } from './app.js'
+import { ConfigError } from './lib/config.js'
+import { TenantsFileError } from './lib/tenants.js'
+import { readConfig } from './plugins/config.js'
+
+async function main (): Promise<void> {
+  const config = readConfig()
+  const fastify = Fastify(serverOptions(config))
+  await fastify.register(app, { config })
+
+  closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
+    if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
+    else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
+    await fastify.close()
+  })
+  process.on('SIGHUP', () => { void fastify.tenants.reload() })
+
+  await fastify.listen({ host: config.host, port: config.port })
+}
+
+main().catch((error: unknown) => {
+  // Configuration problems end start-up with one line naming what to fix.
+  if (error instanceof ConfigError || error instanceof TenantsFileError) {
+    process.stderr.write(`email-otp: ${error.message}\n`)
+  } else {
+    process.stderr.write(`email-otp: start-up failed: ${error instanceof Error ? error.message : String(error)}\n`)
+  }
+  process.exit(1)
+})

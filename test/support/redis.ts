@@ -1,0 +1,81 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { createServer } from 'node:net'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+/** Whether a redis-server binary can be started on this machine. */
+export const redisAvailable: boolean = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0
+
+let warned = false
+
+/**
+ * Options for a tap test that needs a real redis-server. Without the binary the test is
+ * skipped with a loud warning, except under CI=true, where a missing Redis must fail the run.
+ */
+export function redisTestOptions (): { skip: string | false } {
+  if (redisAvailable) return { skip: false }
+  if (process.env.CI === 'true') {
+    throw new Error('redis-server is not installed, and CI=true requires the Redis-backed tests to run')
+  }
+  if (!warned) {
+    warned = true
+    process.stderr.write('\n' + '!'.repeat(78) + '\n' +
+      '!!  redis-server not found: the Redis-backed tests are SKIPPED.\n' +
+      '!!  Install it (apt-get install -y redis-server) to run the whole suite.\n' +
+      '!'.repeat(78) + '\n\n')
+  }
+  return { skip: 'redis-server is not installed' }
+}
+
+export async function freePort (host = '127.0.0.1'): Promise<number> {
+  const server = createServer()
+  server.listen(0, host)
+  await once(server, 'listening')
+  const address = server.address()
+  server.close()
+  await once(server, 'close')
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  return address.port
+}
+
+export interface RedisServer {
+  readonly port: number
+  readonly url: string
+  /** Stops the server (SIGKILL, as a crash would). */
+  stop(): Promise<void>
+  /** Starts it again on the same port, empty. */
+  start(): Promise<void>
+}
+
+/** Starts a private, non-persistent redis-server on a free loopback port. */
+export async function startRedis (extraArgs: string[] = []): Promise<RedisServer> {
+  const port = await freePort()
+  let child: ChildProcess | null = null
+
+  async function start (): Promise<void> {
+    child = spawn('redis-server', [
+      '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+      '--protected-mode', 'no', ...extraArgs
+    ], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+    for (let i = 0; i < 100; i++) {
+      if (output.includes('Ready to accept connections')) return
+      if (child.exitCode !== null) throw new Error(`redis-server exited: ${output}`)
+      await sleep(50)
+    }
+    throw new Error(`redis-server did not start on ${port}: ${output}`)
+  }
+
+  async function stop (): Promise<void> {
+    const running = child
+    child = null
+    if (running === null || running.exitCode !== null) return
+    const exited = once(running, 'exit')
+    running.kill('SIGKILL')
+    await exited
+  }
+
+  await start()
+  return { port, url: `redis://127.0.0.1:${port}`, stop, start }
+}
