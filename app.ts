@@ -3,6 +3,7 @@ import type { Writable } from 'node:stream'
 import type { FastifyInstance, FastifyServerOptions } from 'fastify'
 import cors from '@fastify/cors'
 import helmet from '@fastify/helmet'
+import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
 import { parseOrigin } from './lib/tenants.js'
 import authPlugin from './plugins/auth.js'
@@ -58,7 +59,7 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
   }
 }
 
-export default async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
+async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
   await fastify.register(configPlugin, { config: options.config })
   await fastify.register(errorsPlugin)
   await fastify.register(helmet, { contentSecurityPolicy: { directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } } })
@@ -91,3 +92,6 @@ export default async function app (fastify: FastifyInstance, options: AppOptions
     await api.register(otpRoutes)
   })
 }
+
+// Not encapsulated, so that server.ts and the tests reach the decorators (tenants, redis…).
+export default fp(app, { name: 'email-otp', fastify: '5.x' })

@@ -10,7 +10,8 @@ async function main (): Promise<void> {
   const fastify = Fastify(serverOptions(config))
   await fastify.register(app, { config })
 
-  closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
+  // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
+  closeWithGrace({ delay: config.shutdownGraceMs, skip: ['SIGHUP'], logger: false }, async ({ signal, err }) => {
     if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
     else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
     await fastify.close()

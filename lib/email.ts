@@ -48,12 +48,12 @@ export function validateEmail (input: string): EmailCheck {
   const parsed = emailAddresses.parseOneAddress({ input: cleaned, rfc6532: true })
   if (parsed === null) return { ok: false, reason: 'syntax' }
   if (parsed.type !== 'mailbox' || parsed.name !== null) return { ok: false, reason: 'display_name_or_group' }
+  if (parsed.parts.local.tokens.trimStart().startsWith('"')) return { ok: false, reason: 'quoted_local_part' }
   // The parser drops comments and folding whitespace from `address`; anything it dropped was
   // not a bare addr-spec, and comments are how `a@x.com(evil.com)` smuggles a second domain.
   if (parsed.address !== cleaned) return { ok: false, reason: 'comment_or_whitespace' }
 
   const { local, domain } = parsed
-  if (local.startsWith('"')) return { ok: false, reason: 'quoted_local_part' }
   if (!/^[\x21-\x7e]+$/.test(local)) return { ok: false, reason: 'non_ascii_local_part' }
   if (!DOT_ATOM_LOCAL.test(local)) return { ok: false, reason: 'syntax' }
   if (local.length > MAX_LOCAL) return { ok: false, reason: 'local_part_too_long' }

@@ -34,7 +34,7 @@ export const TenantSchema = Type.Object({
   tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
   keys: Type.Array(KeySchema, { maxItems: 1000 }),
   brand: Type.Optional(BrandSchema),
-  ttlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' }))
+  ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' }))
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({

@@ -1,0 +1,136 @@
+import { existsSync } from 'node:fs'
+import { readFile, rename, writeFile } from 'node:fs/promises'
+import { parseArgs } from 'node:util'
+import { generateKey, hashKey, type KeyKind, type KeyMode } from '../keys.js'
+import { TenantRegistry } from '../tenants.js'
+import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
+
+const usage = `Usage:
+  npm run keys -- create --tenant ID --kind secret|restricted --mode live|test --file PATH
+                         [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
+  npm run keys -- revoke --tenant ID --id KEY_ID --file PATH
+  npm run keys -- list --file PATH
+
+create prints the new key once on stdout and writes only its SHA-256 to the file (created
+if missing; a missing tenant is added on the given or first tier). Send SIGHUP to the
+service to load the change.`
+
+class UsageError extends Error {}
+
+const DEFAULT_TIERS: TenantsFile['tiers'] = {
+  standard: { allowance: 10000, window: 'month', sandboxAllowance: 1000 }
+}
+
+async function readTenantsFile (path: string): Promise<TenantsFile> {
+  if (!existsSync(path)) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
+  return JSON.parse(await readFile(path, 'utf8')) as TenantsFile
+}
+
+/** Validates with the service's own rules, then replaces the file atomically. */
+async function writeTenantsFile (path: string, file: TenantsFile): Promise<void> {
+  TenantRegistry.fromJson(file)
+  const temporary = `${path}.${process.pid}.tmp`
+  await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
+  await rename(temporary, path)
+}
+
+function option (values: Record<string, unknown>, name: string): string {
+  const value = values[name]
+  if (typeof value !== 'string' || value === '') throw new UsageError(`--${name} is required`)
+  return value
+}
+
+function oneOf<T extends string> (values: Record<string, unknown>, name: string, allowed: readonly T[]): T {
+  const value = option(values, name)
+  if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}`)
+  return value as T
+}
+
+export async function run (argv: string[], out: (line: string) => void): Promise<void> {
+  const { positionals, values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      tenant: { type: 'string' },
+      kind: { type: 'string' },
+      mode: { type: 'string' },
+      file: { type: 'string' },
+      origin: { type: 'string', multiple: true },
+      expires: { type: 'string' },
+      tier: { type: 'string' },
+      id: { type: 'string' }
+    }
+  })
+  const command = positionals[0]
+  const path = option(values, 'file')
+
+  if (command === 'list') {
+    const file = await readTenantsFile(path)
+    for (const tenant of file.tenants) {
+      for (const key of tenant.keys) {
+        const state = key.revoked === true ? 'revoked' : key.expiresAt !== undefined && Date.parse(key.expiresAt) <= Date.now() ? 'expired' : 'active'
+        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}`)
+      }
+    }
+    return
+  }
+
+  if (command === 'revoke') {
+    const file = await readTenantsFile(path)
+    const tenantId = option(values, 'tenant')
+    const keyId = option(values, 'id')
+    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+    if (key === undefined) throw new UsageError(`no key ${keyId} for tenant ${tenantId}`)
+    key.revoked = true
+    await writeTenantsFile(path, file)
+    out(`revoked ${tenantId}/${keyId}`)
+    return
+  }
+
+  if (command !== 'create') throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`)
+  const tenantId = option(values, 'tenant')
+  const kind = oneOf<KeyKind>(values, 'kind', ['secret', 'restricted'])
+  const mode = oneOf<KeyMode>(values, 'mode', ['live', 'test'])
+  const origins = values.origin ?? []
+  if (kind === 'restricted' && origins.length === 0) throw new UsageError('a restricted key needs at least one --origin')
+  if (kind === 'secret' && origins.length > 0) throw new UsageError('--origin is only for restricted keys')
+  let expiresAt: string | undefined
+  if (values.expires !== undefined) {
+    const instant = Date.parse(values.expires)
+    if (Number.isNaN(instant)) throw new UsageError('--expires must be an ISO 8601 date or instant')
+    expiresAt = new Date(instant).toISOString()
+  }
+
+  const file = await readTenantsFile(path)
+  let tenant = file.tenants.find((entry) => entry.id === tenantId)
+  if (tenant === undefined) {
+    const tier = values.tier ?? Object.keys(file.tiers)[0]
+    if (tier === undefined || file.tiers[tier] === undefined) throw new UsageError(`--tier must name a tier of ${path}`)
+    tenant = { id: tenantId, tier, keys: [] }
+    file.tenants.push(tenant)
+  }
+  const key = generateKey(kind, mode)
+  const entry: KeyEntry = {
+    id: values.id ?? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}`,
+    kind,
+    mode,
+    sha256: hashKey(key),
+    ...(origins.length > 0 ? { origins } : {}),
+    ...(expiresAt === undefined ? {} : { expiresAt }),
+    createdAt: new Date().toISOString()
+  }
+  tenant.keys.push(entry)
+  await writeTenantsFile(path, file)
+  out(key)
+  process.stderr.write(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.\n` +
+    'This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.\n')
+}
+
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
+if (invokedDirectly) {
+  run(process.argv.slice(2), (line) => { process.stdout.write(line + '\n') }).catch((error: unknown) => {
+    process.stderr.write(`keys: ${error instanceof Error ? error.message : String(error)}\n`)
+    if (error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') process.stderr.write(`\n${usage}\n`)
+    process.exitCode = 1
+  })
+}

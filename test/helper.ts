@@ -1,0 +1,109 @@
+import { Writable } from 'node:stream'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import Fastify, { type FastifyInstance } from 'fastify'
+import type { Test } from 'tap'
+import app, { serverOptions } from '../app.js'
+import { parseConfig } from '../lib/config.js'
+import { generateKey, hashKey } from '../lib/keys.js'
+import type { TenantsFile } from '../schemas/tenants.js'
+
+/** Collects everything written to it, line by line. */
+export class Capture extends Writable {
+  text = ''
+  override _write (chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
+    this.text += chunk.toString()
+    callback()
+  }
+
+  get lines (): string[] {
+    return this.text.split('\n').filter((line) => line !== '')
+  }
+}
+
+/** Messages printed by the log mail transport. */
+export class MailCapture extends Capture {
+  /** The code of the newest message to `to`. */
+  codeFor (to: string): string {
+    const blocks = this.text.split('----- email-otp log mailer').filter((block) => block.includes(`To: ${to}\n`))
+    const match = /\b(\d{6})\b/.exec(blocks.at(-1) ?? '')
+    if (match?.[1] === undefined) throw new Error(`no mail to ${to}`)
+    return match[1]
+  }
+
+  get count (): number {
+    return this.text.split('----- email-otp log mailer').length - 1
+  }
+}
+
+export const TEST_HMAC_KEYS = 'k1:' + Buffer.alloc(32, 7).toString('base64')
+
+export interface TestApp {
+  app: FastifyInstance
+  mail: MailCapture
+  logs: Capture
+}
+
+/** A fresh app per test, closed when the test ends. It does not listen unless asked to. */
+export async function buildApp (t: Test, env: Record<string, string> = {}): Promise<TestApp> {
+  const config = parseConfig({ LOG_LEVEL: 'info', ...env })
+  const mail = new MailCapture()
+  const logs = new Capture()
+  const fastify = Fastify(serverOptions(config, logs))
+  await fastify.register(app, { config, mailLog: mail })
+  t.teardown(async () => { await fastify.close() })
+  await fastify.ready()
+  return { app: fastify, mail, logs }
+}
+
+export interface FixtureKeys {
+  acmeLive: string
+  acmeTest: string
+  acmeBrowser: string
+  acmeExpired: string
+  acmeRevoked: string
+  globexTest: string
+}
+
+/** Two tenants with keys of every kind, written to a tenants file in the test's directory. */
+export function writeTenants (t: Test, mutate?: (file: TenantsFile) => void): { path: string, keys: FixtureKeys, file: TenantsFile } {
+  const keys: FixtureKeys = {
+    acmeLive: generateKey('secret', 'live'),
+    acmeTest: generateKey('secret', 'test'),
+    acmeBrowser: generateKey('restricted', 'live'),
+    acmeExpired: generateKey('secret', 'live'),
+    acmeRevoked: generateKey('secret', 'live'),
+    globexTest: generateKey('secret', 'test')
+  }
+  const file: TenantsFile = {
+    tiers: { standard: { allowance: 1000, window: '1d', sandboxAllowance: 100 } },
+    tenants: [
+      {
+        id: 'acme',
+        tier: 'standard',
+        brand: { name: 'Acme' },
+        keys: [
+          { id: 'acme_live', kind: 'secret', mode: 'live', sha256: hashKey(keys.acmeLive) },
+          { id: 'acme_test', kind: 'secret', mode: 'test', sha256: hashKey(keys.acmeTest) },
+          { id: 'acme_browser', kind: 'restricted', mode: 'live', sha256: hashKey(keys.acmeBrowser), origins: ['app.acme.test', '*.acme.dev', 'http://localhost:5173'] },
+          { id: 'acme_expired', kind: 'secret', mode: 'live', sha256: hashKey(keys.acmeExpired), expiresAt: '2020-01-01T00:00:00Z' },
+          { id: 'acme_revoked', kind: 'secret', mode: 'live', sha256: hashKey(keys.acmeRevoked), revoked: true }
+        ]
+      },
+      {
+        id: 'globex',
+        tier: 'standard',
+        keys: [{ id: 'globex_test', kind: 'secret', mode: 'test', sha256: hashKey(keys.globexTest) }]
+      }
+    ]
+  }
+  mutate?.(file)
+  const path = join(t.testdirName, 'tenants.json')
+  t.testdir({})
+  writeFileSync(path, JSON.stringify(file, null, 2))
+  return { path, keys, file }
+}
+
+export function bearer (key: string): Record<string, string> {
+  return { authorization: `Bearer ${key}` }
+}
