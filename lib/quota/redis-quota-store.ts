@@ -1,0 +1,109 @@
+import type { Redis } from 'ioredis'
+import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from './quota-store.js'
+import { currentWindow, type QuotaWindow } from './window.js'
+
+/**
+ * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the
+ * key to expire exactly at reset, an instance running a little behind could recreate the old
+ * window's counter from zero and grant its allowance a second time. It also lets a refund that
+ * races the reset land on the counter it belongs to instead of vanishing.
+ */
+const EXPIRY_GRACE_MS = 5 * 60_000
+
+/**
+ * KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms). Returns { allowed 0|1, used }.
+ * Checking before INCR (rather than INCR then DECR on refusal) keeps refused calls from ever
+ * changing the count. PEXPIREAT is set on every grant, not only the first, so a counter that
+ * somehow lost its expiry still gets one.
+ */
+const RESERVE_LUA = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then
+  return { 0, used }
+end
+used = redis.call('INCR', KEYS[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return { 1, used }
+`
+
+/**
+ * KEYS[1] counter. A missing key means the window is over (or never counted anything), and
+ * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
+ */
+const REFUND_LUA = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used > 0 then
+  redis.call('DECR', KEYS[1])
+end
+return 0
+`
+
+/** Names are specific to this service: defineCommand adds methods to a client others share. */
+const RESERVE_COMMAND = 'emailOtpQuotaReserve'
+const REFUND_COMMAND = 'emailOtpQuotaRefund'
+
+/** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
+interface QuotaCommands {
+  [RESERVE_COMMAND](key: string, limit: number, expireAtMs: number): Promise<unknown>
+  [REFUND_COMMAND](key: string): Promise<unknown>
+}
+
+export interface RedisQuotaStoreOptions {
+  /** Key prefix, `quota:` by default. Must not contain braces: the hash tag follows it. */
+  prefix?: string
+}
+
+/**
+ * Quota store shared by every instance through Redis. Each window's count is one key,
+ * `<prefix>{<scope>}:<windowId>`; the scope is the hash tag so all of a tenant's counters live on
+ * one Cluster slot. Each operation is a single script, hence atomic across instances. Failures
+ * (Redis down) reject promptly as long as the client is built to fail fast; the caller maps
+ * them to 503.
+ */
+export class RedisQuotaStore implements QuotaStore {
+  readonly #client: Redis
+  readonly #commands: QuotaCommands
+  readonly #prefix: string
+
+  constructor (client: Redis, options: RedisQuotaStoreOptions = {}) {
+    const prefix = options.prefix ?? 'quota:'
+    if (/[{}]/.test(prefix)) throw new RangeError(`quota key prefix must not contain braces: ${prefix}`)
+    this.#prefix = prefix
+    this.#client = client
+    // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
+    // (first use, restart, failover), so scripts are sent in full only when needed.
+    client.defineCommand(RESERVE_COMMAND, { lua: RESERVE_LUA, numberOfKeys: 1 })
+    client.defineCommand(REFUND_COMMAND, { lua: REFUND_LUA, numberOfKeys: 1 })
+    this.#commands = client as unknown as QuotaCommands
+  }
+
+  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number): Promise<QuotaDecision> {
+    assertScope(scope)
+    assertLimit(limit)
+    const { id, resetMs } = currentWindow(window, nowMs)
+    const reply = await this.#commands[RESERVE_COMMAND](this.#key(scope, id), limit, resetMs + EXPIRY_GRACE_MS)
+    if (!Array.isArray(reply) || typeof reply[0] !== 'number' || typeof reply[1] !== 'number') {
+      throw new Error(`unexpected reply from the quota reserve script: ${JSON.stringify(reply)}`)
+    }
+    const allowed = reply[0] === 1
+    const used = reply[1]
+    // `used` can exceed a limit lowered mid-window; remaining never goes negative.
+    return { allowed, used, remaining: Math.max(0, limit - used), resetMs, windowId: id }
+  }
+
+  async refund (scope: string, windowId: string): Promise<void> {
+    assertScope(scope)
+    await this.#commands[REFUND_COMMAND](this.#key(scope, windowId))
+  }
+
+  async usage (scope: string, window: QuotaWindow, nowMs: number): Promise<QuotaUsage> {
+    assertScope(scope)
+    const { id, resetMs } = currentWindow(window, nowMs)
+    const value = await this.#client.get(this.#key(scope, id))
+    return { used: value === null ? 0 : Number(value), resetMs, windowId: id }
+  }
+
+  #key (scope: string, windowId: string): string {
+    return `${this.#prefix}{${scope}}:${windowId}`
+  }
+}
