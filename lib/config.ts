@@ -18,6 +18,9 @@ export interface Config {
   memoryStoreMaxTokens: number
   mailTransport: Env['MAIL_TRANSPORT']
   mailFrom: string
+  mailTimeoutMs: number
+  smtpUrl: string | null
+  ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
   bodyLimitBytes: number
   trustProxy: string[]
   shutdownGraceMs: number
@@ -59,6 +62,12 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
   }
+  if (valid.MAIL_TRANSPORT === 'smtp' && valid.SMTP_URL === undefined) {
+    throw new ConfigError('SMTP_URL', 'is required when MAIL_TRANSPORT=smtp')
+  }
+  if (valid.MAIL_TRANSPORT === 'ses' && valid.AWS_REGION === undefined) {
+    throw new ConfigError('AWS_REGION', 'is required when MAIL_TRANSPORT=ses')
+  }
 
   return {
     host: valid.HOST,
@@ -73,6 +82,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransport: valid.MAIL_TRANSPORT,
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
+    mailTimeoutMs: valid.MAIL_TIMEOUT_MS,
+    smtpUrl: valid.SMTP_URL ?? null,
+    ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
     shutdownGraceMs: valid.SHUTDOWN_GRACE_MS

@@ -22,11 +22,12 @@ export default fp(async function redisPlugin (fastify) {
     fastify.decorate('redis', null)
     return
   }
+  const connectTimeout = Math.max(1000, redisCommandTimeoutMs * 2)
   const client = new Redis(redisUrl, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: redisCommandTimeoutMs,
-    connectTimeout: Math.max(1000, redisCommandTimeoutMs * 2),
+    connectTimeout,
     enableAutoPipelining: true,
     retryStrategy: (attempt) => Math.min(100 * attempt, 2000)
   })
@@ -43,5 +44,15 @@ export default fp(async function redisPlugin (fastify) {
   fastify.decorate('redis', client)
   fastify.addHook('onClose', async () => {
     client.disconnect()
+  })
+  // A healthy Redis is connected before the first request (commands are not queued while
+  // connecting); an unreachable one delays start-up by one connect timeout, no more.
+  // (events.once would reject on the first connection error; only 'ready' matters here.)
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, connectTimeout)
+    client.once('ready', () => {
+      clearTimeout(timer)
+      resolve()
+    })
   })
 }, { name: 'redis', dependencies: ['config'], fastify: '5.x' })

@@ -21,6 +21,11 @@ export const EnvSchema = Type.Object({
   OTP_TTL_SECONDS: PositiveInt(600, 1, 86400, 'Lifetime of a code in seconds, unless the tenant overrides it.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes in the in-memory store; past it, dispatch answers 503.'),
   MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
+  MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
+  SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://', description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),
+  AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
+  AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),
+  SES_CONFIGURATION_SET: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'SES configuration set for event publishing.' })),
   MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp.' })),
   BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413.'),
   TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none.' })),
@@ -30,4 +35,4 @@ export const EnvSchema = Type.Object({
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'SMTP_URL'])

@@ -1,0 +1,48 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { describeEmailRejection, validateEmail } from '../lib/email.js'
+import { apiError } from '../lib/errors.js'
+import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
+import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
+import { commonErrors, errorResponses } from '../schemas/errors.js'
+
+const SandboxMessage = Type.Object({
+  requestId: Type.String(),
+  to: Type.String(),
+  from: Type.String(),
+  subject: Type.String(),
+  text: Type.String(),
+  html: Type.String(),
+  code: Type.String({ description: 'The code the message carries (sandbox only).' }),
+  createdAt: Type.String({ format: 'date-time' })
+})
+
+const simulated = Object.entries(SIMULATED_RECIPIENTS).map(([address, { description }]) => `\`${address}\`: ${description}.`).join(' ')
+
+const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (fastify) {
+  fastify.get('/sandbox/messages', {
+    schema: {
+      operationId: 'listSandboxMessages',
+      summary: 'Read the sandbox inbox of an address',
+      description: `Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most ${SANDBOX_MESSAGES_PER_ADDRESS} per address, newest first, for the same tenant only. Live keys get 404. Reserved recipients simulate delivery outcomes: ${simulated}`,
+      tags: ['sandbox'],
+      security: [{ bearerAuth: [] }],
+      querystring: Type.Object({ email: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
+      response: {
+        200: Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) }),
+        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
+      }
+    }
+  }, async function listSandboxMessages (request) {
+    const key = request.auth
+    if (key === null) throw apiError('UNAUTHORIZED')
+    // A live key has no sandbox: the resource does not exist for it.
+    if (key.mode !== 'test') throw apiError('NOT_FOUND', 'The sandbox inbox is only available to sandbox (test) keys')
+    const checked = validateEmail(request.query.email)
+    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
+    const messages = await fastify.mailer.sandboxInbox.list(key.tenant.id, checked.email.address)
+    return { success: true as const, data: { messages } }
+  })
+}
+
+export default sandboxRoutes
