@@ -12,10 +12,14 @@ import errorsPlugin from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
 import openapiPlugin from './plugins/openapi.js'
 import redisPlugin from './plugins/redis.js'
+import idempotencyPlugin from './plugins/idempotency.js'
+import tenantQuotaPlugin from './plugins/tenant-quota.js'
 import tenantsPlugin from './plugins/tenants.js'
 import tokenStorePlugin from './plugins/token-store.js'
 import healthRoutes from './routes/health.js'
 import otpRoutes from './routes/otp.js'
+import sandboxRoutes from './routes/sandbox.js'
+import usageRoutes from './routes/usage.js'
 
 export interface AppOptions {
   config: Config
@@ -78,6 +82,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(redisPlugin)
   await fastify.register(tokenStorePlugin)
   await fastify.register(tenantsPlugin)
+  await fastify.register(tenantQuotaPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(openapiPlugin)
 
@@ -89,7 +94,10 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
       reply.header('cache-control', 'no-store')
     })
     await api.register(authPlugin)
+    await api.register(idempotencyPlugin)
     await api.register(otpRoutes)
+    await api.register(usageRoutes)
+    await api.register(sandboxRoutes)
   })
 }
 

@@ -2,20 +2,33 @@ import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { TenantsFileSchema, type TenantsFile, type TierEntry } from '../schemas/tenants.js'
+import { describeEmailRejection, validateEmail } from './email.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './keys.js'
+import { parseWindow, type QuotaWindow } from './quota/window.js'
 
 if (!FormatRegistry.Has('date-time')) {
   FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
 }
 
-export interface Tier extends TierEntry {
+export interface Allowance {
+  limit: number
+  window: QuotaWindow
+}
+
+/** A tenant's tier with its per-tenant overrides applied, windows parsed once. */
+export interface Tier {
   name: string
+  live: Allowance
+  test: Allowance
 }
 
 export interface Tenant {
   id: string
   tier: Tier
   brandName: string
+  /** Sender and Reply-To of this tenant's mail; null means MAIL_FROM and none. */
+  from: string | null
+  replyTo: string | null
   ttlSeconds: number | null
 }
 
@@ -66,8 +79,10 @@ export class TenantRegistry {
       if (tenants.has(entry.id)) throw new TenantsFileError(`${where}/id "${entry.id}" appears twice`)
       const tenant: Tenant = {
         id: entry.id,
-        tier: { name: entry.tier, ...tierEntry },
+        tier: effectiveTier(entry.tier, { ...tierEntry, ...entry.quota }, where),
         brandName: entry.brand?.name ?? entry.id,
+        from: brandAddress(entry.brand?.from, `${where}/brand/from`),
+        replyTo: brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`),
         ttlSeconds: entry.ttlSeconds ?? null
       }
       tenants.set(entry.id, tenant)
@@ -122,6 +137,20 @@ export class TenantRegistry {
     if (key.expiresAtMs !== null && key.expiresAtMs <= nowMs) return null
     return key
   }
+}
+
+/** Sender addresses go into mail headers: they pass the same policy as recipients. */
+function brandAddress (value: string | undefined, where: string): string | null {
+  if (value === undefined) return null
+  const checked = validateEmail(value)
+  if (!checked.ok) throw new TenantsFileError(`${where}: ${describeEmailRejection(checked.reason)}`)
+  return checked.email.address
+}
+
+function effectiveTier (name: string, entry: TierEntry, where: string): Tier {
+  const window = parseWindow(entry.window)
+  if (window === null) throw new TenantsFileError(`${where}: tier "${name}" has an invalid window "${entry.window}"`)
+  return { name, live: { limit: entry.allowance, window }, test: { limit: entry.sandboxAllowance, window } }
 }
 
 /**

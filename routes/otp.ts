@@ -2,56 +2,67 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { describeEmailRejection, validateEmail } from '../lib/email.js'
 import { apiError } from '../lib/errors.js'
 import { composeVerificationMessage, negotiateLocale } from '../lib/mail/compose.js'
-import { issueCode, verifyCode } from '../lib/otp.js'
+import { DeliveryError } from '../lib/mail/transport.js'
+import { issueCode, verifyCode, type IssuedCode } from '../lib/otp.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
-import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from '../schemas/otp.js'
+import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyReply } from '../schemas/otp.js'
 
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer } = fastify
+  const { config, tokenStore, codeSigner, mailer, quota } = fastify
 
   fastify.post('/otp/request', {
+    config: { idempotent: true },
     schema: {
       operationId: 'dispatchCode',
       summary: 'Send a 6-digit code to an email address',
       description: 'Issues a code bound to the returned requestId and mails it. A second dispatch to the same address issues an independent requestId; earlier codes stay valid until used or expired. When delivery fails (502) the code is destroyed before the answer and nothing is charged.',
       tags: ['otp'],
       security,
+      headers: IdempotencyHeaders,
       body: DispatchBody,
       response: {
         200: DispatchReply,
-        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
       }
     }
-  }, async function dispatch (request) {
+  }, async function dispatch (request, reply) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
     const checked = validateEmail(request.body.email)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
 
     const { tenant } = key
+    const reservation = await quota.reserve(tenant, key.mode)
+    reply.headers(reservation.headers)
     const scope = { tenantId: tenant.id, mode: key.mode }
     const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
-    const issued = await issueCode(tokenStore, codeSigner, scope, codeSigner.tag(checked.email.canonical), ttlSeconds * 1000)
-
-    const message = composeVerificationMessage({
-      to: checked.email.address,
-      from: config.mailFrom,
-      brand: tenant.brandName,
-      code: issued.code,
-      ttlSeconds,
-      locale: negotiateLocale(request.body.locale, request.headers['accept-language']),
-      tags: { tenant: tenant.id, mode: key.mode }
-    })
+    let issued: IssuedCode | null = null
     try {
-      await mailer.send(message, key.mode)
+      issued = await issueCode(tokenStore, codeSigner, scope, codeSigner.tag(checked.email.canonical), ttlSeconds * 1000)
+      await mailer.send(composeVerificationMessage({
+        to: checked.email.address,
+        from: tenant.from ?? config.mailFrom,
+        ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
+        brand: tenant.brandName,
+        code: issued.code,
+        ttlSeconds,
+        locale: negotiateLocale(request.body.locale, request.headers['accept-language']),
+        tags: { tenant: tenant.id, mode: key.mode }
+      }), { mode: key.mode, tenantId: tenant.id, requestId: issued.requestId, code: issued.code })
     } catch (error) {
-      // The mail did not leave: destroy the code before answering, so it can never verify.
-      await tokenStore.delete(issued.storeKey).catch((deleteError: unknown) => {
-        request.log.error({ err: deleteError, requestId: issued.requestId }, 'could not delete an undelivered code (nobody knows it; it expires)')
+      // Nothing left: the code is destroyed before the answer so it can never verify, and the
+      // unit is given back so the tenant pays only for mail that left.
+      const undelivered = issued
+      await Promise.all([
+        undelivered === null ? undefined : tokenStore.delete(undelivered.storeKey),
+        quota.refund(tenant, key.mode, reservation)
+      ]).catch((cleanupError: unknown) => {
+        request.log.error({ err: cleanupError, requestId: undelivered?.requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
       })
-      request.log.warn({ tenant: tenant.id, kind: (error as { kind?: string }).kind ?? 'unknown', domain: checked.email.domain }, 'delivery failed')
+      if (!(error instanceof DeliveryError)) throw error
+      request.log.warn({ tenant: tenant.id, kind: error.kind, domain: checked.email.domain }, 'delivery failed')
       throw apiError('DELIVERY_FAILED')
     }
     request.log.info({ tenant: tenant.id, mode: key.mode, keyId: key.id, requestId: issued.requestId }, 'code dispatched')

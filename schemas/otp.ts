@@ -35,3 +35,11 @@ export const VerifyReply = Type.Object({
 
 export type DispatchBodyType = Static<typeof DispatchBody>
 export type VerifyBodyType = Static<typeof VerifyBody>
+
+export const IdempotencyHeaders = Type.Object({
+  'idempotency-key': Type.Optional(Type.String({
+    minLength: 1,
+    maxLength: 255,
+    description: 'Makes retries safe: the same key with the same body within 24 hours returns the first answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second).'
+  }))
+})

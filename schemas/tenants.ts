@@ -3,11 +3,11 @@ import { Type, type Static } from '@sinclair/typebox'
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
 const ORIGIN_PATTERN = '^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$'
-export const WINDOW_PATTERN = '^([1-9][0-9]{0,5}[mhd]|month)$'
+export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
 
 export const TierSchema = Type.Object({
   allowance: Type.Integer({ minimum: 0, description: 'Live dispatches allowed per window.' }),
-  window: Type.String({ pattern: WINDOW_PATTERN, description: '`<n>m`, `<n>h`, `<n>d` (fixed, epoch-aligned) or `month` (calendar month, UTC).' }),
+  window: Type.String({ pattern: WINDOW_PATTERN, description: '`<n>s`, `<n>m`, `<n>h`, `<n>d` (fixed windows aligned to the Unix epoch) or `month` (calendar month, UTC).' }),
   sandboxAllowance: Type.Integer({ minimum: 0, description: 'Sandbox dispatches allowed per window (counted apart from live).' })
 }, { additionalProperties: false })
 
@@ -26,7 +26,9 @@ export const KeySchema = Type.Object({
 }, { additionalProperties: false })
 
 export const BrandSchema = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 100, description: 'Shown in the subject and the body of the mail.' })
+  name: Type.String({ minLength: 1, maxLength: 100, description: 'Shown in the subject and the body of the mail.' }),
+  from: Type.Optional(Type.String({ minLength: 3, maxLength: 254, description: 'Sender address for this tenant (a verified identity at the provider); default MAIL_FROM.' })),
+  replyTo: Type.Optional(Type.String({ minLength: 3, maxLength: 254, description: 'Reply-To address for this tenant.' }))
 }, { additionalProperties: false })
 
 export const TenantSchema = Type.Object({
@@ -34,7 +36,8 @@ export const TenantSchema = Type.Object({
   tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
   keys: Type.Array(KeySchema, { maxItems: 1000 }),
   brand: Type.Optional(BrandSchema),
-  ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' }))
+  ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' })),
+  quota: Type.Optional(Type.Partial(TierSchema, { description: 'Overrides fields of the tier for this tenant.' }))
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({

@@ -23,7 +23,7 @@ t.test('parseWindow normalises equivalent durations to one spec', async (t) => {
 })
 
 t.test('parseWindow rejects anything else', async (t) => {
-  for (const spec of ['', '0h', '01h', '-1h', '1.5h', '1w', '1s', 'h', '1 h', ' 1h', '1H', 'Month', 'months', '99999999999999999d']) {
+  for (const spec of ['', '0h', '01h', '-1h', '1.5h', '1w', 'h', '1 h', ' 1h', '1H', 'Month', 'months', '99999999999999999d']) {
     t.equal(parseWindow(spec), null, JSON.stringify(spec))
   }
 })
@@ -32,12 +32,12 @@ t.test('fixed windows are aligned to the Unix epoch', async (t) => {
   const hour = window('1h')
   const now = Date.UTC(2026, 10, 3, 14, 37, 12, 345)
   t.strictSame(currentWindow(hour, now), {
-    id: '1h@2026-11-03T14:00Z',
+    id: '1h@2026-11-03T14:00:00Z',
     startMs: Date.UTC(2026, 10, 3, 14),
     resetMs: Date.UTC(2026, 10, 3, 15)
   })
   t.strictSame(currentWindow(window('1d'), now), {
-    id: '1d@2026-11-03T00:00Z',
+    id: '1d@2026-11-03T00:00:00Z',
     startMs: Date.UTC(2026, 10, 3),
     resetMs: Date.UTC(2026, 10, 4)
   })
@@ -101,4 +101,13 @@ t.test('currentWindow rejects times outside the calendar', async (t) => {
   t.throws(() => currentWindow(window('1h'), Number.NaN), RangeError)
   t.throws(() => currentWindow(window('month'), Number.POSITIVE_INFINITY), RangeError)
   t.throws(() => currentWindow(window('1d'), 9e15), RangeError)
+})
+
+t.test('second windows, for short sandbox tiers and tests', async (t) => {
+  const spec = parseWindow('10s')
+  t.same(spec, { kind: 'fixed', spec: '10s', durationMs: 10_000 })
+  t.equal(parseWindow('120s')?.spec, '2m', 'normalised to the largest whole unit')
+  const bounds = currentWindow(spec!, Date.UTC(2026, 0, 1, 0, 0, 25))
+  t.equal(bounds.startMs, Date.UTC(2026, 0, 1, 0, 0, 20))
+  t.equal(bounds.resetMs, Date.UTC(2026, 0, 1, 0, 0, 30))
 })

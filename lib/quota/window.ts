@@ -1,5 +1,5 @@
 /**
- * Quota windows: fixed windows aligned to the Unix epoch (`<n>m`, `<n>h`, `<n>d`) or the UTC
+ * Quota windows: fixed windows aligned to the Unix epoch (`<n>s`, `<n>m`, `<n>h`, `<n>d`) or the UTC
  * calendar month (`month`). Fixed, aligned windows mean every instance computes the same window
  * id from the clock alone, so the id can name a shared counter without any coordination.
  */
@@ -17,13 +17,14 @@ export interface WindowBounds {
   readonly resetMs: number
 }
 
-const MINUTE_MS = 60_000
+const SECOND_MS = 1000
+const MINUTE_MS = 60 * SECOND_MS
 const HOUR_MS = 60 * MINUTE_MS
 const DAY_MS = 24 * HOUR_MS
 
-const UNIT_MS = { m: MINUTE_MS, h: HOUR_MS, d: DAY_MS } as const
+const UNIT_MS = { s: SECOND_MS, m: MINUTE_MS, h: HOUR_MS, d: DAY_MS } as const
 
-const DURATION = /^([1-9][0-9]*)([mhd])$/
+const DURATION = /^([1-9][0-9]*)([smhd])$/
 
 /**
  * Parses a window spec, or returns null when it is not one. Durations are normalised to the
@@ -43,7 +44,8 @@ export function parseWindow (spec: string): QuotaWindow | null {
 function canonicalSpec (durationMs: number): string {
   if (durationMs % DAY_MS === 0) return `${durationMs / DAY_MS}d`
   if (durationMs % HOUR_MS === 0) return `${durationMs / HOUR_MS}h`
-  return `${durationMs / MINUTE_MS}m`
+  if (durationMs % MINUTE_MS === 0) return `${durationMs / MINUTE_MS}m`
+  return `${durationMs / SECOND_MS}s`
 }
 
 /** The window that contains `nowMs`. */
@@ -63,9 +65,9 @@ export function currentWindow (window: QuotaWindow, nowMs: number): WindowBounds
   }
   const startMs = Math.floor(nowMs / window.durationMs) * window.durationMs
   // The spec is part of the id so that, say, an hourly and a daily limit on the same scope
-  // never share a counter; the start is printed to the minute, the finest unit a spec has.
+  // never share a counter; the start is printed to the second, the finest unit a spec has.
   return {
-    id: `${window.spec}@${new Date(startMs).toISOString().slice(0, 16)}Z`,
+    id: `${window.spec}@${new Date(startMs).toISOString().slice(0, 19)}Z`,
     startMs,
     resetMs: startMs + window.durationMs
   }

@@ -1,0 +1,102 @@
+import { createHash } from 'node:crypto'
+import fp from 'fastify-plugin'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { apiError } from '../lib/errors.js'
+import type { IdempotencyStore } from '../lib/idempotency/idempotency-store.js'
+import { MemoryIdempotencyStore } from '../lib/idempotency/memory-idempotency-store.js'
+import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
+import { StoreUnavailableError } from '../lib/stores/token-store.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route honours the Idempotency-Key header. */
+    idempotent?: boolean
+  }
+  interface FastifyRequest {
+    idempotency: { scope: string, key: string, fingerprint: string } | null
+  }
+}
+
+const REPLAY_TTL_MS = 24 * 60 * 60 * 1000
+// Longer than any dispatch can take (mail timeout included): a claim older than this belongs
+// to an instance that died mid-request, and a retry may take the key over.
+const CLAIM_MS = 60 * 1000
+const KEY_FORMAT = /^[\x21-\x7e]{1,255}$/
+// Headers worth replaying; the rest (dates, request ids) describe the new exchange.
+const REPLAYED_HEADERS = ['quota-limit', 'quota-remaining', 'quota-reset', 'retry-after']
+
+/** Answers that describe the executed request and are replayed; others release the key. */
+function isFinal (statusCode: number): boolean {
+  return statusCode === 502 || (statusCode < 500 && statusCode !== 409 && statusCode !== 429)
+}
+
+function canonicalJson (value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
+  if (value !== null && typeof value === 'object') {
+    return `{${Object.keys(value).sort().map((key) => `${JSON.stringify(key)}:${canonicalJson((value as Record<string, unknown>)[key])}`).join(',')}}`
+  }
+  return JSON.stringify(value)
+}
+
+/**
+ * Stripe's Idempotency-Key semantics for routes with `config.idempotent`: the same key and
+ * body within 24 hours gets the first answer again (no second mail, no second charge); the
+ * same key with another body gets 422; a duplicate that arrives while the first is still
+ * running gets 409 and should retry. Keys are scoped by tenant and mode; stored answers
+ * never hold a code (dispatch answers carry only the requestId).
+ */
+export default fp(async function idempotencyPlugin (fastify) {
+  const store: IdempotencyStore = fastify.redis === null ? new MemoryIdempotencyStore() : new RedisIdempotencyStore(fastify.redis)
+  if (store instanceof MemoryIdempotencyStore) fastify.addHook('onClose', async () => { store.close() })
+
+  async function guarded<T> (operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation()
+    } catch (error) {
+      throw new StoreUnavailableError('idempotency store failed', { cause: error })
+    }
+  }
+
+  fastify.decorateRequest('idempotency', null)
+
+  fastify.addHook('preHandler', async function claimIdempotencyKey (request: FastifyRequest, reply: FastifyReply) {
+    const header = request.headers['idempotency-key']
+    if (request.routeOptions.config.idempotent !== true || header === undefined || request.auth === null) return
+    if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
+      throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
+    }
+    const scope = `${request.auth.tenant.id}:${request.auth.mode}`
+    const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
+    const claim = await guarded(async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
+    if (claim.state === 'mismatch') throw apiError('IDEMPOTENCY_MISMATCH')
+    if (claim.state === 'in_flight') throw apiError('IDEMPOTENCY_IN_FLIGHT', undefined, { 'retry-after': '1' })
+    if (claim.state === 'replay') {
+      return await reply.code(claim.response.statusCode)
+        .headers({ ...claim.response.headers, 'idempotent-replayed': 'true', 'content-type': 'application/json; charset=utf-8' })
+        .send(claim.response.body)
+    }
+    request.idempotency = { scope, key: header, fingerprint }
+  })
+
+  fastify.addHook('onSend', async function recordIdempotentAnswer (request, reply, payload) {
+    const claim = request.idempotency
+    if (claim === null) return payload
+    request.idempotency = null
+    try {
+      if (isFinal(reply.statusCode) && typeof payload === 'string') {
+        const headers: Record<string, string> = {}
+        for (const name of REPLAYED_HEADERS) {
+          const value = reply.getHeader(name)
+          if (value !== undefined) headers[name] = String(value)
+        }
+        await store.complete(claim.scope, claim.key, claim.fingerprint, { statusCode: reply.statusCode, body: payload, headers }, REPLAY_TTL_MS)
+      } else {
+        await store.abandon(claim.scope, claim.key)
+      }
+    } catch (error) {
+      // The answer itself is right; only its replay is lost, and the claim lapses by itself.
+      request.log.warn({ err: error }, 'could not record the idempotent answer')
+    }
+    return payload
+  })
+}, { name: 'idempotency', dependencies: ['config', 'redis'], fastify: '5.x' })

@@ -1,0 +1,94 @@
+import fp from 'fastify-plugin'
+import { apiError } from '../lib/errors.js'
+import type { KeyMode } from '../lib/keys.js'
+import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
+import type { QuotaDecision, QuotaStore } from '../lib/quota/quota-store.js'
+import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
+import { StoreUnavailableError } from '../lib/stores/token-store.js'
+import type { Tenant } from '../lib/tenants.js'
+
+export interface Reservation {
+  windowId: string
+  headers: Record<string, string>
+}
+
+export interface UsageReport {
+  limit: number
+  used: number
+  remaining: number
+  window: string
+  resetsAt: string
+}
+
+export interface TenantQuota {
+  /** Takes one unit of the tenant's allowance for the key's mode, or throws 402 QUOTA_EXCEEDED. */
+  reserve (tenant: Tenant, mode: KeyMode): Promise<Reservation>
+  /** Gives the unit back: a dispatch whose mail did not leave is not charged. */
+  refund (tenant: Tenant, mode: KeyMode, reservation: Reservation): Promise<void>
+  usage (tenant: Tenant, mode: KeyMode): Promise<UsageReport>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    quota: TenantQuota
+  }
+}
+
+function scope (tenant: Tenant, mode: KeyMode): string {
+  return `${tenant.id}:${mode}`
+}
+
+function quotaHeaders (limit: number, remaining: number, resetMs: number, nowMs: number): Record<string, string> {
+  return {
+    'quota-limit': String(limit),
+    'quota-remaining': String(remaining),
+    // Seconds until the allowance returns, as RateLimit-Reset counts them.
+    'quota-reset': String(Math.max(0, Math.ceil((resetMs - nowMs) / 1000)))
+  }
+}
+
+async function guarded<T> (operation: () => Promise<T>): Promise<T> {
+  try {
+    return await operation()
+  } catch (error) {
+    throw new StoreUnavailableError('quota store failed', { cause: error })
+  }
+}
+
+/**
+ * The volume allowance of each tenant's billing tier, live and sandbox counted apart.
+ * Counts live in Redis when configured (atomic across instances), else in memory.
+ */
+export default fp(async function tenantQuotaPlugin (fastify) {
+  const store: QuotaStore = fastify.redis === null ? new MemoryQuotaStore() : new RedisQuotaStore(fastify.redis)
+
+  const quota: TenantQuota = {
+    async reserve (tenant, mode) {
+      const allowance = tenant.tier[mode]
+      const now = Date.now()
+      const decision: QuotaDecision = await guarded(async () => await store.reserve(scope(tenant, mode), allowance.limit, allowance.window, now))
+      const headers = quotaHeaders(allowance.limit, decision.remaining, decision.resetMs, now)
+      if (!decision.allowed) {
+        const which = mode === 'live' ? 'live' : 'sandbox'
+        throw apiError('QUOTA_EXCEEDED', `The ${which} allowance of tier "${tenant.tier.name}" (${allowance.limit} per ${allowance.window.spec}) is used up until ${new Date(decision.resetMs).toISOString()}`, headers)
+      }
+      return { windowId: decision.windowId, headers }
+    },
+    async refund (tenant, mode, reservation) {
+      await guarded(async () => { await store.refund(scope(tenant, mode), reservation.windowId) })
+    },
+    async usage (tenant, mode) {
+      const allowance = tenant.tier[mode]
+      const now = Date.now()
+      const usage = await guarded(async () => await store.usage(scope(tenant, mode), allowance.window, now))
+      return {
+        limit: allowance.limit,
+        used: usage.used,
+        remaining: Math.max(0, allowance.limit - usage.used),
+        window: allowance.window.spec,
+        resetsAt: new Date(usage.resetMs).toISOString()
+      }
+    }
+  }
+  fastify.decorate('quota', quota)
+}, { name: 'tenant-quota', dependencies: ['config', 'redis'], fastify: '5.x' })
