@@ -6,7 +6,9 @@ import helmet from '@fastify/helmet'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
 import { parseOrigin } from './lib/tenants.js'
+import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
+import blocklistsPlugin from './plugins/blocklists.js'
 import configPlugin from './plugins/config.js'
 import errorsPlugin from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
@@ -83,6 +85,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(tokenStorePlugin)
   await fastify.register(tenantsPlugin)
   await fastify.register(tenantQuotaPlugin)
+  await fastify.register(blocklistsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(openapiPlugin)
 
@@ -93,6 +96,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     api.addHook('onRequest', async (_request, reply) => {
       reply.header('cache-control', 'no-store')
     })
+    await api.register(abuseGuardPlugin)
     await api.register(authPlugin)
     await api.register(idempotencyPlugin)
     await api.register(otpRoutes)

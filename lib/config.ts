@@ -3,6 +3,7 @@ import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './code-signer.js'
+import { parseRateLimit, type RateLimit, type VelocityLimits } from './rate-limits.js'
 
 export interface Config {
   host: string
@@ -24,6 +25,10 @@ export interface Config {
   bodyLimitBytes: number
   trustProxy: string[]
   shutdownGraceMs: number
+  blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
+  ipv6BucketPrefix: number
+  rateLimits: VelocityLimits
+  lockout: { threshold: number, windowMs: number }
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -87,8 +92,26 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
-    shutdownGraceMs: valid.SHUTDOWN_GRACE_MS
+    shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
+    blocklists: {
+      ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
+      torSource: valid.TOR_EXIT_LIST ?? null,
+      refreshMs: valid.BLOCKLIST_REFRESH_SECONDS * 1000
+    },
+    ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
+    rateLimits: {
+      recipient: rateLimit('RATE_LIMIT_RECIPIENT', valid.RATE_LIMIT_RECIPIENT),
+      source: rateLimit('RATE_LIMIT_SOURCE', valid.RATE_LIMIT_SOURCE),
+      key: rateLimit('RATE_LIMIT_KEY', valid.RATE_LIMIT_KEY)
+    },
+    lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs }
   }
+}
+
+function rateLimit (variable: string, spec: string): RateLimit {
+  const parsed = parseRateLimit(spec)
+  if (parsed === null) throw new ConfigError(variable, `must be max/window such as 5/15m (got ${JSON.stringify(spec)})`)
+  return parsed
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {

@@ -4,7 +4,10 @@ import { Value } from '@sinclair/typebox/value'
 import { TenantsFileSchema, type TenantsFile, type TierEntry } from '../schemas/tenants.js'
 import { describeEmailRejection, validateEmail } from './email.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './keys.js'
+import { IpRangeSet } from './net/ip-ranges.js'
 import { parseWindow, type QuotaWindow } from './quota/window.js'
+import { parseRateLimit, type VelocityLimits } from './rate-limits.js'
+import { RecipientPolicy } from './recipient-policy.js'
 
 if (!FormatRegistry.Has('date-time')) {
   FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
@@ -30,6 +33,11 @@ export interface Tenant {
   from: string | null
   replyTo: string | null
   ttlSeconds: number | null
+  /** Velocity limits this tenant overrides; the rest come from the configuration. */
+  limits: Partial<VelocityLimits>
+  recipientPolicy: RecipientPolicy
+  /** Networks this tenant refuses requests from, or null. */
+  blockedNetworks: IpRangeSet | null
 }
 
 export interface TenantKey {
@@ -83,7 +91,14 @@ export class TenantRegistry {
         brandName: entry.brand?.name ?? entry.id,
         from: brandAddress(entry.brand?.from, `${where}/brand/from`),
         replyTo: brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`),
-        ttlSeconds: entry.ttlSeconds ?? null
+        ttlSeconds: entry.ttlSeconds ?? null,
+        limits: tenantLimits(entry.limits ?? {}),
+        recipientPolicy: new RecipientPolicy({
+          blockDisposable: entry.recipients?.blockDisposable ?? true,
+          denyDomains: entry.recipients?.denyDomains ?? [],
+          allowDomains: entry.recipients?.allowDomains ?? []
+        }),
+        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
@@ -137,6 +152,24 @@ export class TenantRegistry {
     if (key.expiresAtMs !== null && key.expiresAtMs <= nowMs) return null
     return key
   }
+}
+
+function tenantLimits (entry: Partial<Record<keyof VelocityLimits, string>>): Partial<VelocityLimits> {
+  const limits: Partial<VelocityLimits> = {}
+  for (const name of ['recipient', 'source', 'key'] as const) {
+    const spec = entry[name]
+    // The schema's pattern already admits only `max/window`.
+    const parsed = spec === undefined ? null : parseRateLimit(spec)
+    if (parsed !== null) limits[name] = parsed
+  }
+  return limits
+}
+
+function blockedNetworks (entries: string[] | undefined, where: string): IpRangeSet | null {
+  if (entries === undefined || entries.length === 0) return null
+  const { set, rejected } = IpRangeSet.fromEntries(entries)
+  if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
+  return set
 }
 
 /** Sender addresses go into mail headers: they pass the same policy as recipients. */

@@ -3,9 +3,18 @@ import { Type } from '@sinclair/typebox'
 
 const Check = Type.Object({ ok: Type.Boolean(), kind: Type.String() })
 
+const BlockListStatus = Type.Object({
+  name: Type.String(),
+  entries: Type.Integer(),
+  loadedAt: Type.Union([Type.String(), Type.Null()]),
+  ageSeconds: Type.Union([Type.Number(), Type.Null()]),
+  lastError: Type.Union([Type.String(), Type.Null()])
+})
+
 const ReadyReply = Type.Object({
   ready: Type.Boolean(),
-  checks: Type.Object({ tokenStore: Check, mailer: Check })
+  checks: Type.Object({ tokenStore: Check, mailer: Check }),
+  blocklists: Type.Array(BlockListStatus, { description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version.' })
 })
 
 const healthRoutes: FastifyPluginAsyncTypebox = async function healthRoutes (fastify) {
@@ -31,7 +40,8 @@ const healthRoutes: FastifyPluginAsyncTypebox = async function healthRoutes (fas
       checks: {
         tokenStore: { ok: tokenStore, kind: fastify.tokenStore.kind },
         mailer: { ok: mailer, kind: fastify.mailer.transport }
-      }
+      },
+      blocklists: fastify.blocklists.status()
     })
   })
 }

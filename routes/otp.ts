@@ -10,7 +10,7 @@ import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyRepl
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer, quota } = fastify
+  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard } = fastify
 
   fastify.post('/otp/request', {
     config: { idempotent: true },
@@ -24,7 +24,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       body: DispatchBody,
       response: {
         200: DispatchReply,
-        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {
@@ -34,13 +34,16 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
 
     const { tenant } = key
+    abuseGuard.checkRecipient(key, checked.email.domain)
+    const recipientTag = codeSigner.tag(checked.email.canonical)
+    await abuseGuard.checkDispatch(request, reply, recipientTag)
     const reservation = await quota.reserve(tenant, key.mode)
     reply.headers(reservation.headers)
     const scope = { tenantId: tenant.id, mode: key.mode }
     const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
     let issued: IssuedCode | null = null
     try {
-      issued = await issueCode(tokenStore, codeSigner, scope, codeSigner.tag(checked.email.canonical), ttlSeconds * 1000)
+      issued = await issueCode(tokenStore, codeSigner, scope, recipientTag, ttlSeconds * 1000)
       await mailer.send(composeVerificationMessage({
         to: checked.email.address,
         from: tenant.from ?? config.mailFrom,
@@ -79,14 +82,16 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       body: VerifyBody,
       response: {
         200: VerifyReply,
-        ...errorResponses([...commonErrors, 'CODE_MISMATCH', 'INVALID_CODE_FORMAT'])
+        ...errorResponses([...commonErrors, 'CODE_MISMATCH', 'INVALID_CODE_FORMAT', 'RATE_LIMITED'])
       }
     }
-  }, async function verify (request) {
+  }, async function verify (request, reply) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
+    await abuseGuard.checkVerify(request, reply)
     const scope = { tenantId: key.tenant.id, mode: key.mode }
     const outcome = await verifyCode(tokenStore, codeSigner, scope, request.body.requestId, request.body.userGuess)
+    if (outcome.recipientTag !== null) await abuseGuard.recordGuess(key, outcome.recipientTag, outcome.result === 'verified')
     request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result: outcome.result }, 'code checked')
     if (outcome.result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
     if (outcome.result === 'mismatch') throw apiError('CODE_MISMATCH')

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
+import { RATE_LIMIT_PATTERN } from '../lib/rate-limits.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
@@ -29,6 +30,15 @@ export const EnvSchema = Type.Object({
   MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp.' })),
   BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413.'),
   TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none.' })),
+  IP_BLOCKLISTS: Type.Optional(Type.String({ description: 'Comma-separated paths or URLs of CIDR lists (proxy, VPN, hosting, burner ranges): one address or CIDR a line, `#` comments. Sources on them get 403.' })),
+  TOR_EXIT_LIST: Type.Optional(Type.String({ description: 'Path or URL of the Tor exit list (https://check.torproject.org/torbulkexitlist format). Sources on it get 403.' })),
+  BLOCKLIST_REFRESH_SECONDS: PositiveInt(3600, 1, 604800, 'How often block lists are re-read in the background; a failed or suspicious refresh keeps the last good list.'),
+  IPV6_BUCKET_PREFIX: PositiveInt(64, 32, 128, 'IPv6 clients share one per-source bucket per prefix of this length.'),
+  RATE_LIMIT_RECIPIENT: Type.String({ default: '5/15m', pattern: RATE_LIMIT_PATTERN, description: 'Dispatches per recipient address (case-folded, +tag removed): `max/window`.' }),
+  RATE_LIMIT_SOURCE: Type.String({ default: '30/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per source address (IPv6 per prefix), dispatch and verify: `max/window`.' }),
+  RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key, dispatch and verify: `max/window`.' }),
+  LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Wrong guesses for one recipient (across requestIds) after which dispatch to it answers 429 until the window passes.'),
+  LOCKOUT_WINDOW: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Window in which wrong guesses are counted, and the cool-down.' }),
   SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'On SIGTERM, time allowed for in-flight requests before the process exits.')
 })
 

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
+import { RATE_LIMIT_PATTERN } from '../lib/rate-limits.js'
 
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
@@ -31,13 +32,30 @@ export const BrandSchema = Type.Object({
   replyTo: Type.Optional(Type.String({ minLength: 3, maxLength: 254, description: 'Reply-To address for this tenant.' }))
 }, { additionalProperties: false })
 
+const DOMAIN_PATTERN = '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z0-9-]{2,63}$'
+
+export const TenantLimitsSchema = Type.Object({
+  recipient: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_RECIPIENT (`max/window`).' })),
+  source: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_SOURCE.' })),
+  key: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_KEY.' }))
+}, { additionalProperties: false })
+
+export const RecipientPolicySchema = Type.Object({
+  blockDisposable: Type.Optional(Type.Boolean({ description: 'Refuse disposable ("burner") domains (default true).' })),
+  denyDomains: Type.Optional(Type.Array(Type.String({ pattern: DOMAIN_PATTERN }), { maxItems: 10000, description: 'Domains (and their subdomains) this tenant never sends to.' })),
+  allowDomains: Type.Optional(Type.Array(Type.String({ pattern: DOMAIN_PATTERN }), { maxItems: 10000, description: 'Domains (and subdomains) accepted even if listed as disposable.' }))
+}, { additionalProperties: false })
+
 export const TenantSchema = Type.Object({
   id: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$' }),
   tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
   keys: Type.Array(KeySchema, { maxItems: 1000 }),
   brand: Type.Optional(BrandSchema),
   ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' })),
-  quota: Type.Optional(Type.Partial(TierSchema, { description: 'Overrides fields of the tier for this tenant.' }))
+  quota: Type.Optional(Type.Partial(TierSchema, { description: 'Overrides fields of the tier for this tenant.' })),
+  limits: Type.Optional(TenantLimitsSchema),
+  recipients: Type.Optional(RecipientPolicySchema),
+  blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' }))
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({

@@ -61,3 +61,13 @@ t.test('the README documents every variable the service reads', async (t) => {
     t.match(readme, new RegExp(`^\\| \`${variable}\` \\|`, 'm'), `${variable} is in the configuration table`)
   }
 })
+
+t.test('velocity limits and lockout parse from max/window', async (t) => {
+  const config = parseConfig({ RATE_LIMIT_RECIPIENT: '3/10m', LOCKOUT_WINDOW: '1h', IP_BLOCKLISTS: 'a.txt, https://x.test/list ' })
+  t.same(config.rateLimits.recipient, { max: 3, windowMs: 600_000, spec: '3/10m' })
+  t.same(config.rateLimits.source, { max: 30, windowMs: 60_000, spec: '30/1m' })
+  t.equal(config.lockout.windowMs, 3_600_000)
+  t.same(config.blocklists.ipSources, ['a.txt', 'https://x.test/list'])
+  t.throws(() => parseConfig({ RATE_LIMIT_SOURCE: '30 per minute' }), /RATE_LIMIT_SOURCE must match/)
+  t.throws(() => parseConfig({ LOCKOUT_WINDOW: 'month' }), /LOCKOUT_WINDOW must match/)
+})

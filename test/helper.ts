@@ -1,5 +1,5 @@
 import { Writable } from 'node:stream'
-import { writeFileSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
@@ -44,9 +44,15 @@ export interface TestApp {
   logs: Capture
 }
 
+/**
+ * Velocity limits out of the way of tests about something else; the abuse tests set their
+ * own (and test the documented defaults explicitly).
+ */
+export const RELAXED_LIMITS = { RATE_LIMIT_RECIPIENT: '100000/1m', RATE_LIMIT_SOURCE: '100000/1m', RATE_LIMIT_KEY: '100000/1m' }
+
 /** A fresh app per test, closed when the test ends. It does not listen unless asked to. */
 export async function buildApp (t: Test, env: Record<string, string> = {}): Promise<TestApp> {
-  const config = parseConfig({ LOG_LEVEL: 'info', ...env })
+  const config = parseConfig({ LOG_LEVEL: 'info', ...RELAXED_LIMITS, ...env })
   const mail = new MailCapture()
   const logs = new Capture()
   const fastify = Fastify(serverOptions(config, logs))
@@ -98,8 +104,10 @@ export function writeTenants (t: Test, mutate?: (file: TenantsFile) => void): { 
     ]
   }
   mutate?.(file)
+  // t.testdir() creates the directory and removes it after the test; a test that already
+  // made one (with list files, say) keeps its files.
+  if (!existsSync(t.testdirName)) t.testdir({})
   const path = join(t.testdirName, 'tenants.json')
-  t.testdir({})
   writeFileSync(path, JSON.stringify(file, null, 2))
   return { path, keys, file }
 }

@@ -138,14 +138,15 @@ t.test('redis store', redisTestOptions(), async (t) => {
   const redis: RedisServer = await startRedis()
   t.teardown(async () => { await redis.stop() })
   const env = (): Record<string, string> => ({ REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+  const client = new Redis(redis.url)
+  t.teardown(() => { client.disconnect() })
+  // Counters (limits, lockout, quota) would otherwise carry over between tests.
+  t.beforeEach(async () => { await client.flushall() })
   otpSuite(t, { name: 'redis', env })
 
   t.test('neither the code nor an unkeyed hash of it is stored', async (t) => {
     const { path, keys } = writeTenants(t)
     const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path })
-    const client = new Redis(redis.url)
-    t.teardown(() => { client.disconnect() })
-    await client.flushall()
     for (let i = 0; i < 5; i++) await dispatch(app, keys.acmeLive, `hal${i}@example.com`)
     const codes = Array.from({ length: 5 }, (_, i) => mail.codeFor(`hal${i}@example.com`))
     const forbidden = codes.flatMap((code) => [

@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { run as keysCli } from '../lib/cli/keys.js'
-import { writeTenants } from './helper.js'
+import { RELAXED_LIMITS, writeTenants } from './helper.js'
 import { freePort } from './support/redis.js'
 
 const serverEntry = new URL('../server.ts', import.meta.url).pathname
@@ -20,7 +20,7 @@ interface Running {
 async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
   const port = await freePort()
   const child = spawn(process.execPath, [...process.execArgv, serverEntry], {
-    env: { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...env },
+    env: { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let output = ''
@@ -34,7 +34,8 @@ async function startServer (t: Test, env: Record<string, string>): Promise<Runni
     }
   })
   const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
-    for (let i = 0; i < 200; i++) {
+    // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
+    for (let i = 0; i < 600; i++) {
       if (pattern.test(output.slice(from))) return
       if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
       await sleep(50)

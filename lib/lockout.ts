@@ -1,0 +1,81 @@
+import type { Redis } from 'ioredis'
+import { StoreUnavailableError } from './stores/token-store.js'
+
+/**
+ * Wrong guesses per recipient, across requestIds. The window starts with the first failure
+ * and is not extended by later ones, so a locked recipient is free again when it ends.
+ */
+export interface GuessCounter {
+  recordFailure (key: string, windowMs: number): Promise<void>
+  /** Failures in the current window and the milliseconds until it ends. */
+  failures (key: string): Promise<{ count: number, resetMs: number }>
+  reset (key: string): Promise<void>
+}
+
+export class MemoryGuessCounter implements GuessCounter {
+  readonly #entries = new Map<string, { count: number, expiresAt: number }>()
+  readonly #timer: NodeJS.Timeout
+
+  constructor () {
+    this.#timer = setInterval(() => {
+      const now = Date.now()
+      for (const [key, entry] of this.#entries) if (entry.expiresAt <= now) this.#entries.delete(key)
+    }, 60_000)
+    this.#timer.unref()
+  }
+
+  async recordFailure (key: string, windowMs: number): Promise<void> {
+    const now = Date.now()
+    const entry = this.#entries.get(key)
+    if (entry === undefined || entry.expiresAt <= now) this.#entries.set(key, { count: 1, expiresAt: now + windowMs })
+    else entry.count++
+  }
+
+  async failures (key: string): Promise<{ count: number, resetMs: number }> {
+    const entry = this.#entries.get(key)
+    const remaining = entry === undefined ? 0 : entry.expiresAt - Date.now()
+    return remaining > 0 && entry !== undefined ? { count: entry.count, resetMs: remaining } : { count: 0, resetMs: 0 }
+  }
+
+  async reset (key: string): Promise<void> {
+    this.#entries.delete(key)
+  }
+
+  close (): void {
+    clearInterval(this.#timer)
+  }
+}
+
+export class RedisGuessCounter implements GuessCounter {
+  readonly #client: Redis
+
+  constructor (client: Redis) {
+    this.#client = client
+  }
+
+  async recordFailure (key: string, windowMs: number): Promise<void> {
+    try {
+      // PEXPIRE NX: only the first failure of a window sets its end.
+      await this.#client.multi().incr(key).pexpire(key, windowMs, 'NX').exec()
+    } catch (error) {
+      throw new StoreUnavailableError('guess counter write failed', { cause: error })
+    }
+  }
+
+  async failures (key: string): Promise<{ count: number, resetMs: number }> {
+    try {
+      const [count, ttl] = await Promise.all([this.#client.get(key), this.#client.pttl(key)])
+      return count === null || ttl <= 0 ? { count: 0, resetMs: 0 } : { count: Number(count), resetMs: ttl }
+    } catch (error) {
+      throw new StoreUnavailableError('guess counter read failed', { cause: error })
+    }
+  }
+
+  async reset (key: string): Promise<void> {
+    try {
+      await this.#client.del(key)
+    } catch (error) {
+      throw new StoreUnavailableError('guess counter reset failed', { cause: error })
+    }
+  }
+}

@@ -1,0 +1,59 @@
+import { request as httpRequest } from 'node:http'
+
+export interface RawAnswer {
+  status: number
+  headers: Record<string, string | string[] | undefined>
+  body: any
+}
+
+export interface RawRequest {
+  port: number
+  host?: string
+  /** Source address of the client socket: 127.0.0.2, 127.0.0.3… are real distinct sources. */
+  localAddress?: string
+  method?: string
+  path: string
+  headers?: Record<string, string>
+  body?: string | Buffer
+  /** Send the body with chunked transfer encoding, without Content-Length. */
+  chunked?: boolean
+}
+
+/** One request over a real socket, so the service sees a real source address. */
+export async function send (options: RawRequest): Promise<RawAnswer> {
+  return await new Promise((resolve, reject) => {
+    const body = options.body === undefined ? undefined : Buffer.from(options.body)
+    const headers: Record<string, string> = { ...options.headers }
+    if (body !== undefined && options.chunked !== true) headers['content-length'] = String(body.length)
+    const outgoing = httpRequest({
+      host: options.host ?? '127.0.0.1',
+      port: options.port,
+      method: options.method ?? 'POST',
+      path: options.path,
+      headers,
+      ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
+      agent: false
+    }, (response) => {
+      let text = ''
+      response.on('data', (chunk: Buffer) => { text += chunk.toString() })
+      response.on('end', () => {
+        let parsed: unknown = text
+        try { parsed = JSON.parse(text) } catch { /* not JSON */ }
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, body: parsed })
+      })
+    })
+    outgoing.setTimeout(10_000, () => { outgoing.destroy(new Error('no answer within 10 s')) })
+    // The service may answer 413 and close before the whole body is written.
+    outgoing.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE' && error.code !== 'ECONNRESET') reject(error)
+    })
+    if (body !== undefined) {
+      if (options.chunked === true) {
+        for (let offset = 0; offset < body.length; offset += 16384) outgoing.write(body.subarray(offset, offset + 16384))
+      } else {
+        outgoing.write(body)
+      }
+    }
+    outgoing.end()
+  })
+}
