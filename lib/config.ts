@@ -29,6 +29,7 @@ export interface Config {
   ipv6BucketPrefix: number
   rateLimits: VelocityLimits
   lockout: { threshold: number, windowMs: number }
+  metricsToken: string | null
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -104,7 +105,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       source: rateLimit('RATE_LIMIT_SOURCE', valid.RATE_LIMIT_SOURCE),
       key: rateLimit('RATE_LIMIT_KEY', valid.RATE_LIMIT_KEY)
     },
-    lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs }
+    lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs },
+    metricsToken: valid.METRICS_TOKEN ?? null
   }
 }
 

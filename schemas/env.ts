@@ -39,10 +39,11 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key, dispatch and verify: `max/window`.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Wrong guesses for one recipient (across requestIds) after which dispatch to it answers 429 until the window passes.'),
   LOCKOUT_WINDOW: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Window in which wrong guesses are counted, and the cool-down.' }),
+  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, GET /metrics requires `Authorization: Bearer <METRICS_TOKEN>`.' })),
   SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'On SIGTERM, time allowed for in-flight requests before the process exits.')
 })
 
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'SMTP_URL'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'SMTP_URL', 'METRICS_TOKEN'])
