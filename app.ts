@@ -12,6 +12,7 @@ import blocklistsPlugin from './plugins/blocklists.js'
 import configPlugin from './plugins/config.js'
 import errorsPlugin from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
+import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
 import redisPlugin from './plugins/redis.js'
 import idempotencyPlugin from './plugins/idempotency.js'
@@ -67,7 +68,6 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
 
 async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
   await fastify.register(configPlugin, { config: options.config })
-  await fastify.register(errorsPlugin)
   await fastify.register(helmet, { contentSecurityPolicy: { directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } } })
   await fastify.register(cors, {
     // Preflights are answered for any well-formed origin; the key's allow-list is enforced on
@@ -86,6 +86,8 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(tenantsPlugin)
   await fastify.register(tenantQuotaPlugin)
   await fastify.register(blocklistsPlugin)
+  await fastify.register(metricsPlugin)
+  await fastify.register(errorsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(openapiPlugin)
 

@@ -10,11 +10,23 @@ async function main (): Promise<void> {
   const fastify = Fastify(serverOptions(config))
   await fastify.register(app, { config })
 
-  // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
-  closeWithGrace({ delay: config.shutdownGraceMs, skip: ['SIGHUP'], logger: false }, async ({ signal, err }) => {
+  closeWithGrace({
+    delay: config.shutdownGraceMs,
+    // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
+    skip: ['SIGHUP'],
+    logger: { error: (problem: unknown) => { fastify.log.error({ err: problem }, 'shutdown problem') } }
+  }, async ({ signal, err }) => {
     if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
     else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
-    await fastify.close()
+    const closed = fastify.close()
+    // close() ends the connections idle at that moment; keep-alive connections whose request
+    // was still running would otherwise hold the process until their keep-alive timeout.
+    const sweeper = setInterval(() => { fastify.server.closeIdleConnections() }, 100)
+    try {
+      await closed
+    } finally {
+      clearInterval(sweeper)
+    }
   })
   process.on('SIGHUP', () => { void fastify.tenants.reload() })
 

@@ -48,6 +48,7 @@ function describeValidation (error: FastifyError): string {
 export default fp(async function errorsPlugin (fastify) {
   fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply) {
     const mapped = toApiError(error)
+    fastify.metrics.errors.inc({ code: mapped.code })
     if (mapped.statusCode >= 500) {
       request.log.error({ err: error }, 'request failed')
     } else if (mapped.code === 'INVALID_BODY' || mapped.code === 'INVALID_JSON') {
@@ -58,4 +59,4 @@ export default fp(async function errorsPlugin (fastify) {
   fastify.setNotFoundHandler(function notFound (request, reply) {
     return send(reply, apiError('NOT_FOUND', `No route for ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`))
   })
-}, { name: 'errors', fastify: '5.x' })
+}, { name: 'errors', dependencies: ['metrics'], fastify: '5.x' })

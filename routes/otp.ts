@@ -10,7 +10,7 @@ import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyRepl
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard } = fastify
+  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, metrics } = fastify
 
   fastify.post('/otp/request', {
     config: { idempotent: true },
@@ -65,9 +65,12 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
         request.log.error({ err: cleanupError, requestId: undelivered?.requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
       })
       if (!(error instanceof DeliveryError)) throw error
+      metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
+      metrics.deliveryFailures.inc({ kind: error.kind })
       request.log.warn({ tenant: tenant.id, kind: error.kind, domain: checked.email.domain }, 'delivery failed')
       throw apiError('DELIVERY_FAILED')
     }
+    metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
     request.log.info({ tenant: tenant.id, mode: key.mode, keyId: key.id, requestId: issued.requestId }, 'code dispatched')
     return { success: true as const, message: 'Verification code sent', data: { requestId: issued.requestId } }
   })
@@ -92,6 +95,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     const scope = { tenantId: key.tenant.id, mode: key.mode }
     const outcome = await verifyCode(tokenStore, codeSigner, scope, request.body.requestId, request.body.userGuess)
     if (outcome.recipientTag !== null) await abuseGuard.recordGuess(key, outcome.recipientTag, outcome.result === 'verified')
+    metrics.verifications.inc({ mode: key.mode, result: outcome.result })
     request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result: outcome.result }, 'code checked')
     if (outcome.result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
     if (outcome.result === 'mismatch') throw apiError('CODE_MISMATCH')

@@ -1,59 +1,10 @@
-import { spawn, type ChildProcess } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { writeFileSync } from 'node:fs'
-import { setTimeout as sleep } from 'node:timers/promises'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { run as keysCli } from '../lib/cli/keys.js'
-import { RELAXED_LIMITS, writeTenants } from './helper.js'
-import { freePort } from './support/redis.js'
-
-const serverEntry = new URL('../server.ts', import.meta.url).pathname
-
-interface Running {
-  child: ChildProcess
-  base: string
-  output: () => string
-  waitFor: (pattern: RegExp, from?: number) => Promise<void>
-}
-
-/** Runs server.ts as a real process, with the same TypeScript loader as this test. */
-async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
-  const port = await freePort()
-  const child = spawn(process.execPath, [...process.execArgv, serverEntry], {
-    env: { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  t.teardown(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = once(child, 'exit')
-      child.kill('SIGKILL')
-      await exited
-    }
-  })
-  const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
-    // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
-    for (let i = 0; i < 600; i++) {
-      if (pattern.test(output.slice(from))) return
-      if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
-      await sleep(50)
-    }
-    throw new Error(`timed out waiting for ${String(pattern)}: ${output}`)
-  }
-  await waitFor(/Server listening/)
-  return { child, base: `http://127.0.0.1:${port}`, output: () => output, waitFor }
-}
-
-async function post (base: string, path: string, key: string, body: unknown): Promise<{ status: number, body: any }> {
-  const response = await fetch(base + path, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body)
-  })
-  return { status: response.status, body: await response.json() }
-}
+import { writeTenants } from './helper.js'
+import { post, serverEntry, startServer } from './support/service-process.js'
 
 t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGTERM', async (t) => {
   const { path, keys } = writeTenants(t)
@@ -93,7 +44,7 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
 })
 
 t.test('a configuration error stops start-up with one line', async (t) => {
-  const child = spawn(process.execPath, [...process.execArgv, serverEntry], {
+  const child = spawn(process.execPath, [serverEntry], {
     env: { PATH: process.env.PATH ?? '', OTP_TTL_SECONDS: 'soon' },
     stdio: ['ignore', 'pipe', 'pipe']
   })
@@ -106,7 +57,7 @@ t.test('a configuration error stops start-up with one line', async (t) => {
 
 t.test('a bad tenants file stops start-up with one line naming the problem', async (t) => {
   const { path } = writeTenants(t, (file) => { file.tenants[0]!.tier = 'gold' })
-  const child = spawn(process.execPath, [...process.execArgv, serverEntry], {
+  const child = spawn(process.execPath, [serverEntry], {
     env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe']
   })

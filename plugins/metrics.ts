@@ -1,0 +1,86 @@
+import fp from 'fastify-plugin'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { timingSafeEqual } from 'node:crypto'
+import { apiError } from '../lib/errors.js'
+
+export interface Metrics {
+  readonly registry: Registry
+  readonly dispatches: Counter<'mode' | 'result'>
+  readonly verifications: Counter<'mode' | 'result'>
+  readonly deliveryFailures: Counter<'kind'>
+  readonly errors: Counter<'code'>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    metrics: Metrics
+  }
+}
+
+function tokenMatches (header: string | undefined, token: string): boolean {
+  const expected = Buffer.from(`Bearer ${token}`)
+  const presented = Buffer.from(header ?? '')
+  return presented.length === expected.length && timingSafeEqual(presented, expected)
+}
+
+/**
+ * Prometheus metrics on GET /metrics (behind METRICS_TOKEN when set). One registry per app,
+ * so tests and several apps in one process never share counters.
+ */
+export default fp(async function metricsPlugin (fastify) {
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry, prefix: 'email_otp_' })
+
+  const requests = new Histogram({
+    name: 'email_otp_http_request_duration_seconds',
+    help: 'Request latency by route and status.',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry]
+  })
+  const metrics: Metrics = {
+    registry,
+    dispatches: new Counter({ name: 'email_otp_dispatches_total', help: 'Dispatch outcomes: sent, delivery_failed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
+    verifications: new Counter({ name: 'email_otp_verifications_total', help: 'Verify outcomes: verified, mismatch, malformed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
+    deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
+    errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] })
+  }
+  // Gauges read their value at scrape time, so the request path pays nothing for them.
+  new Gauge({
+    name: 'email_otp_redis_up',
+    help: '1 when the Redis connection is ready; absent on the in-memory default.',
+    registers: fastify.redis === null ? [] : [registry],
+    collect () { this.set(fastify.redis?.status === 'ready' ? 1 : 0) }
+  })
+  new Gauge({
+    name: 'email_otp_blocklist_age_seconds',
+    help: 'Age of each network block list since its last good load.',
+    labelNames: ['list'] as const,
+    registers: [registry],
+    collect () {
+      for (const list of fastify.blocklists.status()) if (list.ageSeconds !== null) this.set({ list: list.name }, list.ageSeconds)
+    }
+  })
+  new Gauge({
+    name: 'email_otp_blocklist_entries',
+    help: 'Entries in each network block list.',
+    labelNames: ['list'] as const,
+    registers: [registry],
+    collect () {
+      for (const list of fastify.blocklists.status()) this.set({ list: list.name }, list.entries)
+    }
+  })
+
+  fastify.decorate('metrics', metrics)
+  fastify.addHook('onResponse', async (request, reply) => {
+    // The route pattern, never the raw URL: label values must stay few.
+    const route = request.routeOptions.url ?? 'unmatched'
+    requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
+  })
+
+  const token = fastify.config.metricsToken
+  fastify.get('/metrics', { schema: { hide: true } }, async (request, reply) => {
+    if (token !== null && !tokenMatches(request.headers.authorization, token)) throw apiError('UNAUTHORIZED')
+    return await reply.type(registry.contentType).send(await registry.metrics())
+  })
+}, { name: 'metrics', dependencies: ['config', 'redis', 'blocklists'], fastify: '5.x' })

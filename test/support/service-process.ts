@@ -1,0 +1,69 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { existsSync } from 'node:fs'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Test } from 'tap'
+import { RELAXED_LIMITS } from '../helper.js'
+import { freePort } from './redis.js'
+
+/**
+ * The compiled service, as production runs it (`npm test` compiles the project first).
+ * Starting server.ts through the test's TypeScript loader takes tens of seconds on a busy
+ * 2-core machine.
+ */
+export const serverEntry = new URL('../../dist/server.js', import.meta.url).pathname
+
+export interface Running {
+  child: ChildProcess
+  base: string
+  output: () => string
+  waitFor: (pattern: RegExp, from?: number) => Promise<void>
+}
+
+/** Runs the compiled service as a real process on a free loopback port. */
+export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
+  if (!existsSync(serverEntry)) throw new Error(`${serverEntry} is missing: run npm run build (npm test does)`)
+  const port = await freePort()
+  const child = spawn(process.execPath, [serverEntry], {
+    env: { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = once(child, 'exit')
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
+    // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
+    for (let i = 0; i < 600; i++) {
+      if (pattern.test(output.slice(from))) return
+      if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
+      await sleep(50)
+    }
+    throw new Error(`timed out waiting for ${String(pattern)}: ${output}`)
+  }
+  const base = `http://127.0.0.1:${port}`
+  // Polled rather than read from the log, which LOG_LEVEL may silence.
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
+    if (i >= 600) throw new Error(`server did not answer /healthz: ${output}`)
+    if (await fetch(`${base}/healthz`).then((response) => response.ok, () => false)) break
+    await sleep(100)
+  }
+  return { child, base, output: () => output, waitFor }
+}
+
+/** A JSON POST with a key, over the network. */
+export async function post (base: string, path: string, key: string, body: unknown): Promise<{ status: number, body: any }> {
+  const response = await fetch(base + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body)
+  })
+  return { status: response.status, body: await response.json() }
+}
