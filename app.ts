@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
-import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
 import cors from '@fastify/cors'
 import helmet from '@fastify/helmet'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
+import { errorCatalog } from './lib/errors.js'
 import { parseOrigin } from './lib/tenants.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
@@ -49,6 +50,11 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
           remoteAddress: request.ip
         })
       }
+    },
+    // Errors Fastify raises before routing (a malformed percent-encoding in the path) never
+    // reach setErrorHandler: answer them in the contract's shape here.
+    frameworkErrors: (_error, _request, reply: FastifyReply) => {
+      void reply.code(400).send({ success: false, message: errorCatalog.INVALID_URL.message, code: 'INVALID_URL' })
     },
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,

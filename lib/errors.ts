@@ -8,6 +8,7 @@ import createError from '@fastify/error'
 export const errorCatalog = {
   INVALID_BODY: { status: 400, message: 'The request body is invalid' },
   INVALID_JSON: { status: 400, message: 'The request body is not valid JSON' },
+  INVALID_URL: { status: 400, message: 'The request URL is malformed' },
   INVALID_EMAIL: { status: 400, message: 'The email address is not acceptable' },
   INVALID_CODE_FORMAT: { status: 400, message: 'The code must be exactly 6 digits' },
   CODE_MISMATCH: { status: 400, message: 'The code is incorrect, expired or already used' },

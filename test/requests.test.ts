@@ -82,3 +82,12 @@ t.test('responses carry security headers and a request id', async (t) => {
   t.match(String(answer.headers['x-request-id']), /^[0-9a-f-]{36}$/)
   t.ok(answer.headers['strict-transport-security'])
 })
+
+t.test('a malformed URL answers in the contract shape', async (t) => {
+  const { app } = await buildApp(t)
+  for (const url of ['/%ZZ', '/otp/%ZZ', '/%E0%A4%A?x=secret']) {
+    const answer = await app.inject({ method: 'GET', url })
+    t.equal(answer.statusCode, 400)
+    t.same(answer.json(), { success: false, message: 'The request URL is malformed', code: 'INVALID_URL' })
+  }
+})
