@@ -5,12 +5,33 @@ import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './code-signer.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './rate-limits.js'
 
+/** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
+export interface RedisNode {
+  host: string
+  port: number
+}
+
+/** Credentials and TLS for the servers of a Sentinel or Cluster set-up (a URL carries its own). */
+export interface RedisAccess {
+  username: string | null
+  password: string | null
+  tls: boolean
+}
+
+/** Where Redis is: exactly one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES. */
+export type RedisTopology =
+  | { kind: 'single', url: string }
+  | ({ kind: 'sentinel', sentinels: RedisNode[], name: string } & RedisAccess)
+  | ({ kind: 'cluster', nodes: RedisNode[] } & RedisAccess)
+
 export interface Config {
   host: string
   port: number
   logLevel: Env['LOG_LEVEL']
   tenantsFile: string | null
   redisUrl: string | null
+  /** Null on the embedded (in-memory) default. */
+  redis: RedisTopology | null
   redisCommandTimeoutMs: number
   hmacKeys: MacKey[]
   /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
@@ -61,9 +82,10 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   }
   const valid = env as Env
 
+  const redis = redisTopology(valid)
   const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
-  if (hmacKeys === null && valid.REDIS_URL !== undefined) {
-    throw new ConfigError('OTP_HMAC_KEYS', 'is required when REDIS_URL is set: every instance must sign codes with the same key')
+  if (hmacKeys === null && redis !== null) {
+    throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
@@ -81,6 +103,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     logLevel: valid.LOG_LEVEL,
     tenantsFile: valid.TENANTS_FILE ?? null,
     redisUrl: valid.REDIS_URL ?? null,
+    redis: redis?.topology ?? null,
     redisCommandTimeoutMs: valid.REDIS_COMMAND_TIMEOUT_MS,
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
@@ -108,6 +131,55 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs },
     metricsToken: valid.METRICS_TOKEN ?? null
   }
+}
+
+const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const
+
+/** The one Redis topology configured, and the variable that chose it; null for none. */
+function redisTopology (env: Env): { topology: RedisTopology, variable: string } | null {
+  const [first, second] = REDIS_TOPOLOGY_VARIABLES.filter((name) => env[name] !== undefined)
+  if (first !== undefined && second !== undefined) {
+    throw new ConfigError(second, `cannot be combined with ${first}: set exactly one of ${REDIS_TOPOLOGY_VARIABLES.join(', ')}`)
+  }
+  if (env.REDIS_SENTINEL_NAME !== undefined && env.REDIS_SENTINELS === undefined) {
+    throw new ConfigError('REDIS_SENTINEL_NAME', 'is only used with REDIS_SENTINELS')
+  }
+  const access: RedisAccess = { username: env.REDIS_USERNAME ?? null, password: env.REDIS_PASSWORD ?? null, tls: env.REDIS_TLS === 'true' }
+  if (env.REDIS_SENTINELS === undefined && env.REDIS_CLUSTER_NODES === undefined) {
+    // A URL names its own credentials and TLS (rediss://); two sources could disagree.
+    for (const [name, set] of [['REDIS_USERNAME', access.username !== null], ['REDIS_PASSWORD', access.password !== null], ['REDIS_TLS', access.tls]] as const) {
+      if (set) throw new ConfigError(name, 'is only used with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own credentials and rediss://)')
+    }
+  }
+  if (access.username !== null && access.password === null) {
+    throw new ConfigError('REDIS_PASSWORD', 'is required when REDIS_USERNAME is set')
+  }
+  if (env.REDIS_URL !== undefined) return { variable: 'REDIS_URL', topology: { kind: 'single', url: env.REDIS_URL } }
+  if (env.REDIS_SENTINELS !== undefined) {
+    if (env.REDIS_SENTINEL_NAME === undefined) throw new ConfigError('REDIS_SENTINEL_NAME', 'is required when REDIS_SENTINELS is set')
+    const sentinels = parseRedisNodes('REDIS_SENTINELS', env.REDIS_SENTINELS)
+    return { variable: 'REDIS_SENTINELS', topology: { kind: 'sentinel', sentinels, name: env.REDIS_SENTINEL_NAME, ...access } }
+  }
+  if (env.REDIS_CLUSTER_NODES !== undefined) {
+    return { variable: 'REDIS_CLUSTER_NODES', topology: { kind: 'cluster', nodes: parseRedisNodes('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES), ...access } }
+  }
+  return null
+}
+
+/** `host:port,host:port`; an IPv6 host goes in brackets, `[::1]:26379`. */
+function parseRedisNodes (variable: string, value: string): RedisNode[] {
+  const nodes: RedisNode[] = []
+  for (const entry of value.split(',').map((item) => item.trim()).filter((item) => item !== '')) {
+    const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+)):([0-9]{1,5})$/.exec(entry)
+    const port = Number(match?.[3])
+    const host = match?.[1] ?? match?.[2]
+    if (host === undefined || !(port >= 1 && port <= 65535)) {
+      throw new ConfigError(variable, `must be comma-separated host:port pairs (got ${JSON.stringify(entry)})`)
+    }
+    nodes.push({ host, port })
+  }
+  if (nodes.length === 0) throw new ConfigError(variable, 'must name at least one host:port')
+  return nodes
 }
 
 function rateLimit (variable: string, spec: string): RateLimit {

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { RedisClient } from './redis-client.js'
 import { StoreUnavailableError } from './stores/token-store.js'
 
 /**
@@ -47,9 +47,9 @@ export class MemoryGuessCounter implements GuessCounter {
 }
 
 export class RedisGuessCounter implements GuessCounter {
-  readonly #client: Redis
+  readonly #client: RedisClient
 
-  constructor (client: Redis) {
+  constructor (client: RedisClient) {
     this.#client = client
   }
 

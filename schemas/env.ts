@@ -17,8 +17,14 @@ export const EnvSchema = Type.Object({
   ),
   TENANTS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Path of the tenants file (JSON). Unset: the built-in demo tenant with the documented sandbox key.' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'redis:// or rediss:// URL. Set: tokens and counters live in Redis, shared by every instance. Unset: in memory, one instance.' })),
+  REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels, instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
+  REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^\\S+$', description: 'Name of the primary the Sentinels monitor (their `sentinel monitor <name> …`). Required with REDIS_SENTINELS.' })),
+  REDIS_CLUSTER_NODES: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of some Redis Cluster nodes, instead of REDIS_URL: the rest are discovered. Commands go to primaries only.' })),
+  REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1, description: 'ACL user for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Needs REDIS_PASSWORD.' })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'Password for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Sentinels themselves are reached without one.' })),
+  REDIS_TLS: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: TLS to every Redis server (and Sentinel) with REDIS_SENTINELS or REDIS_CLUSTER_NODES, as rediss:// does for REDIS_URL.' }),
   REDIS_COMMAND_TIMEOUT_MS: PositiveInt(500, 50, 10000, 'A Redis command not answered within this time fails the request with 503.'),
-  OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes). The first signs new codes; all verify. Required with REDIS_URL.' })),
+  OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES.' })),
   OTP_TTL_SECONDS: PositiveInt(600, 1, 86400, 'Lifetime of a code in seconds, unless the tenant overrides it.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes in the in-memory store; past it, dispatch answers 503.'),
   MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
@@ -46,4 +52,4 @@ export const EnvSchema = Type.Object({
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'SMTP_URL', 'METRICS_TOKEN'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])

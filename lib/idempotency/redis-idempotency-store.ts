@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../redis-client.js'
 import {
   assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
 } from './idempotency-store.js'
@@ -69,7 +69,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly #commands: IdempotencyCommands
   readonly #prefix: string
 
-  constructor (client: Redis, options: RedisIdempotencyStoreOptions = {}) {
+  constructor (client: RedisClient, options: RedisIdempotencyStoreOptions = {}) {
     const prefix = options.prefix ?? 'idem:'
     if (/[{}]/.test(prefix)) throw new RangeError(`idempotency key prefix must not contain braces: ${prefix}`)
     this.#prefix = prefix

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../redis-client.js'
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from './quota-store.js'
 import { currentWindow, type QuotaWindow } from './window.js'
 
@@ -61,11 +61,11 @@ export interface RedisQuotaStoreOptions {
  * them to 503.
  */
 export class RedisQuotaStore implements QuotaStore {
-  readonly #client: Redis
+  readonly #client: RedisClient
   readonly #commands: QuotaCommands
   readonly #prefix: string
 
-  constructor (client: Redis, options: RedisQuotaStoreOptions = {}) {
+  constructor (client: RedisClient, options: RedisQuotaStoreOptions = {}) {
     const prefix = options.prefix ?? 'quota:'
     if (/[{}]/.test(prefix)) throw new RangeError(`quota key prefix must not contain braces: ${prefix}`)
     this.#prefix = prefix

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../redis-client.js'
 import { StoreUnavailableError } from '../stores/token-store.js'
 
 /** A message a sandbox key "sent": kept for the tenant's own tests, never delivered. */
@@ -56,9 +56,9 @@ export class MemorySandboxInbox implements SandboxInbox {
 
 /** One capped, expiring list per tenant and address, shared by every instance. */
 export class RedisSandboxInbox implements SandboxInbox {
-  readonly #client: Redis
+  readonly #client: RedisClient
 
-  constructor (client: Redis) {
+  constructor (client: RedisClient) {
     this.#client = client
   }
 

@@ -1,15 +1,16 @@
-import type { Redis } from 'ioredis'
+import type { RedisClient } from '../redis-client.js'
 import { StoreUnavailableError, type TokenStore } from './token-store.js'
 
 /**
  * Tokens in Redis, shared by every instance. `SET … PX … NX` writes value and expiry in one
- * step; `GETDEL` makes every verify a single atomic consume.
+ * step; `GETDEL` makes every verify a single atomic consume. Every command touches one key,
+ * so on a Cluster tokens spread over all slots and need no hash tag.
  */
 export class RedisTokenStore implements TokenStore {
   readonly kind = 'redis'
-  readonly #client: Redis
+  readonly #client: RedisClient
 
-  constructor (client: Redis) {
+  constructor (client: RedisClient) {
     this.#client = client
   }
 
