@@ -1,5 +1,5 @@
 import type { RedisClient } from './redis-client.js'
-import { StoreUnavailableError } from './stores/token-store.js'
+import { storeCall } from './store-errors.js'
 
 /**
  * Wrong guesses per recipient, across requestIds. The window starts with the first failure
@@ -54,28 +54,16 @@ export class RedisGuessCounter implements GuessCounter {
   }
 
   async recordFailure (key: string, windowMs: number): Promise<void> {
-    try {
-      // PEXPIRE NX: only the first failure of a window sets its end.
-      await this.#client.multi().incr(key).pexpire(key, windowMs, 'NX').exec()
-    } catch (error) {
-      throw new StoreUnavailableError('guess counter write failed', { cause: error })
-    }
+    // PEXPIRE NX: only the first failure of a window sets its end.
+    await storeCall('guess counter write', async () => await this.#client.multi().incr(key).pexpire(key, windowMs, 'NX').exec())
   }
 
   async failures (key: string): Promise<{ count: number, resetMs: number }> {
-    try {
-      const [count, ttl] = await Promise.all([this.#client.get(key), this.#client.pttl(key)])
-      return count === null || ttl <= 0 ? { count: 0, resetMs: 0 } : { count: Number(count), resetMs: ttl }
-    } catch (error) {
-      throw new StoreUnavailableError('guess counter read failed', { cause: error })
-    }
+    const [count, ttl] = await storeCall('guess counter read', async () => await Promise.all([this.#client.get(key), this.#client.pttl(key)]))
+    return count === null || ttl <= 0 ? { count: 0, resetMs: 0 } : { count: Number(count), resetMs: ttl }
   }
 
   async reset (key: string): Promise<void> {
-    try {
-      await this.#client.del(key)
-    } catch (error) {
-      throw new StoreUnavailableError('guess counter reset failed', { cause: error })
-    }
+    await storeCall('guess counter reset', async () => await this.#client.del(key))
   }
 }

@@ -5,7 +5,7 @@ import { apiError } from '../lib/errors.js'
 import { MemoryGuessCounter, RedisGuessCounter, type GuessCounter } from '../lib/lockout.js'
 import { normalizeAddress, sourceBucket } from '../lib/net/source-address.js'
 import type { RateLimit, VelocityLimits } from '../lib/rate-limits.js'
-import { StoreUnavailableError } from '../lib/stores/token-store.js'
+import { storeCall } from '../lib/store-errors.js'
 import type { TenantKey } from '../lib/tenants.js'
 
 type Limiter = keyof VelocityLimits
@@ -80,14 +80,11 @@ export default fp(async function abuseGuardPlugin (fastify) {
   })
 
   async function enforce (request: FastifyRequest, reply: FastifyReply, names: Limiter[], lockout?: Promise<{ count: number, resetMs: number }>): Promise<void> {
-    let locked: { count: number, resetMs: number } | undefined
-    let results: Array<Awaited<ReturnType<LimiterCheck>>>
-    try {
-      // Issued together, these reach Redis in one pipelined round trip.
-      [locked, results] = await Promise.all([lockout, Promise.all(names.map(async (name) => await limiters[name](request)))])
-    } catch (error) {
-      throw new StoreUnavailableError('rate limiter failed', { cause: error })
-    }
+    // Issued together, these reach Redis in one pipelined round trip.
+    const [locked, results] = await storeCall('rate limiter', async () => await Promise.all([
+      lockout,
+      Promise.all(names.map(async (name) => await limiters[name](request)))
+    ]))
     if (locked !== undefined && locked.count >= config.lockout.threshold) {
       const seconds = String(Math.max(1, Math.ceil(locked.resetMs / 1000)))
       throw apiError('RATE_LIMITED', `Too many wrong codes were entered for this address; retry in ${seconds} s`, { 'retry-after': seconds })

@@ -5,7 +5,7 @@ import { apiError } from '../lib/errors.js'
 import type { IdempotencyStore } from '../lib/idempotency/idempotency-store.js'
 import { MemoryIdempotencyStore } from '../lib/idempotency/memory-idempotency-store.js'
 import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
-import { StoreUnavailableError } from '../lib/stores/token-store.js'
+import { storeCall } from '../lib/store-errors.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -49,14 +49,6 @@ export default fp(async function idempotencyPlugin (fastify) {
   const store: IdempotencyStore = fastify.redis === null ? new MemoryIdempotencyStore() : new RedisIdempotencyStore(fastify.redis)
   if (store instanceof MemoryIdempotencyStore) fastify.addHook('onClose', async () => { store.close() })
 
-  async function guarded<T> (operation: () => Promise<T>): Promise<T> {
-    try {
-      return await operation()
-    } catch (error) {
-      throw new StoreUnavailableError('idempotency store failed', { cause: error })
-    }
-  }
-
   fastify.decorateRequest('idempotency', null)
 
   fastify.addHook('preHandler', async function claimIdempotencyKey (request: FastifyRequest, reply: FastifyReply) {
@@ -67,7 +59,7 @@ export default fp(async function idempotencyPlugin (fastify) {
     }
     const scope = `${request.auth.tenant.id}:${request.auth.mode}`
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
-    const claim = await guarded(async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
+    const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
     if (claim.state === 'mismatch') throw apiError('IDEMPOTENCY_MISMATCH')
     if (claim.state === 'in_flight') throw apiError('IDEMPOTENCY_IN_FLIGHT', undefined, { 'retry-after': '1' })
     if (claim.state === 'replay') {

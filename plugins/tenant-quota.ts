@@ -4,7 +4,7 @@ import type { KeyMode } from '../lib/keys.js'
 import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import type { QuotaDecision, QuotaStore } from '../lib/quota/quota-store.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
-import { StoreUnavailableError } from '../lib/stores/token-store.js'
+import { storeCall } from '../lib/store-errors.js'
 import type { Tenant } from '../lib/tenants.js'
 
 export interface Reservation {
@@ -47,14 +47,6 @@ function quotaHeaders (limit: number, remaining: number, resetMs: number, nowMs:
   }
 }
 
-async function guarded<T> (operation: () => Promise<T>): Promise<T> {
-  try {
-    return await operation()
-  } catch (error) {
-    throw new StoreUnavailableError('quota store failed', { cause: error })
-  }
-}
-
 /**
  * The volume allowance of each tenant's billing tier, live and sandbox counted apart.
  * Counts live in Redis when configured (atomic across instances), else in memory.
@@ -66,7 +58,7 @@ export default fp(async function tenantQuotaPlugin (fastify) {
     async reserve (tenant, mode) {
       const allowance = tenant.tier[mode]
       const now = Date.now()
-      const decision: QuotaDecision = await guarded(async () => await store.reserve(scope(tenant, mode), allowance.limit, allowance.window, now))
+      const decision: QuotaDecision = await storeCall('quota', async () => await store.reserve(scope(tenant, mode), allowance.limit, allowance.window, now))
       const headers = quotaHeaders(allowance.limit, decision.remaining, decision.resetMs, now)
       if (!decision.allowed) {
         const which = mode === 'live' ? 'live' : 'sandbox'
@@ -75,12 +67,12 @@ export default fp(async function tenantQuotaPlugin (fastify) {
       return { windowId: decision.windowId, headers }
     },
     async refund (tenant, mode, reservation) {
-      await guarded(async () => { await store.refund(scope(tenant, mode), reservation.windowId) })
+      await storeCall('quota', async () => { await store.refund(scope(tenant, mode), reservation.windowId) })
     },
     async usage (tenant, mode) {
       const allowance = tenant.tier[mode]
       const now = Date.now()
-      const usage = await guarded(async () => await store.usage(scope(tenant, mode), allowance.window, now))
+      const usage = await storeCall('quota', async () => await store.usage(scope(tenant, mode), allowance.window, now))
       return {
         limit: allowance.limit,
         used: usage.used,

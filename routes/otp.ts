@@ -94,7 +94,13 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     await abuseGuard.checkVerify(request, reply)
     const scope = { tenantId: key.tenant.id, mode: key.mode }
     const outcome = await verifyCode(tokenStore, codeSigner, scope, request.body.requestId, request.body.userGuess)
-    if (outcome.recipientTag !== null) await abuseGuard.recordGuess(key, outcome.recipientTag, outcome.result === 'verified')
+    if (outcome.recipientTag !== null) {
+      // The code is already consumed: a counter that cannot be written must not turn the
+      // answer into a 503 that makes a right code look lost. The lockout is best effort.
+      await abuseGuard.recordGuess(key, outcome.recipientTag, outcome.result === 'verified').catch((error: unknown) => {
+        request.log.warn({ err: error }, 'could not record the guess for the lockout')
+      })
+    }
     metrics.verifications.inc({ mode: key.mode, result: outcome.result })
     request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result: outcome.result }, 'code checked')
     if (outcome.result === 'malformed') throw apiError('INVALID_CODE_FORMAT')

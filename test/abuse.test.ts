@@ -1,14 +1,13 @@
 import { createServer, type Server } from 'node:http'
 import { once } from 'node:events'
-import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp } from './helper.js'
 import { send } from './support/http.js'
 import { redisTestOptions, startRedis } from './support/redis.js'
 
-async function listen (t: Test, built: TestApp, host = '127.0.0.1'): Promise<number> {
+async function listen (built: TestApp, host = '127.0.0.1'): Promise<number> {
   await built.app.listen({ host, port: 0 })
   const address = built.app.server.address()
   if (address === null || typeof address === 'string') throw new Error('not listening')
@@ -20,7 +19,7 @@ const dispatchBody = (email: string): string => JSON.stringify({ email })
 
 t.test('body limit: 413 before authentication, with and without Content-Length', async (t) => {
   const built = await buildApp(t)
-  const port = await listen(t, built)
+  const port = await listen(built)
   const huge = JSON.stringify({ email: 'a'.repeat(1024 * 1024) })
   for (const chunked of [false, true]) {
     const answer = await send({ port, path: '/otp/request', headers: json, body: huge, chunked })
@@ -36,7 +35,7 @@ t.test('block lists: IP CIDR files and the Tor list refuse sources before the ke
   })
   const { path, keys } = writeTenants(t, (file) => { file.tenants[0]!.blockedNetworks = ['127.0.0.5/32'] })
   const built = await buildApp(t, { TENANTS_FILE: path, IP_BLOCKLISTS: join(dir, 'hosting.txt'), TOR_EXIT_LIST: join(dir, 'tor.txt') })
-  const port = await listen(t, built)
+  const port = await listen(built)
   for (const [localAddress, blocked] of [['127.0.0.2', true], ['127.0.0.3', true], ['127.0.0.4', false]] as const) {
     const anonymous = await send({ port, localAddress, path: '/otp/request', headers: json, body: dispatchBody('a@example.com') })
     t.equal(anonymous.status, blocked ? 403 : 401, `${localAddress} without a key`)
@@ -58,7 +57,7 @@ t.test('large lists load: 10k Tor exits, 500k CIDR prefixes', async (t) => {
   const cidrs = Array.from({ length: 500_000 }, (_, i) => `${11 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}.0/24`).join('\n')
   const dir = t.testdir({ 'tor.txt': tor, 'cidrs.txt': cidrs + '\n127.0.0.2\n' })
   const built = await buildApp(t, { IP_BLOCKLISTS: join(dir, 'cidrs.txt'), TOR_EXIT_LIST: join(dir, 'tor.txt') })
-  const port = await listen(t, built)
+  const port = await listen(built)
   const ready = (await built.app.inject({ method: 'GET', url: '/readyz' })).json()
   t.match(ready.blocklists, [{ name: 'ip', entries: 500_001 }, { name: 'tor', entries: 10_000 }])
   t.equal((await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status, 403)
@@ -75,7 +74,7 @@ t.test('a refresh that fails or looks wrong keeps the last good list', async (t)
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('no address')
   const built = await buildApp(t, { IP_BLOCKLISTS: `http://127.0.0.1:${address.port}/list.txt`, BLOCKLIST_REFRESH_SECONDS: '1' })
-  const port = await listen(t, built)
+  const port = await listen(built)
   const blocked = async (): Promise<boolean> => (await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status === 403
   const listStatus = async () => (await built.app.inject({ method: 'GET', url: '/readyz' })).json().blocklists[0]
   t.ok(await blocked())
@@ -100,7 +99,7 @@ t.test('a refresh that fails or looks wrong keeps the last good list', async (t)
 t.test('per-source limits on real distinct sources, X-Forwarded-For only through trusted hops', async (t) => {
   const { path, keys } = writeTenants(t)
   const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m' })
-  const port = await listen(t, built)
+  const port = await listen(built)
   const verify = async (localAddress: string, headers: Record<string, string> = {}) => await send({
     port, localAddress, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), ...headers }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
   })
@@ -121,7 +120,7 @@ t.test('through a trusted proxy: the client address decides; IPv6 is bucketed by
   const dir = t.testdir({ 'block.txt': '203.0.113.7\n' })
   const { path, keys } = writeTenants(t)
   const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m', TRUST_PROXY: '127.0.0.1/32', IP_BLOCKLISTS: join(dir, 'block.txt') })
-  const port = await listen(t, built)
+  const port = await listen(built)
   const verify = async (forwarded: string) => await send({
     port, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), 'x-forwarded-for': forwarded }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
   })
@@ -142,7 +141,7 @@ t.test('through a trusted proxy: the client address decides; IPv6 is bucketed by
 t.test('IPv6 loopback clients are limited like any other', async (t) => {
   const { path, keys } = writeTenants(t)
   const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '2/1m' })
-  const port = await listen(t, built, '::1')
+  const port = await listen(built, '::1')
   const statuses = []
   for (let i = 0; i < 3; i++) {
     statuses.push((await send({ port, host: '::1', path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive) }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' }) })).status)

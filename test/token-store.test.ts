@@ -2,7 +2,8 @@ import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { MemoryTokenStore } from '../lib/stores/memory-token-store.js'
 import { RedisTokenStore } from '../lib/stores/redis-token-store.js'
-import { StoreFullError, StoreUnavailableError, type TokenStore } from '../lib/stores/token-store.js'
+import { type TokenStore } from '../lib/stores/token-store.js'
+import { StoreFullError, StoreUnavailableError } from '../lib/store-errors.js'
 import { redisTestOptions, startRedis } from './support/redis.js'
 
 /** The contract every token store keeps. */

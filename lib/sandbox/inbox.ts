@@ -1,5 +1,5 @@
 import type { RedisClient } from '../redis-client.js'
-import { StoreUnavailableError } from '../stores/token-store.js'
+import { storeCall } from '../store-errors.js'
 
 /** A message a sandbox key "sent": kept for the tenant's own tests, never delivered. */
 export interface SandboxMessage {
@@ -68,24 +68,15 @@ export class RedisSandboxInbox implements SandboxInbox {
 
   async add (tenantId: string, message: SandboxMessage): Promise<void> {
     const key = this.#key(tenantId, message.to)
-    try {
-      await this.#client.multi()
-        .lpush(key, JSON.stringify(message))
-        .ltrim(key, 0, SANDBOX_MESSAGES_PER_ADDRESS - 1)
-        .pexpire(key, SANDBOX_RETENTION_MS)
-        .exec()
-    } catch (error) {
-      throw new StoreUnavailableError('sandbox inbox write failed', { cause: error })
-    }
+    await storeCall('sandbox inbox write', async () => await this.#client.multi()
+      .lpush(key, JSON.stringify(message))
+      .ltrim(key, 0, SANDBOX_MESSAGES_PER_ADDRESS - 1)
+      .pexpire(key, SANDBOX_RETENTION_MS)
+      .exec())
   }
 
   async list (tenantId: string, address: string): Promise<SandboxMessage[]> {
-    let raw: string[]
-    try {
-      raw = await this.#client.lrange(this.#key(tenantId, address), 0, SANDBOX_MESSAGES_PER_ADDRESS - 1)
-    } catch (error) {
-      throw new StoreUnavailableError('sandbox inbox read failed', { cause: error })
-    }
+    const raw = await storeCall('sandbox inbox read', async () => await this.#client.lrange(this.#key(tenantId, address), 0, SANDBOX_MESSAGES_PER_ADDRESS - 1))
     const now = Date.now()
     return raw.map((entry) => JSON.parse(entry) as SandboxMessage).filter((message) => fresh(message, now))
   }

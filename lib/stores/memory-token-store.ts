@@ -1,4 +1,5 @@
-import { StoreFullError, type TokenStore } from './token-store.js'
+import { StoreFullError } from '../store-errors.js'
+import type { TokenStore } from './token-store.js'
 
 export interface MemoryTokenStoreOptions {
   maxTokens: number

@@ -1,5 +1,6 @@
 import type { RedisClient } from '../redis-client.js'
-import { StoreUnavailableError, type TokenStore } from './token-store.js'
+import { storeCall } from '../store-errors.js'
+import type { TokenStore } from './token-store.js'
 
 /**
  * Tokens in Redis, shared by every instance. `SET … PX … NX` writes value and expiry in one
@@ -15,27 +16,15 @@ export class RedisTokenStore implements TokenStore {
   }
 
   async put (key: string, record: string, ttlMs: number): Promise<boolean> {
-    try {
-      return await this.#client.set(key, record, 'PX', ttlMs, 'NX') === 'OK'
-    } catch (error) {
-      throw new StoreUnavailableError('redis put failed', { cause: error })
-    }
+    return await storeCall('token put', async () => await this.#client.set(key, record, 'PX', ttlMs, 'NX') === 'OK')
   }
 
   async take (key: string): Promise<string | null> {
-    try {
-      return await this.#client.getdel(key)
-    } catch (error) {
-      throw new StoreUnavailableError('redis take failed', { cause: error })
-    }
+    return await storeCall('token take', async () => await this.#client.getdel(key))
   }
 
   async delete (key: string): Promise<void> {
-    try {
-      await this.#client.del(key)
-    } catch (error) {
-      throw new StoreUnavailableError('redis delete failed', { cause: error })
-    }
+    await storeCall('token delete', async () => await this.#client.del(key))
   }
 
   async ready (): Promise<boolean> {

@@ -13,19 +13,3 @@ export interface TokenStore {
   ready (): Promise<boolean>
   close (): Promise<void>
 }
-
-/** The backing store cannot answer right now (Redis down or slow): the caller answers 503. */
-export class StoreUnavailableError extends Error {
-  constructor (message: string, options?: { cause?: unknown }) {
-    super(message, options)
-    this.name = 'StoreUnavailableError'
-  }
-}
-
-/** The in-memory store reached its cap: the caller answers 503 rather than grow without bound. */
-export class StoreFullError extends Error {
-  constructor () {
-    super('token store is full')
-    this.name = 'StoreFullError'
-  }
-}
