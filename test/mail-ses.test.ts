@@ -1,12 +1,11 @@
 import t from 'tap'
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { createServer as createTcpServer, type Socket } from 'node:net'
 import { once } from 'node:events'
 import { freePort } from './support/redis.js'
-import { startSesLocal, type StoredEmail } from './support/mail-peers.js'
+import { deliveryFailure, startSesLocal, startSilentPeer, type StoredEmail } from './support/mail-peers.js'
 import { SesTransport } from '../lib/mail/ses-transport.js'
 import { composeVerificationMessage } from '../lib/mail/compose.js'
-import { DeliveryError, type OutgoingMessage } from '../lib/mail/transport.js'
+import type { OutgoingMessage } from '../lib/mail/transport.js'
 
 const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' }
 const TIMEOUT_MS = 1000
@@ -37,18 +36,6 @@ function transportFor (endpoint: string, options: { timeoutMs?: number, configur
     endpoint,
     credentials: CREDENTIALS
   })
-}
-
-/** Runs fn and returns the DeliveryError it rejects with, and how long that took. */
-async function failure (fn: () => Promise<void>): Promise<{ error: DeliveryError, elapsed: number }> {
-  const started = performance.now()
-  try {
-    await fn()
-  } catch (error) {
-    if (error instanceof DeliveryError) return { error, elapsed: performance.now() - started }
-    throw error
-  }
-  throw new Error('expected a DeliveryError')
 }
 
 interface Recorded { method: string, url: string, body: unknown }
@@ -121,14 +108,14 @@ t.test('aws-ses-v2-local receives the composed message', async (t) => {
 
   // aws-ses-v2-local answers a malformed request with a bare 400 that names no error type
   // (real SES sends BadRequestException): the SDK calls it "Unknown", and so do we.
-  const { error } = await failure(() => transport.send(message({ subject: '' })))
+  const { error } = await deliveryFailure(() => transport.send(message({ subject: '' })))
   t.equal(error.kind, 'unknown', 'untyped 400 from the emulator')
   t.match(error.message, 'HTTP 400')
   t.notMatch(error.message, 'person@example.com')
 
   await transport.close()
   t.equal(await transport.ready(), false, 'not ready once closed')
-  const closed = await failure(() => transport.send(message()))
+  const closed = await deliveryFailure(() => transport.send(message()))
   t.equal(closed.error.kind, 'connection', 'send after close fails')
 })
 
@@ -188,7 +175,7 @@ t.test('SES error responses map to delivery failure kinds', async (t) => {
     // The SDK retries throttling after a backoff of up to a second: leave room for it, so
     // that the deadline does not turn the answer into a timeout.
     const transport = transportFor(peer.endpoint, { timeoutMs: 5000 })
-    const { error } = await failure(() => transport.send(message()))
+    const { error } = await deliveryFailure(() => transport.send(message()))
     await transport.close()
     t.equal(error.kind, kind, `${type} -> ${kind}`)
     t.match(error.message, type, `${type}: names the exception`)
@@ -203,32 +190,17 @@ t.test('a closed port fails fast as a connection error', async (t) => {
   const port = await freePort()
   const transport = transportFor(`http://127.0.0.1:${port}`)
   t.teardown(() => transport.close())
-  const { error, elapsed } = await failure(() => transport.send(message()))
+  const { error, elapsed } = await deliveryFailure(() => transport.send(message()))
   t.equal(error.kind, 'connection')
   t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)
   t.notMatch(error.message, 'person@example.com')
 })
 
 t.test('a peer that accepts and never answers times out within the bound', async (t) => {
-  const sockets = new Set<Socket>()
-  const server = createTcpServer((socket) => {
-    sockets.add(socket)
-    socket.on('error', () => {})
-    socket.on('close', () => sockets.delete(socket))
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    for (const socket of sockets) socket.destroy()
-    server.close()
-    await once(server, 'close')
-  })
-  const address = server.address()
-  if (address === null || typeof address === 'string') throw new Error('no address')
-
-  const transport = transportFor(`http://127.0.0.1:${address.port}`)
+  const port = await startSilentPeer(t)
+  const transport = transportFor(`http://127.0.0.1:${port}`)
   t.teardown(() => transport.close())
-  const { error, elapsed } = await failure(() => transport.send(message()))
+  const { error, elapsed } = await deliveryFailure(() => transport.send(message()))
   t.equal(error.kind, 'timeout')
   t.ok(elapsed >= TIMEOUT_MS - 100, `did not give up early (${Math.round(elapsed)} ms)`)
   t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)
@@ -241,7 +213,7 @@ t.test('retries share one deadline', async (t) => {
   const peer = await startFakeSes(503, { 'x-amzn-errortype': 'InternalServiceErrorException' }, {}, timeoutMs * 0.6)
   const transport = transportFor(peer.endpoint, { timeoutMs })
   t.teardown(() => transport.close())
-  const { error, elapsed } = await failure(() => transport.send(message()))
+  const { error, elapsed } = await deliveryFailure(() => transport.send(message()))
   t.equal(error.kind, 'timeout')
   t.equal(peer.requests.length, 2, 'the SDK retried once (maxAttempts 2)')
   t.ok(elapsed < timeoutMs + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)

@@ -1,12 +1,10 @@
 import t, { type Test } from 'tap'
-import { createServer as createTcpServer, type Socket } from 'node:net'
-import { once } from 'node:events'
 import type { AddressObject } from 'mailparser'
 import { freePort } from './support/redis.js'
-import { startSilentPeer, startSmtp } from './support/mail-peers.js'
+import { deliveryFailure, startSilentPeer, startSmtp, startTcpPeer } from './support/mail-peers.js'
 import { SmtpTransport } from '../lib/mail/smtp-transport.js'
 import { composeVerificationMessage } from '../lib/mail/compose.js'
-import { DeliveryError, type OutgoingMessage } from '../lib/mail/transport.js'
+import type { OutgoingMessage } from '../lib/mail/transport.js'
 
 const TIMEOUT_MS = 1000
 /** Generous slack over the timeout: CI machines are noisy. */
@@ -26,29 +24,13 @@ function message (): OutgoingMessage {
   })
 }
 
-/** Runs fn and returns the DeliveryError it rejects with, and how long that took. */
-async function failure (fn: () => Promise<void>): Promise<{ error: DeliveryError, elapsed: number }> {
-  const started = performance.now()
-  try {
-    await fn()
-  } catch (error) {
-    if (error instanceof DeliveryError) return { error, elapsed: performance.now() - started }
-    throw error
-  }
-  throw new Error('expected a DeliveryError')
-}
-
 /**
  * A TCP peer that speaks SMTP, slowly: every reply comes after `delayMs`, which is under each
  * of the transport's per-phase timeouts but adds up, over a conversation, to more than the
  * per-send deadline.
  */
 async function startTricklingPeer (t: Test, delayMs: number): Promise<number> {
-  const sockets = new Set<Socket>()
-  const server = createTcpServer((socket) => {
-    sockets.add(socket)
-    socket.on('error', () => {})
-    socket.on('close', () => sockets.delete(socket))
+  return await startTcpPeer(t, (socket) => {
     const reply = (line: string): void => {
       setTimeout(() => { if (!socket.destroyed) socket.write(`${line}\r\n`) }, delayMs)
     }
@@ -60,16 +42,6 @@ async function startTricklingPeer (t: Test, delayMs: number): Promise<number> {
       }
     })
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    for (const socket of sockets) socket.destroy()
-    server.close()
-    await once(server, 'close')
-  })
-  const address = server.address()
-  if (address === null || typeof address === 'string') throw new Error('no address')
-  return address.port
 }
 
 /** The transport under test; closed when the test ends, before the servers it talks to. */
@@ -110,7 +82,7 @@ t.test('delivers the composed message, reusing the pooled connection', async (t)
 
   await smtp.close()
   t.equal(await smtp.ready(), false, 'not ready once closed')
-  const closed = await failure(() => smtp.send(outgoing))
+  const closed = await deliveryFailure(() => smtp.send(outgoing))
   t.equal(closed.error.kind, 'connection', 'send after close fails')
 })
 
@@ -142,12 +114,12 @@ t.test('authenticates with the credentials of the URL', async (t) => {
   t.equal(peer.received.length, 1, 'accepted with the right password')
 
   const bad = transport(t, `smtp://mailer:wrong-secret@127.0.0.1:${peer.port}?tls=off`)
-  const { error } = await failure(() => bad.send(message()))
+  const { error } = await deliveryFailure(() => bad.send(message()))
   t.equal(error.kind, 'rejected', 'a wrong password is a rejection')
   t.notMatch(error.message, 'wrong-secret', 'no password in the error')
 
   const anonymous = transport(t, `smtp://127.0.0.1:${peer.port}?tls=off`)
-  const refused = await failure(() => anonymous.send(message()))
+  const refused = await deliveryFailure(() => anonymous.send(message()))
   t.equal(refused.error.kind, 'rejected', 'no credentials where AUTH is required')
   t.equal(peer.received.length, 1)
 })
@@ -167,7 +139,7 @@ t.test('SMTP replies map to delivery failure kinds', async (t) => {
       }
     })
     const smtp = transport(t, `smtp://127.0.0.1:${peer.port}?tls=off`)
-    const { error } = await failure(() => smtp.send(message()))
+    const { error } = await deliveryFailure(() => smtp.send(message()))
     t.equal(error.kind, kind, `${responseCode} -> ${kind}`)
     t.match(error.message, String(responseCode), `${responseCode}: carries the reply code`)
     t.notMatch(error.message, 'person@example.com', `${responseCode}: no recipient in the message`)
@@ -182,7 +154,7 @@ t.test('SMTP replies map to delivery failure kinds', async (t) => {
     }
   })
   const smtp = transport(t, `smtp://127.0.0.1:${busy.port}?tls=off`)
-  const { error } = await failure(() => smtp.send(message()))
+  const { error } = await deliveryFailure(() => smtp.send(message()))
   t.equal(error.kind, 'throttled', '421 at the greeting is throttling')
 })
 
@@ -190,7 +162,7 @@ t.test('TLS is required unless the URL says tls=off', async (t) => {
   // The peer offers no STARTTLS: a plain smtp:// URL must refuse to send in clear text.
   const peer = await startSmtp(t)
   const smtp = transport(t, `smtp://127.0.0.1:${peer.port}`)
-  const { error } = await failure(() => smtp.send(message()))
+  const { error } = await deliveryFailure(() => smtp.send(message()))
   t.equal(error.kind, 'connection')
   t.equal(peer.received.length, 0, 'nothing was sent in clear text')
 })
@@ -198,7 +170,7 @@ t.test('TLS is required unless the URL says tls=off', async (t) => {
 t.test('a closed port fails fast as a connection error', async (t) => {
   const port = await freePort()
   const smtp = transport(t, `smtp://127.0.0.1:${port}?tls=off`)
-  const { error, elapsed } = await failure(() => smtp.send(message()))
+  const { error, elapsed } = await deliveryFailure(() => smtp.send(message()))
   t.equal(error.kind, 'connection')
   t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)
 })
@@ -207,7 +179,7 @@ t.test('a peer that accepts and never greets times out within the bound', async 
   for (const pool of [true, false]) {
     const port = await startSilentPeer(t)
     const smtp = transport(t, `smtp://127.0.0.1:${port}?tls=off`, pool)
-    const { error, elapsed } = await failure(() => smtp.send(message()))
+    const { error, elapsed } = await deliveryFailure(() => smtp.send(message()))
     t.equal(error.kind, 'timeout', `pool=${pool}`)
     t.ok(elapsed >= TIMEOUT_MS - 100, `pool=${pool}: did not give up early (${Math.round(elapsed)} ms)`)
     t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `pool=${pool}: failed in ${Math.round(elapsed)} ms`)
@@ -218,7 +190,7 @@ t.test('a peer that answers every command slowly hits the per-send deadline', as
   for (const pool of [true, false]) {
     const port = await startTricklingPeer(t, TIMEOUT_MS * 0.6)
     const smtp = transport(t, `smtp://127.0.0.1:${port}?tls=off`, pool)
-    const { error, elapsed } = await failure(() => smtp.send(message()))
+    const { error, elapsed } = await deliveryFailure(() => smtp.send(message()))
     t.equal(error.kind, 'timeout', `pool=${pool}`)
     t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `pool=${pool}: failed in ${Math.round(elapsed)} ms`)
   }

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
 import { SMTPServer, type SMTPServerOptions } from 'smtp-server'
 import { simpleParser, type ParsedMail } from 'mailparser'
+import { DeliveryError } from '../../lib/mail/transport.js'
 import { freePort } from './redis.js'
 
 const CLI = fileURLToPath(new URL('../../node_modules/aws-ses-v2-local/dist/cli.js', import.meta.url))
@@ -92,13 +93,17 @@ export async function startSmtp (t: Test, options: Partial<SMTPServerOptions> = 
   return { port, received, connections: () => connections }
 }
 
-/** A TCP peer that accepts connections and never says a word. */
-export async function startSilentPeer (t: Test): Promise<number> {
+/**
+ * A raw TCP peer on a free loopback port: `onConnection` decides what it says, if anything.
+ * Every socket is destroyed when the test ends.
+ */
+export async function startTcpPeer (t: Test, onConnection: (socket: Socket) => void = () => {}): Promise<number> {
   const sockets = new Set<Socket>()
   const server = createTcpServer((socket) => {
     sockets.add(socket)
     socket.on('error', () => {})
     socket.on('close', () => sockets.delete(socket))
+    onConnection(socket)
   })
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
@@ -112,3 +117,19 @@ export async function startSilentPeer (t: Test): Promise<number> {
   return address.port
 }
 
+/** A TCP peer that accepts connections and never says a word. */
+export async function startSilentPeer (t: Test): Promise<number> {
+  return await startTcpPeer(t)
+}
+
+/** Runs fn and returns the DeliveryError it rejects with, and how long that took. */
+export async function deliveryFailure (fn: () => Promise<void>): Promise<{ error: DeliveryError, elapsed: number }> {
+  const started = performance.now()
+  try {
+    await fn()
+  } catch (error) {
+    if (error instanceof DeliveryError) return { error, elapsed: performance.now() - started }
+    throw error
+  }
+  throw new Error('expected a DeliveryError')
+}
