@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
 import cors from '@fastify/cors'
-import helmet from '@fastify/helmet'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
 import { errorCatalog } from './lib/errors.js'
@@ -16,6 +15,7 @@ import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
 import redisPlugin from './plugins/redis.js'
+import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantQuotaPlugin from './plugins/tenant-quota.js'
 import tenantsPlugin from './plugins/tenants.js'
@@ -74,7 +74,7 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
 
 async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
   await fastify.register(configPlugin, { config: options.config })
-  await fastify.register(helmet, { contentSecurityPolicy: { directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } } })
+  await fastify.register(securityHeadersPlugin)
   await fastify.register(cors, {
     // Preflights are answered for any well-formed origin; the key's allow-list is enforced on
     // the real request, where the key is known.
