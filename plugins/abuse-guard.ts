@@ -69,14 +69,16 @@ export default fp(async function abuseGuardPlugin (fastify) {
 
   fastify.decorateRequest('velocityBuckets', null)
 
-  fastify.addHook('onRequest', async function blockListedSources (request) {
-    const source = normalizeAddress(request.ip)
-    if (source !== null && blocklists.match(source) !== null) throw apiError('SOURCE_BLOCKED')
-  })
+  if (blocklists.status().length > 0) {
+    fastify.addHook('onRequest', (request, _reply, done) => {
+      const source = normalizeAddress(request.ip)
+      done(source !== null && blocklists.match(source) !== null ? apiError('SOURCE_BLOCKED') : undefined)
+    })
+  }
 
-  fastify.addHook('preHandler', async function tenantBlockedNetworks (request) {
+  fastify.addHook('preHandler', (request, _reply, done) => {
     const networks = request.auth?.tenant.blockedNetworks
-    if (networks !== null && networks !== undefined && networks.has(request.ip)) throw apiError('SOURCE_BLOCKED')
+    done(networks !== null && networks !== undefined && networks.has(request.ip) ? apiError('SOURCE_BLOCKED') : undefined)
   })
 
   async function enforce (request: FastifyRequest, reply: FastifyReply, names: Limiter[], lockout?: Promise<{ count: number, resetMs: number }>): Promise<void> {

@@ -30,6 +30,10 @@ function isFinal (statusCode: number): boolean {
   return statusCode === 502 || (statusCode < 500 && statusCode !== 409 && statusCode !== 429)
 }
 
+function toArray<T> (value: T | T[] | undefined): T[] {
+  return value === undefined ? [] : Array.isArray(value) ? value : [value]
+}
+
 function canonicalJson (value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
   if (value !== null && typeof value === 'object') {
@@ -51,9 +55,9 @@ export default fp(async function idempotencyPlugin (fastify) {
 
   fastify.decorateRequest('idempotency', null)
 
-  fastify.addHook('preHandler', async function claimIdempotencyKey (request: FastifyRequest, reply: FastifyReply) {
+  async function claimIdempotencyKey (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const header = request.headers['idempotency-key']
-    if (request.routeOptions.config.idempotent !== true || header === undefined || request.auth === null) return
+    if (header === undefined || request.auth === null) return
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
@@ -68,9 +72,9 @@ export default fp(async function idempotencyPlugin (fastify) {
         .send(claim.response.body)
     }
     request.idempotency = { scope, key: header, fingerprint }
-  })
+  }
 
-  fastify.addHook('onSend', async function recordIdempotentAnswer (request, reply, payload) {
+  async function recordIdempotentAnswer (request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
     const claim = request.idempotency
     if (claim === null) return payload
     request.idempotency = null
@@ -90,5 +94,12 @@ export default fp(async function idempotencyPlugin (fastify) {
       request.log.warn({ err: error }, 'could not record the idempotent answer')
     }
     return payload
+  }
+
+  // Hooks on the routes that ask for them only, so other routes pay nothing.
+  fastify.addHook('onRoute', (route) => {
+    if (route.config?.idempotent !== true) return
+    route.preHandler = [...toArray(route.preHandler), claimIdempotencyKey]
+    route.onSend = [...toArray(route.onSend), recordIdempotentAnswer]
   })
 }, { name: 'idempotency', dependencies: ['config', 'redis'], fastify: '5.x' })
