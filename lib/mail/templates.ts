@@ -26,7 +26,15 @@ export interface LocaleTemplate {
  * languages: French treats 0 as singular, English does not.
  */
 function countOf (locale: Locale, count: number, one: string, other: string): string {
-  return `${count} ${new Intl.PluralRules(locale).select(count) === 'one' ? one : other}`
+  return `${count} ${pluralRules[locale].select(count) === 'one' ? one : other}`
+}
+
+// Built once: constructing Intl.PluralRules costs more than rendering a whole message.
+const pluralRules: Readonly<Record<Locale, Intl.PluralRules>> = {
+  en: new Intl.PluralRules('en'),
+  fr: new Intl.PluralRules('fr'),
+  de: new Intl.PluralRules('de'),
+  es: new Intl.PluralRules('es')
 }
 
 export const TEMPLATES: Readonly<Record<Locale, LocaleTemplate>> = {
