@@ -46,16 +46,24 @@ export class MemoryGuessCounter implements GuessCounter {
   }
 }
 
+// INCR, and on the first failure of a window set its end: one command instead of a MULTI.
+const RECORD_FAILURE = `
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return count`
+
+type CounterClient = RedisClient & { emailOtpRecordFailure: (key: string, windowMs: number) => Promise<number> }
+
 export class RedisGuessCounter implements GuessCounter {
-  readonly #client: RedisClient
+  readonly #client: CounterClient
 
   constructor (client: RedisClient) {
-    this.#client = client
+    client.defineCommand('emailOtpRecordFailure', { numberOfKeys: 1, lua: RECORD_FAILURE })
+    this.#client = client as CounterClient
   }
 
   async recordFailure (key: string, windowMs: number): Promise<void> {
-    // PEXPIRE NX: only the first failure of a window sets its end.
-    await storeCall('guess counter write', async () => await this.#client.multi().incr(key).pexpire(key, windowMs, 'NX').exec())
+    await storeCall('guess counter write', async () => await this.#client.emailOtpRecordFailure(key, windowMs))
   }
 
   async failures (key: string): Promise<{ count: number, resetMs: number }> {
