@@ -1,0 +1,418 @@
+/*
+ * Throughput and latency of email-otp against a bare Fastify route (the ceiling) and a
+ * hand-rolled Express peer, then a concurrency curve and a keyspace-size curve on Redis.
+ * `npm run bench`; see bench/README.md. Every process it needs is its own: a private
+ * redis-server, the service twice (Redis and in-memory stores), the bare route and the peer,
+ * each on a free loopback port, all stopped at the end, on error and on Ctrl-C.
+ */
+import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs'
+import { cpus, release, tmpdir, totalmem, type } from 'node:os'
+import { join } from 'node:path'
+import { randomBytes, randomInt } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
+import { generateKey, hashKey } from '../lib/keys.js'
+import { freePort, startRedis } from '../test/support/redis.js'
+import { peerCodeDigest, peerTokenKey } from './peers/express-otp.js'
+import { Resources, cpuSeconds, startNodeChild, type NodeChild } from './support/children.js'
+import { runLoad, type LoadResult } from './support/load.js'
+import { BASE_ENV, ROOT, benchTenant, dispatchRequest, nextAddress, startService, verifyRequests, type Service, type Token } from './support/service.js'
+import { loadTokens } from './support/tokens.js'
+
+const MAIN_CONNECTIONS = 50
+const MAIN_SECONDS = 5
+const WARMUP_SECONDS = 2
+const CURVE_CONNECTIONS = [1, 10, 50, 200]
+const CURVE_SECONDS = 3
+const CURVE_WARMUP_SECONDS = 1
+const PRELOADS = [0, 100_000, 1_000_000]
+/**
+ * Verify pools are sized from the rate of the warm-up just before, with this to spare: a
+ * run right after a batch of dispatches often goes faster than its warm-up did, and every
+ * run must last its full time.
+ */
+const POOL_MARGIN = 1.5
+const PEER_CODE_TTL_SECONDS = 600
+
+const TARGETS = { verifyVsBare: 0.60, dispatchVsBare: 0.45, p99Ms: 10, vsExpress: 3 }
+
+interface Target {
+  name: string
+  url: string
+  headers: Record<string, string>
+  /** The target's process, whose CPU time is read around every measured run. */
+  pid: number
+  /** Whether the target works on the shared redis-server, whose CPU time then counts too. */
+  onRedis: boolean
+}
+
+/** A target with OTP endpoints, and how to obtain real, unused codes for its verify. */
+interface OtpTarget extends Target {
+  issue: (count: number) => Promise<Token[]>
+}
+
+interface Measured extends LoadResult {
+  /** CPU microseconds per answer spent by the target's process; null where /proc is missing. */
+  cpuMicros: number | null
+  /** The same for redis-server, for targets on Redis. */
+  redisCpuMicros: number | null
+}
+
+interface Row {
+  group: 'main' | 'connections' | 'preloaded'
+  target: string
+  connections: number
+  /** Keys in Redis when the run started (preloaded group only). */
+  keys?: number
+  result: Measured
+}
+
+/** Runs `run` and adds the CPU time the target (and Redis) spent on it, per answer. */
+type Meter = (target: Target, run: () => Promise<LoadResult>) => Promise<Measured>
+
+function cpuMeter (client: Redis): Meter {
+  const redisCpu = async (): Promise<number> => {
+    const info = await client.info('cpu')
+    return Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1]) + Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1])
+  }
+  return async (target, run) => {
+    const processBefore = cpuSeconds(target.pid)
+    const redisBefore = target.onRedis ? await redisCpu() : null
+    const result = await run()
+    const processAfter = cpuSeconds(target.pid)
+    const redisAfter = target.onRedis ? await redisCpu() : null
+    const perAnswer = (before: number | null, after: number | null): number | null =>
+      before === null || after === null || result.requests === 0 ? null : (after - before) * 1e6 / result.requests
+    return { ...result, cpuMicros: perAnswer(processBefore, processAfter), redisCpuMicros: perAnswer(redisBefore, redisAfter) }
+  }
+}
+
+/** Preparation runs must be clean; a measured run is reported whatever it met. */
+function assertClean (result: LoadResult, what: string): void {
+  if (result.unexpected > 0 || result.errors > 0) {
+    throw new Error(`${what}: ${result.unexpected} unexpected answers and ${result.errors} errors (statuses ${JSON.stringify(result.statuses)})`)
+  }
+}
+
+async function measureDispatch (meter: Meter, target: Target, connections: number, seconds: number, warmup: number): Promise<Measured> {
+  const spec = { url: target.url, path: '/otp/request', headers: target.headers, connections, next: dispatchRequest }
+  await runLoad({ ...spec, seconds: warmup })
+  return await meter(target, async () => await runLoad({ ...spec, seconds }))
+}
+
+/**
+ * Verify needs one unused code per request, so its runs are sized by request count: a short
+ * calibration run gives a first rate, a warm-up of `warmup` seconds a better one, and the
+ * measured pool holds rate × seconds × POOL_MARGIN codes.
+ */
+async function measureVerify (meter: Meter, target: OtpTarget, connections: number, seconds: number, warmup: number): Promise<Measured> {
+  const verify = async (tokens: Token[]): Promise<LoadResult> => await runLoad({
+    url: target.url, path: '/otp/verify', headers: target.headers, connections, amount: tokens.length, next: verifyRequests(tokens)
+  })
+  // autocannon refuses a run of fewer requests than connections.
+  const pool = async (count: number): Promise<Token[]> => await target.issue(Math.max(2 * connections, Math.ceil(count)))
+  const calibration = await verify(await pool(Math.max(1000, 20 * connections)))
+  assertClean(calibration, `${target.name}: verify calibration`)
+  const warm = await verify(await pool(calibration.rps * warmup))
+  const measuredPool = await pool(warm.rps * seconds * POOL_MARGIN)
+  return await meter(target, async () => await verify(measuredPool))
+}
+
+interface DispatchAnswer { data: { requestId: string } }
+
+const MAIL_HEADER = '----- email-otp log mailer'
+
+/**
+ * Codes for verify, the way a developer reads them with the log mailer: dispatch with the
+ * live key to fresh addresses, then pair each address's requestId (from the answer) with the
+ * code printed in its message. The service's stdout is a file opened for appending, emptied
+ * before each batch.
+ */
+function codesFromMailLog (service: Service, liveKey: string): (count: number) => Promise<Token[]> {
+  return async (count) => {
+    truncateSync(service.mailLog, 0)
+    const requestIds = new Map<string, string>()
+    const result = await runLoad({
+      url: service.child.url,
+      path: '/otp/request',
+      headers: { authorization: `Bearer ${liveKey}` },
+      connections: MAIN_CONNECTIONS,
+      amount: count,
+      next: () => {
+        const email = nextAddress()
+        return { body: JSON.stringify({ email }), expected: 200, tag: email }
+      },
+      onResponse: (status, body, email) => {
+        if (status === 200 && email !== undefined) requestIds.set(email, (JSON.parse(body) as DispatchAnswer).data.requestId)
+      }
+    })
+    assertClean(result, `${service.child.name}: issuing ${count} codes`)
+    const tokens: Token[] = []
+    for (const message of readFileSync(service.mailLog, 'utf8').split(MAIL_HEADER)) {
+      const to = /^To: (\S+)$/m.exec(message)?.[1]
+      // The code is the only 6-digit number of the body, which follows the first blank line.
+      const code = /\n\n[\s\S]*?\b(\d{6})\b/.exec(message)?.[1]
+      const requestId = to === undefined ? undefined : requestIds.get(to)
+      if (requestId !== undefined && code !== undefined) tokens.push({ requestId, code })
+    }
+    if (tokens.length !== count) throw new Error(`${service.child.name}: found ${tokens.length} of ${count} codes in the mail log`)
+    return tokens
+  }
+}
+
+/**
+ * The peer mails codes into a sink, so its verify pool is written straight into its Redis
+ * keys, in its own format: what its dispatch would have stored.
+ */
+function seededPeerCodes (client: Redis): (count: number) => Promise<Token[]> {
+  return async (count) => {
+    const tokens: Token[] = []
+    const pipeline = client.pipeline()
+    for (let i = 0; i < count; i++) {
+      const token = { requestId: 'otp_' + randomBytes(18).toString('base64url'), code: randomInt(0, 1_000_000).toString().padStart(6, '0') }
+      pipeline.set(peerTokenKey(token.requestId), peerCodeDigest(token.code), 'EX', PEER_CODE_TTL_SECONDS)
+      tokens.push(token)
+    }
+    await pipeline.exec()
+    return tokens
+  }
+}
+
+/** Warn when other work takes more than this share of the machine's CPU before or after the run. */
+const BUSY_MACHINE = 0.2
+
+/**
+ * Share of the machine's CPU time (all cores) spent busy during one second, from /proc/stat;
+ * null where /proc is missing. Taken while the benchmark's own processes are idle, it is
+ * what other work takes from the targets and the load generator.
+ */
+async function machineBusy (): Promise<number | null> {
+  const sample = (): number[] | null => {
+    try {
+      // "cpu  user nice system idle iowait irq softirq steal …", in clock ticks.
+      return readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]?.trim().split(/\s+/).slice(1, 9).map(Number) ?? null
+    } catch {
+      return null
+    }
+  }
+  const before = sample()
+  await sleep(1000)
+  const after = sample()
+  if (before === null || after === null) return null
+  const delta = after.map((value, index) => value - (before[index] ?? 0))
+  const total = delta.reduce((sum, value) => sum + value, 0)
+  const idle = (delta[3] ?? 0) + (delta[4] ?? 0)
+  return total > 0 ? 1 - idle / total : null
+}
+
+const number = (value: number, digits = 0): string => value.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+const micros = (value: number | null): string => value === null ? '-' : number(value)
+/** CPU per answer of the target and of Redis together. */
+const totalCpu = (result: Measured): number | null => result.cpuMicros === null ? null : result.cpuMicros + (result.redisCpuMicros ?? 0)
+
+function label (row: Row): string {
+  if (row.group === 'connections') return `${row.target} c=${row.connections}`
+  if (row.group === 'preloaded') return `${row.target}, ${number(row.keys ?? 0)} keys`
+  return row.target
+}
+
+function non2xx (result: LoadResult): number {
+  return Object.entries(result.statuses).reduce((sum, [status, count]) => status.startsWith('2') ? sum : sum + count, 0)
+}
+
+/** 5xx and 429 mean the service failed or refused: the figures do not measure its work. */
+function problems (row: Row): string[] {
+  const found: string[] = []
+  const failed = Object.entries(row.result.statuses).filter(([status]) => Number(status) >= 500 || status === '429')
+  if (failed.length > 0) found.push(`INVALID run: ${label(row)}: ${failed.map(([status, count]) => `${count} × ${status}`).join(', ')}`)
+  if (row.result.unexpected > 0) found.push(`${label(row)}: ${row.result.unexpected} answers with an unexpected status ${JSON.stringify(row.result.statuses)}`)
+  if (row.result.errors > 0) found.push(`${label(row)}: ${row.result.errors} connection errors or timeouts`)
+  return found
+}
+
+function table (rows: readonly Row[], bare: Measured): string[] {
+  const bareCpu = totalCpu(bare)
+  const header = ['target', 'conns', 'keys', 'req/s', 'p50 ms', 'p99 ms', '× bare', 'cpu µs', 'redis µs', 'cpu × bare', 'non-2xx', 'unexpected', 'secs']
+  const cells = rows.map(({ connections, keys, result, target }) => {
+    const cpu = totalCpu(result)
+    return [
+      target,
+      String(connections),
+      keys === undefined ? '' : number(keys),
+      number(result.rps),
+      number(result.p50, 2),
+      number(result.p99, 2),
+      (result.rps / bare.rps).toFixed(2),
+      micros(result.cpuMicros),
+      micros(result.redisCpuMicros),
+      cpu === null || bareCpu === null ? '-' : (bareCpu / cpu).toFixed(2),
+      number(non2xx(result)),
+      number(result.unexpected + result.errors),
+      result.seconds.toFixed(1)
+    ]
+  })
+  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => (line[column] ?? '').length)))
+  const format = (line: string[]): string => line.map((cell, column) => column === 0 ? cell.padEnd(widths[column] ?? 0) : cell.padStart(widths[column] ?? 0)).join('  ')
+  const lines = [format(header), widths.map((width) => '-'.repeat(width)).join('  ')]
+  for (const [index, line] of cells.entries()) {
+    // A blank line between the three groups.
+    if (index > 0 && rows[index]?.group !== rows[index - 1]?.group) lines.push('')
+    lines.push(format(line))
+  }
+  return lines
+}
+
+async function main (resources: Resources): Promise<void> {
+  const started = Date.now()
+  const busyAtStart = await machineBusy()
+  const dir = mkdtempSync(join(tmpdir(), 'email-otp-bench-'))
+  resources.add(async () => { rmSync(dir, { recursive: true, force: true }) })
+
+  const redis = await startRedis()
+  resources.add(redis.stop)
+  const client = new Redis(redis.url)
+  resources.add(async () => { client.disconnect() })
+  const meter = cpuMeter(client)
+
+  const tenant = benchTenant(dir)
+  const peerKey = generateKey('secret', 'live')
+  async function startScript (name: string, script: string, env: Record<string, string>): Promise<NodeChild> {
+    const port = await freePort()
+    const child = await startNodeChild({
+      name, args: [fileURLToPath(new URL(script, import.meta.url))], cwd: ROOT, env: { ...BASE_ENV, ...env, PORT: String(port) }, port, stdout: 'ignore', readyPath: '/'
+    })
+    resources.add(child.stop)
+    return child
+  }
+
+  process.stderr.write('starting redis-server, email-otp (Redis), email-otp (memory), bare route, Express peer\n')
+  const withRedis = await startService(resources, { name: 'email-otp (Redis)', dir, env: { ...tenant.env, REDIS_URL: redis.url } })
+  const inMemory = await startService(resources, { name: 'email-otp (memory)', dir, env: tenant.env })
+  const bareChild = await startScript('bare route', './bare.js', {})
+  const peer = await startScript('Express peer', './peers/express-otp.js', { REDIS_URL: redis.url, PEER_KEY_SHA256: hashKey(peerKey) })
+
+  const otpTarget = (name: string, service: Service, onRedis: boolean): OtpTarget => ({
+    name, url: service.child.url, headers: { authorization: `Bearer ${tenant.liveKey}` }, pid: service.child.pid, onRedis, issue: codesFromMailLog(service, tenant.liveKey)
+  })
+  const bareTarget: Target = { name: 'bare route', url: bareChild.url, headers: {}, pid: bareChild.pid, onRedis: false }
+  const redisTarget = otpTarget('email-otp (Redis)', withRedis, true)
+  const memoryTarget = otpTarget('email-otp (memory)', inMemory, false)
+  const peerTarget: OtpTarget = { name: 'Express peer', url: peer.url, headers: { authorization: `Bearer ${peerKey}` }, pid: peer.pid, onRedis: true, issue: seededPeerCodes(client) }
+
+  const rows: Row[] = []
+  const record = (row: Row): Measured => {
+    rows.push(row)
+    const { rps, p50, p99 } = row.result
+    process.stderr.write(`  ${label(row).padEnd(44)} ${number(rps).padStart(8)} req/s  p50 ${number(p50, 2)} ms  p99 ${number(p99, 2)} ms\n`)
+    return row.result
+  }
+
+  process.stderr.write(`\n${MAIN_CONNECTIONS} connections, ${WARMUP_SECONDS} s warm-up, ${MAIN_SECONDS} s measured\n`)
+  const main = new Map<string, Measured>()
+  const recordMain = (target: string, result: Measured): void => { main.set(target, record({ group: 'main', target, connections: MAIN_CONNECTIONS, result })) }
+  recordMain('bare route', await measureDispatch(meter, bareTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS))
+  for (const target of [redisTarget, memoryTarget, peerTarget]) {
+    recordMain(`${target.name} dispatch`, await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS))
+    recordMain(`${target.name} verify`, await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS))
+  }
+
+  process.stderr.write(`\nemail-otp (Redis) by connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
+  for (const connections of CURVE_CONNECTIONS) {
+    record({ group: 'connections', target: 'email-otp (Redis) dispatch', connections, result: await measureDispatch(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+    record({ group: 'connections', target: 'email-otp (Redis) verify', connections, result: await measureVerify(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+  }
+
+  process.stderr.write(`\nemail-otp (Redis) by live tokens preloaded, ${MAIN_CONNECTIONS} connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
+  for (const preloaded of PRELOADS) {
+    await client.flushdb()
+    await loadTokens(client, preloaded)
+    const keys = await client.dbsize()
+    record({ group: 'preloaded', target: 'email-otp (Redis) dispatch', connections: MAIN_CONNECTIONS, keys, result: await measureDispatch(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+    record({ group: 'preloaded', target: 'email-otp (Redis) verify', connections: MAIN_CONNECTIONS, keys, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+  }
+
+  const result = (name: string): Measured => {
+    const found = main.get(name)
+    if (found === undefined) throw new Error(`no run named ${name}`)
+    return found
+  }
+  const bare = result('bare route')
+  const vsExpress = (['dispatch', 'verify'] as const).map((endpoint) => {
+    const ours = result(`email-otp (Redis) ${endpoint}`)
+    const theirs = result(`Express peer ${endpoint}`)
+    return { endpoint, throughput: ours.rps / theirs.rps, p99: { ours: ours.p99, express: theirs.p99 }, cpuMicros: { ours: totalCpu(ours), express: totalCpu(theirs) } }
+  })
+  const targets: Array<{ target: string, value: string, pass: boolean }> = []
+  for (const store of ['Redis', 'memory']) {
+    const dispatch = result(`email-otp (${store}) dispatch`)
+    const verify = result(`email-otp (${store}) verify`)
+    targets.push({ target: `verify (${store}) ≥ ${TARGETS.verifyVsBare.toFixed(2)} × bare`, value: `${(verify.rps / bare.rps).toFixed(2)} × bare`, pass: verify.rps >= TARGETS.verifyVsBare * bare.rps })
+    targets.push({ target: `dispatch (${store}) ≥ ${TARGETS.dispatchVsBare.toFixed(2)} × bare`, value: `${(dispatch.rps / bare.rps).toFixed(2)} × bare`, pass: dispatch.rps >= TARGETS.dispatchVsBare * bare.rps })
+    for (const [endpoint, measured] of [['dispatch', dispatch], ['verify', verify]] as const) {
+      targets.push({ target: `${endpoint} (${store}) p99 ≤ ${TARGETS.p99Ms} ms`, value: `${number(measured.p99, 2)} ms`, pass: measured.p99 <= TARGETS.p99Ms })
+    }
+  }
+  for (const ratio of vsExpress) {
+    targets.push({
+      target: `${ratio.endpoint} (Redis) ≥ ${TARGETS.vsExpress}× Express at lower p99`,
+      value: `${ratio.throughput.toFixed(2)}×, p99 ${number(ratio.p99.ours, 2)} vs ${number(ratio.p99.express, 2)} ms`,
+      pass: ratio.throughput >= TARGETS.vsExpress && ratio.p99.ours < ratio.p99.express
+    })
+  }
+  const cpuList = cpus()
+  const busy = { atStart: busyAtStart, atEnd: await machineBusy() }
+  const warnings = rows.flatMap(problems)
+  for (const [when, share] of Object.entries(busy)) {
+    if (share !== null && share > BUSY_MACHINE) warnings.push(`other work used ${(100 * share).toFixed(0)}% of the machine's CPU ${when === 'atStart' ? 'before the runs' : 'after them'}: figures are low and noisy`)
+  }
+  const machine = {
+    cpu: cpuList[0]?.model ?? 'unknown',
+    cores: cpuList.length,
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    os: `${type()} ${release()}`,
+    node: process.version,
+    redis: /redis_version:(\S+)/.exec(await client.info('server'))?.[1] ?? 'unknown',
+    /** Share of all cores busy with other work, in the second before the runs and after them. */
+    busy
+  }
+  const percent = (share: number | null): string => share === null ? 'unknown' : `${(100 * share).toFixed(0)}%`
+
+  const targetWidth = Math.max(...targets.map(({ target }) => target.length))
+  const out = [
+    '',
+    ...table(rows, bare),
+    '',
+    'email-otp (Redis) / Express peer',
+    ...vsExpress.map(({ endpoint, throughput, p99, cpuMicros }) =>
+      `  ${endpoint.padEnd(8)}  ${throughput.toFixed(2)}× throughput, p99 ${number(p99.ours, 2)} ms vs ${number(p99.express, 2)} ms, CPU with Redis ${micros(cpuMicros.ours)} µs vs ${micros(cpuMicros.express)} µs per request`),
+    '',
+    `targets (${MAIN_CONNECTIONS} connections)`,
+    ...targets.map(({ target, value, pass }) => `  ${pass ? 'PASS' : 'MISS'}  ${target.padEnd(targetWidth)}  ${value}`),
+    ...(warnings.length === 0 ? [] : ['', 'WARNINGS', ...warnings.map((warning) => `  ${warning}`)]),
+    '',
+    `${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, ${machine.os}, node ${machine.node}, redis ${machine.redis}`,
+    `machine busy with other work: ${percent(busy.atStart)} before the runs, ${percent(busy.atEnd)} after; ${((Date.now() - started) / 1000).toFixed(0)} s in all; written to bench/results.json`
+  ]
+  process.stdout.write(out.join('\n') + '\n')
+
+  writeFileSync(join(ROOT, 'bench', 'results.json'), JSON.stringify({
+    date: new Date(started).toISOString(),
+    machine,
+    settings: { mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
+    runs: rows.map((row) => ({ group: row.group, target: row.target, connections: row.connections, ...(row.keys === undefined ? {} : { keys: row.keys }), ...row.result, ratioToBare: row.result.rps / bare.rps })),
+    vsExpress,
+    targets,
+    warnings
+  }, null, 2) + '\n')
+}
+
+const resources = new Resources()
+try {
+  await main(resources)
+} catch (error) {
+  process.stderr.write(`bench failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
+  process.exitCode = 1
+} finally {
+  await resources.close()
+}
