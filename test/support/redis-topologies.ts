@@ -83,7 +83,8 @@ async function spawnRedis (port: number, extraArgs: string[], sentinelConf?: str
   }
 
   async function start (): Promise<void> {
-    const current = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    // A replica writes the snapshot it receives from its primary into its working directory.
+    const current = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: tmpdir() })
     child = current
     running.add(current)
     current.once('exit', () => running.delete(current))
