@@ -1,11 +1,10 @@
 import t, { type Test } from 'tap'
-import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import type { IdempotencyStore, StoredResponse } from '../lib/idempotency/idempotency-store.js'
 import { MemoryIdempotencyStore } from '../lib/idempotency/memory-idempotency-store.js'
 import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
-import { redisTestOptions, startRedis } from './support/redis.js'
+import { redisTestOptions, startRedis, connectFailFast } from './support/redis.js'
 
 const TTL = 60_000
 const LOCK = 30_000
@@ -156,15 +155,6 @@ t.test('MemoryIdempotencyStore', async (t) => {
   })
 })
 
-async function connect (url: string): Promise<Redis> {
-  // The options the service uses: fail a command instead of queueing it while disconnected.
-  const client = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false })
-  // Without a listener ioredis logs every failed reconnect; the tests assert on rejections.
-  client.on('error', () => {})
-  if (client.status !== 'ready') await once(client, 'ready')
-  return client
-}
-
 t.test('RedisIdempotencyStore', redisTestOptions(), async (t) => {
   const server = await startRedis()
   const clients: Redis[] = []
@@ -172,8 +162,8 @@ t.test('RedisIdempotencyStore', redisTestOptions(), async (t) => {
     for (const client of clients) client.disconnect()
     await server.stop()
   })
-  const client = await connect(server.url)
-  const other = await connect(server.url)
+  const client = await connectFailFast(server.url)
+  const other = await connectFailFast(server.url)
   clients.push(client, other)
 
   idempotencyStoreSuite(t, () => new RedisIdempotencyStore(client))

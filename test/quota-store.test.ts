@@ -1,11 +1,10 @@
 import t, { type Test } from 'tap'
-import { once } from 'node:events'
 import { Redis } from 'ioredis'
 import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import type { QuotaStore } from '../lib/quota/quota-store.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
 import { currentWindow, parseWindow, type QuotaWindow } from '../lib/quota/window.js'
-import { redisTestOptions, startRedis } from './support/redis.js'
+import { redisTestOptions, startRedis, connectFailFast } from './support/redis.js'
 
 function window (spec: string): QuotaWindow {
   const parsed = parseWindow(spec)
@@ -180,15 +179,6 @@ t.test('MemoryQuotaStore', async (t) => {
   })
 })
 
-async function connect (url: string): Promise<Redis> {
-  // The options the service uses: fail a command instead of queueing it while disconnected.
-  const client = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false })
-  // Without a listener ioredis logs every failed reconnect; the tests assert on rejections.
-  client.on('error', () => {})
-  if (client.status !== 'ready') await once(client, 'ready')
-  return client
-}
-
 t.test('RedisQuotaStore', redisTestOptions(), async (t) => {
   const server = await startRedis()
   const clients: Redis[] = []
@@ -196,8 +186,8 @@ t.test('RedisQuotaStore', redisTestOptions(), async (t) => {
     for (const client of clients) client.disconnect()
     await server.stop()
   })
-  const client = await connect(server.url)
-  const other = await connect(server.url)
+  const client = await connectFailFast(server.url)
+  const other = await connectFailFast(server.url)
   clients.push(client, other)
 
   quotaStoreSuite(t, () => new RedisQuotaStore(client))

@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createServer } from 'node:net'
 import { once } from 'node:events'
+import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 /** Whether a redis-server binary can be started on this machine. */
@@ -78,4 +79,15 @@ export async function startRedis (extraArgs: string[] = []): Promise<RedisServer
 
   await start()
   return { port, url: `redis://127.0.0.1:${port}`, stop, start }
+}
+
+/**
+ * A client with the service's fail-fast options (a command fails instead of queueing while
+ * disconnected), once it is ready. Errors are swallowed: the tests assert on rejections.
+ */
+export async function connectFailFast (url: string): Promise<Redis> {
+  const client = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false })
+  client.on('error', () => {})
+  if (client.status !== 'ready') await once(client, 'ready')
+  return client
 }
