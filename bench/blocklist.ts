@@ -9,23 +9,13 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { IpRangeSet } from '../lib/net/ip-ranges.js'
 import { normalizeAddress } from '../lib/net/source-address.js'
+import { seededRandom } from '../test/support/random.js'
 
 const PREFIXES = 500_000
 const IPV6_SHARE = 0.2
 const PROBES = 1_000_000
 
-/** Seeded, so that runs compare like with like. */
-function mulberry32 (seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let z = state
-    z = Math.imul(z ^ (z >>> 15), z | 1)
-    z ^= z + Math.imul(z ^ (z >>> 7), z | 61)
-    return ((z ^ (z >>> 14)) >>> 0) / 4294967296
-  }
-}
-const random = mulberry32(20240501)
+const random = seededRandom(20240501)
 const int = (n: number): number => Math.floor(random() * n)
 
 function v4Text (value: number): string {

@@ -72,10 +72,11 @@ export default fp(async function metricsPlugin (fastify) {
   })
 
   fastify.decorate('metrics', metrics)
-  fastify.addHook('onResponse', async (request, reply) => {
+  fastify.addHook('onResponse', (request, reply, done) => {
     // The route pattern, never the raw URL: label values must stay few.
     const route = request.routeOptions.url ?? 'unmatched'
     requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    done()
   })
 
   const token = fastify.config.metricsToken

@@ -6,6 +6,7 @@ import type { Test } from 'tap'
 import app, { serverOptions } from '../app.js'
 import { parseConfig } from '../lib/config.js'
 import { generateKey, hashKey } from '../lib/keys.js'
+import { DEMO_SANDBOX_KEY } from '../lib/tenants.js'
 import type { TenantsFile } from '../schemas/tenants.js'
 
 /** Collects everything written to it, line by line. */
@@ -114,4 +115,19 @@ export function writeTenants (t: Test, mutate?: (file: TenantsFile) => void): { 
 
 export function bearer (key: string): Record<string, string> {
   return { authorization: `Bearer ${key}` }
+}
+
+/**
+ * Starts the app against a Redis topology that cannot be reached: start-up is bounded, the
+ * service is not ready, and requests answer 503 quickly (never hang, never 500).
+ */
+export async function assertStartsUnavailable (t: Test, env: Record<string, string>): Promise<void> {
+  const started = Date.now()
+  const { app } = await buildApp(t, { OTP_HMAC_KEYS: TEST_HMAC_KEYS, ...env })
+  t.ok(Date.now() - started < 5000, `boot took ${Date.now() - started} ms`)
+  t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 503, 'not ready')
+  const asked = Date.now()
+  const answer = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(DEMO_SANDBOX_KEY), payload: { email: 'a@example.com' } })
+  t.same([answer.statusCode, answer.json().code], [503, 'UNAVAILABLE'])
+  t.ok(Date.now() - asked < 3000, `answered in ${Date.now() - asked} ms`)
 }

@@ -1,6 +1,7 @@
 import t from 'tap'
 import ipaddr from 'ipaddr.js'
 import { IpRangeSet } from '../lib/net/ip-ranges.js'
+import { seededRandom } from './support/random.js'
 
 function build (entries: string[]): IpRangeSet {
   const { set, rejected } = IpRangeSet.fromEntries(entries)
@@ -160,18 +161,6 @@ t.test('lookups of non-addresses and empty sets answer false', async (t) => {
   t.notOk(empty.has('::1'))
 })
 
-/* A seeded generator, so that a failure can be replayed with the seed it prints. */
-function mulberry32 (seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let z = state
-    z = Math.imul(z ^ (z >>> 15), z | 1)
-    z ^= z + Math.imul(z ^ (z >>> 7), z | 61)
-    return ((z ^ (z >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 const V6_MAX = (1n << 128n) - 1n
 
 function v6Groups (value: bigint): number[] {
@@ -244,7 +233,7 @@ class NaiveReference {
 t.test('500,000 random prefixes agree with a naive reference', async (t) => {
   const seed = Number(process.env.IP_RANGES_SEED ?? Date.now() % 2 ** 31)
   t.comment(`seed ${seed} (replay with IP_RANGES_SEED=${seed})`)
-  const random = mulberry32(seed)
+  const random = seededRandom(seed)
   const int = (n: number): number => Math.floor(random() * n)
   // Sizes are drawn so that random probes hit about half the time and ranges often nest and
   // overlap: IPv6 lives in sixteen /32s (four heads, second group 0-3), IPv4 gets few short prefixes.

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from './helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, assertStartsUnavailable } from './helper.js'
 import { redisTestOptions, startRedis } from './support/redis.js'
 
 t.test('Redis outage: 503 fast, not ready, then recovery without a restart', redisTestOptions(), async (t) => {
@@ -47,10 +47,5 @@ t.test('Redis outage: 503 fast, not ready, then recovery without a restart', red
 t.test('start-up with Redis down: the service starts, is not ready, answers 503', redisTestOptions(), async (t) => {
   const redis = await startRedis()
   await redis.stop()
-  const { app } = await buildApp(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
-  const readyz = await app.inject({ method: 'GET', url: '/readyz' })
-  t.equal(readyz.statusCode, 503)
-  const answer = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer('sk_test_DemoSandboxKeyForLocalUseOnly000000000'), payload: { email: 'a@example.com' } })
-  t.equal(answer.statusCode, 503)
-  t.equal(answer.json().code, 'UNAVAILABLE')
+  await assertStartsUnavailable(t, { REDIS_URL: redis.url })
 })

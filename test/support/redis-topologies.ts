@@ -5,12 +5,10 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { freePort, redisTestOptions } from './redis.js'
+import { freePort, redisTestOptions, requireBinary } from './redis.js'
 
 /** Whether redis-cli (which creates clusters) can be run on this machine. */
 const redisCliAvailable: boolean = spawnSync('redis-cli', ['--version'], { stdio: 'ignore' }).status === 0
-
-let warned = false
 
 /**
  * Like redisTestOptions, for tests that also need redis-cli: skipped loudly without it, a
@@ -18,18 +16,7 @@ let warned = false
  */
 export function topologyTestOptions (): { skip: string | false } {
   const server = redisTestOptions()
-  if (server.skip !== false || redisCliAvailable) return server
-  if (process.env.CI === 'true') {
-    throw new Error('redis-cli is not installed, and CI=true requires the Redis Cluster and Sentinel tests to run')
-  }
-  if (!warned) {
-    warned = true
-    process.stderr.write('\n' + '!'.repeat(78) + '\n' +
-      '!!  redis-cli not found: the Redis Cluster and Sentinel tests are SKIPPED.\n' +
-      '!!  Install it (apt-get install -y redis-server) to run the whole suite.\n' +
-      '!'.repeat(78) + '\n\n')
-  }
-  return { skip: 'redis-cli is not installed' }
+  return server.skip !== false ? server : requireBinary('redis-cli', redisCliAvailable, 'the Redis Cluster and Sentinel tests')
 }
 
 /** Polls until `check` holds; throws with `what` once `timeoutMs` has passed. */

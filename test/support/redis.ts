@@ -7,25 +7,30 @@ import { setTimeout as sleep } from 'node:timers/promises'
 /** Whether a redis-server binary can be started on this machine. */
 export const redisAvailable: boolean = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0
 
-let warned = false
+const warned = new Set<string>()
 
 /**
- * Options for a tap test that needs a real redis-server. Without the binary the test is
- * skipped with a loud warning, except under CI=true, where a missing Redis must fail the run.
+ * Tap options for tests that need `binary`: skipped with a loud warning when it is missing,
+ * except under CI=true, where a missing binary must fail the run.
  */
-export function redisTestOptions (): { skip: string | false } {
-  if (redisAvailable) return { skip: false }
+export function requireBinary (binary: string, available: boolean, tests: string): { skip: string | false } {
+  if (available) return { skip: false }
   if (process.env.CI === 'true') {
-    throw new Error('redis-server is not installed, and CI=true requires the Redis-backed tests to run')
+    throw new Error(`${binary} is not installed, and CI=true requires ${tests} to run`)
   }
-  if (!warned) {
-    warned = true
+  if (!warned.has(binary)) {
+    warned.add(binary)
     process.stderr.write('\n' + '!'.repeat(78) + '\n' +
-      '!!  redis-server not found: the Redis-backed tests are SKIPPED.\n' +
+      `!!  ${binary} not found: ${tests} are SKIPPED.\n` +
       '!!  Install it (apt-get install -y redis-server) to run the whole suite.\n' +
       '!'.repeat(78) + '\n\n')
   }
-  return { skip: 'redis-server is not installed' }
+  return { skip: `${binary} is not installed` }
+}
+
+/** Options for a tap test that needs a real redis-server. */
+export function redisTestOptions (): { skip: string | false } {
+  return requireBinary('redis-server', redisAvailable, 'the Redis-backed tests')
 }
 
 export async function freePort (host = '127.0.0.1'): Promise<number> {

@@ -1,0 +1,14 @@
+/**
+ * A tiny seeded generator (mulberry32), so that random test data and benchmark probes can be
+ * replayed from the seed they print; crypto randomness cannot be seeded.
+ */
+export function seededRandom (seed: number): () => number {
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let z = state
+    z = Math.imul(z ^ (z >>> 15), z | 1)
+    z ^= z + Math.imul(z ^ (z >>> 7), z | 61)
+    return ((z ^ (z >>> 14)) >>> 0) / 4294967296
+  }
+}
