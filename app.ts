@@ -7,6 +7,7 @@ import type { Config } from './lib/config.js'
 import { errorCatalog } from './lib/errors.js'
 import { parseOrigin } from './lib/tenants.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
+import admissionPlugin from './plugins/admission.js'
 import authPlugin from './plugins/auth.js'
 import blocklistsPlugin from './plugins/blocklists.js'
 import configPlugin from './plugins/config.js'
@@ -108,6 +109,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
       done()
     })
     await api.register(abuseGuardPlugin)
+    await api.register(admissionPlugin)
     await api.register(authPlugin)
     await api.register(idempotencyPlugin)
     await api.register(otpRoutes)

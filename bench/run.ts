@@ -27,6 +27,8 @@ const CURVE_CONNECTIONS = [1, 10, 50, 200]
 const CURVE_SECONDS = 3
 const CURVE_WARMUP_SECONDS = 1
 const PRELOADS = [0, 100_000, 1_000_000]
+/** `--quick`: the seven main runs only, to compare one change against the last in about 90 s. */
+const QUICK = process.argv.includes('--quick')
 /**
  * Verify pools are sized from the rate of the warm-up just before, with this to spare: a
  * run right after a batch of dispatches often goes faster than its warm-up did, and every
@@ -317,19 +319,21 @@ async function main (resources: Resources): Promise<void> {
     recordMain(`${target.name} verify`, await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS))
   }
 
-  process.stderr.write(`\nemail-otp (Redis) by connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
-  for (const connections of CURVE_CONNECTIONS) {
-    record({ group: 'connections', target: 'email-otp (Redis) dispatch', connections, result: await measureDispatch(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
-    record({ group: 'connections', target: 'email-otp (Redis) verify', connections, result: await measureVerify(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
-  }
+  if (!QUICK) {
+    process.stderr.write(`\nemail-otp (Redis) by connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
+    for (const connections of CURVE_CONNECTIONS) {
+      record({ group: 'connections', target: 'email-otp (Redis) dispatch', connections, result: await measureDispatch(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+      record({ group: 'connections', target: 'email-otp (Redis) verify', connections, result: await measureVerify(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+    }
 
-  process.stderr.write(`\nemail-otp (Redis) by live tokens preloaded, ${MAIN_CONNECTIONS} connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
-  for (const preloaded of PRELOADS) {
-    await client.flushdb()
-    await loadTokens(client, preloaded)
-    const keys = await client.dbsize()
-    record({ group: 'preloaded', target: 'email-otp (Redis) dispatch', connections: MAIN_CONNECTIONS, keys, result: await measureDispatch(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
-    record({ group: 'preloaded', target: 'email-otp (Redis) verify', connections: MAIN_CONNECTIONS, keys, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+    process.stderr.write(`\nemail-otp (Redis) by live tokens preloaded, ${MAIN_CONNECTIONS} connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
+    for (const preloaded of PRELOADS) {
+      await client.flushdb()
+      await loadTokens(client, preloaded)
+      const keys = await client.dbsize()
+      record({ group: 'preloaded', target: 'email-otp (Redis) dispatch', connections: MAIN_CONNECTIONS, keys, result: await measureDispatch(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+      record({ group: 'preloaded', target: 'email-otp (Redis) verify', connections: MAIN_CONNECTIONS, keys, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
+    }
   }
 
   const result = (name: string): Measured => {
@@ -399,7 +403,7 @@ async function main (resources: Resources): Promise<void> {
   writeFileSync(join(ROOT, 'bench', 'results.json'), JSON.stringify({
     date: new Date(started).toISOString(),
     machine,
-    settings: { mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
+    settings: { quick: QUICK, mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
     runs: rows.map((row) => ({ group: row.group, target: row.target, connections: row.connections, ...(row.keys === undefined ? {} : { keys: row.keys }), ...row.result, ratioToBare: row.result.rps / bare.rps })),
     vsExpress,
     targets,

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, randomInt, timingSafeEqual } from 'node:crypto'
+import { createHmac, randomBytes, randomInt } from 'node:crypto'
 
 export interface MacKey {
   id: string
@@ -44,19 +44,12 @@ export class CodeSigner {
     return `${this.#signingKey.id}.${mac(this.#signingKey.secret, scope, code).toString('base64url')}`
   }
 
-  /** Constant-time check of a guess against a stored `keyId.mac`. */
-  verify (stored: string, scope: CodeScope, guess: string): boolean {
-    const separator = stored.indexOf('.')
-    const secret = this.#keys.get(stored.slice(0, separator))
-    const expected = Buffer.from(stored.slice(separator + 1), 'base64url')
-    // An unknown key id (a retired key) still costs one HMAC, so timing reveals nothing.
-    const actual = mac(secret ?? this.#signingKey.secret, scope, guess)
-    return secret !== undefined && expected.length === actual.length && timingSafeEqual(expected, actual)
-  }
-
-  /** Spends the same work as a verify, for paths that have no stored value to compare. */
-  burn (scope: CodeScope, guess: string): void {
-    mac(this.#signingKey.secret, scope, guess)
+  /**
+   * The stored form `keyId.mac` this guess would have under each verifying key, for a store
+   * that compares inside Redis. Always one HMAC per key, whatever the guess.
+   */
+  storedForms (scope: CodeScope, guess: string): string[] {
+    return Array.from(this.#keys, ([id, secret]) => `${id}.${mac(secret, scope, guess).toString('base64url')}`)
   }
 
   /** A keyed, non-reversible tag for a recipient, so stores never hold addresses. */

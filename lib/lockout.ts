@@ -1,6 +1,3 @@
-import type { RedisClient } from './redis-client.js'
-import { storeCall } from './store-errors.js'
-
 /**
  * Wrong guesses per recipient, across requestIds. The window starts with the first failure
  * and is not extended by later ones, so a locked recipient is free again when it ends.
@@ -46,32 +43,22 @@ export class MemoryGuessCounter implements GuessCounter {
   }
 }
 
-// INCR, and on the first failure of a window set its end: one command instead of a MULTI.
-const RECORD_FAILURE = `
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return count`
-
-type CounterClient = RedisClient & { emailOtpRecordFailure: (key: string, windowMs: number) => Promise<number> }
-
-export class RedisGuessCounter implements GuessCounter {
-  readonly #client: CounterClient
-
-  constructor (client: RedisClient) {
-    client.defineCommand('emailOtpRecordFailure', { numberOfKeys: 1, lua: RECORD_FAILURE })
-    this.#client = client as CounterClient
-  }
-
-  async recordFailure (key: string, windowMs: number): Promise<void> {
-    await storeCall('guess counter write', async () => await this.#client.emailOtpRecordFailure(key, windowMs))
-  }
-
-  async failures (key: string): Promise<{ count: number, resetMs: number }> {
-    const [count, ttl] = await storeCall('guess counter read', async () => await Promise.all([this.#client.get(key), this.#client.pttl(key)]))
-    return count === null || ttl <= 0 ? { count: 0, resetMs: 0 } : { count: Number(count), resetMs: ttl }
-  }
-
-  async reset (key: string): Promise<void> {
-    await storeCall('guess counter reset', async () => await this.#client.del(key))
-  }
-}
+/**
+ * The counter in Redis, as Lua functions for the scripts that fold the lockout into a
+ * dispatch or verify round trip (lib/admission). `failures` answers 0, 0 when
+ * no window is running. `recordFailure` is INCR, and on the first failure of a window its end.
+ */
+export const LOCKOUT_LUA = `
+local function lockoutFailures (key)
+  local count = redis.call('GET', key)
+  if not count then return 0, 0 end
+  local ttl = redis.call('PTTL', key)
+  if ttl <= 0 then return 0, 0 end
+  return tonumber(count), ttl
+end
+local function recordFailure (key, windowMs)
+  local count = redis.call('INCR', key)
+  if count == 1 then redis.call('PEXPIRE', key, windowMs) end
+  return count
+end
+`

@@ -24,3 +24,20 @@ export interface VelocityLimits {
   source: RateLimit
   key: RateLimit
 }
+
+/**
+ * One hit on a fixed-window counter, as a Lua function for scripts that check several limits
+ * in one round trip. It is the algorithm of @fastify/rate-limit's Redis store (without
+ * `continueExceeding` and backoff), on the same keys, so both can count one bucket: INCR, the
+ * window starts with the first hit. Returns the count and the milliseconds left in the window.
+ */
+export const HIT_LIMIT_LUA = `
+local function hitLimit (key, windowMs)
+  local current = redis.call('INCR', key)
+  if current == 1 then
+    redis.call('PEXPIRE', key, windowMs)
+    return current, tonumber(windowMs)
+  end
+  return current, redis.call('PTTL', key)
+end
+`

@@ -1,73 +1,59 @@
 import fp from 'fastify-plugin'
-import rateLimit from '@fastify/rate-limit'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { LimitCount, LimitHit } from '../lib/admission/admission.js'
 import { apiError } from '../lib/errors.js'
-import { MemoryGuessCounter, RedisGuessCounter, type GuessCounter } from '../lib/lockout.js'
 import { normalizeAddress, sourceBucket } from '../lib/net/source-address.js'
-import type { RateLimit, VelocityLimits } from '../lib/rate-limits.js'
-import { storeCall } from '../lib/store-errors.js'
+import type { VelocityLimits } from '../lib/rate-limits.js'
 import type { TenantKey } from '../lib/tenants.js'
 
 type Limiter = keyof VelocityLimits
-type LimiterCheck = ReturnType<FastifyInstance['createRateLimit']>
 
 export interface AbuseGuard {
   /** 403 when the tenant refuses the recipient's domain (its deny list, disposable domains). */
   checkRecipient (key: TenantKey, domain: string): void
-  /** Velocity on dispatch: the recipient's lockout, then recipient, source and key limits. */
-  checkDispatch (request: FastifyRequest, reply: FastifyReply, recipientTag: string): Promise<void>
-  /** Velocity on verify: source and key limits. */
-  checkVerify (request: FastifyRequest, reply: FastifyReply): Promise<void>
-  /** Counts a wrong guess against its recipient, or clears the count after a right one. */
-  recordGuess (key: TenantKey, recipientTag: string, verified: boolean): Promise<void>
+  /** The velocity counters a dispatch counts against: recipient, source, key. */
+  dispatchLimits (request: FastifyRequest, key: TenantKey, recipientTag: string): LimitHit[]
+  /** The velocity counters a verify counts against: source, key. */
+  verifyLimits (request: FastifyRequest, key: TenantKey): LimitHit[]
+  /**
+   * 429 with Retry-After when the recipient is locked out (`lockoutResetMs` not null) or a
+   * limit is exceeded; otherwise the RateLimit-* headers of the tightest limit.
+   */
+  settle (reply: FastifyReply, limits: readonly LimitHit[], counts: readonly LimitCount[], lockoutResetMs: number | null): void
+  /** The recipient's wrong-guess counter: its key, and the key's prefix for a scope. */
+  lockoutKey (key: TenantKey, recipientTag: string): string
+  lockoutKeyPrefix (key: TenantKey): string
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     abuseGuard: AbuseGuard
   }
-  interface FastifyRequest {
-    /** Rate-limit bucket names of this request, set just before the limiters run. */
-    velocityBuckets: Partial<Record<Limiter, string>> | null
-  }
 }
 
+/**
+ * Sandbox traffic has buckets of its own, so partners' tests never eat live limits. It is
+ * also the Redis Cluster hash tag: a tenant's counters share a slot with its tokens, so a
+ * dispatch or verify runs as one script.
+ */
 function scope (key: TenantKey): string {
-  // Sandbox traffic has buckets of its own, so partners' tests never eat live limits.
-  return `${key.tenant.id}:${key.mode}`
+  return `{${key.tenant.id}:${key.mode}}`
 }
+
+/** The namespace of velocity counters, as @fastify/rate-limit names them. */
+const VELOCITY_PREFIX = 'rl:'
 
 /**
  * The abuse controls of the API scope, cheapest first: network block lists before the key
  * is even looked at (no store round trip for a blocked flood), the tenant's own network deny
- * list once the key is known, then recipient policy, lockout, velocity. Counters live in
- * Redis when configured, so every instance enforces the same limits. A store failure fails
- * closed: 503, never a pass.
+ * list once the key is known, then recipient policy. Lockout and velocity are counted by the
+ * admission step (one round trip with the quota and the token); this plugin names their
+ * counters and turns the counts into a 429 or headers. Counters live in Redis when
+ * configured, so every instance enforces the same limits. A store failure fails closed: 503,
+ * never a pass.
  */
 export default fp(async function abuseGuardPlugin (fastify) {
   const { config, blocklists } = fastify
-  const redis = fastify.redis
-
-  await fastify.register(rateLimit, {
-    global: false,
-    skipOnError: false,
-    nameSpace: 'rl:',
-    // The in-memory LRU forgets the least recently seen buckets past this size.
-    cache: 100_000,
-    ...(redis === null ? {} : { redis })
-  })
-  const limit = (request: FastifyRequest, name: Limiter): RateLimit => request.auth?.tenant.limits[name] ?? config.rateLimits[name]
-  const limiters = Object.fromEntries((['recipient', 'source', 'key'] as const).map((name) => [name, fastify.createRateLimit({
-    keyGenerator: (request) => request.velocityBuckets?.[name] ?? '',
-    max: (request) => limit(request, name).max,
-    timeWindow: (request) => limit(request, name).windowMs
-  })])) as Record<Limiter, LimiterCheck>
-
-  const guesses: GuessCounter = redis === null ? new MemoryGuessCounter() : new RedisGuessCounter(redis)
-  if (guesses instanceof MemoryGuessCounter) fastify.addHook('onClose', async () => { guesses.close() })
-  const lockoutKey = (key: TenantKey, recipientTag: string): string => `lockout:{${scope(key)}}:${recipientTag}`
-
-  fastify.decorateRequest('velocityBuckets', null)
 
   if (blocklists.status().length > 0) {
     fastify.addHook('onRequest', (request, _reply, done) => {
@@ -81,42 +67,14 @@ export default fp(async function abuseGuardPlugin (fastify) {
     done(networks !== null && networks !== undefined && networks.has(request.ip) ? apiError('SOURCE_BLOCKED') : undefined)
   })
 
-  async function enforce (request: FastifyRequest, reply: FastifyReply, names: Limiter[], lockout?: Promise<{ count: number, resetMs: number }>): Promise<void> {
-    // Issued together, these reach Redis in one pipelined round trip.
-    const [locked, results] = await storeCall('rate limiter', async () => await Promise.all([
-      lockout,
-      Promise.all(names.map(async (name) => await limiters[name](request)))
-    ]))
-    if (locked !== undefined && locked.count >= config.lockout.threshold) {
-      const seconds = String(Math.max(1, Math.ceil(locked.resetMs / 1000)))
-      throw apiError('RATE_LIMITED', `Too many wrong codes were entered for this address; retry in ${seconds} s`, { 'retry-after': seconds })
-    }
-    // The tightest limit speaks for the request in the RateLimit-* headers.
-    let tightest: { max: number, remaining: number, ttlInSeconds: number } | null = null
-    for (const [index, result] of results.entries()) {
-      if (result.isAllowed) continue
-      if (result.isExceeded) {
-        const seconds = String(result.ttlInSeconds)
-        throw apiError('RATE_LIMITED', `Too many requests for this ${names[index] ?? 'client'}; retry in ${seconds} s`, {
-          'retry-after': seconds,
-          'ratelimit-limit': String(result.max),
-          'ratelimit-remaining': '0',
-          'ratelimit-reset': seconds
-        })
-      }
-      if (tightest === null || result.remaining < tightest.remaining) tightest = result
-    }
-    if (tightest !== null) {
-      reply.headers({ 'ratelimit-limit': tightest.max, 'ratelimit-remaining': tightest.remaining, 'ratelimit-reset': tightest.ttlInSeconds })
-    }
+  const limitOf = (key: TenantKey, name: Limiter, bucket: string): LimitHit => {
+    const { max, windowMs } = key.tenant.limits[name] ?? config.rateLimits[name]
+    return { name, bucket: VELOCITY_PREFIX + bucket, max, windowMs }
   }
-
-  function sourceAndKeyBuckets (request: FastifyRequest, key: TenantKey): Partial<Record<Limiter, string>> {
-    return {
-      source: `s:${scope(key)}:${sourceBucket(request.ip, config.ipv6BucketPrefix) ?? request.ip}`,
-      key: `k:${scope(key)}:${key.id}`
-    }
-  }
+  const sourceAndKey = (request: FastifyRequest, key: TenantKey): LimitHit[] => [
+    limitOf(key, 'source', `s:${scope(key)}:${sourceBucket(request.ip, config.ipv6BucketPrefix) ?? request.ip}`),
+    limitOf(key, 'key', `k:${scope(key)}:${key.id}`)
+  ]
 
   const guard: AbuseGuard = {
     checkRecipient (key, domain) {
@@ -124,22 +82,45 @@ export default fp(async function abuseGuardPlugin (fastify) {
       if (verdict === 'disposable') throw apiError('RECIPIENT_BLOCKED', 'Codes cannot be sent to disposable email domains')
       if (verdict === 'denied') throw apiError('RECIPIENT_BLOCKED')
     },
-    async checkDispatch (request, reply, recipientTag) {
-      const key = request.auth
-      if (key === null) throw apiError('UNAUTHORIZED')
-      request.velocityBuckets = { recipient: `r:${scope(key)}:${recipientTag}`, ...sourceAndKeyBuckets(request, key) }
-      await enforce(request, reply, ['recipient', 'source', 'key'], guesses.failures(lockoutKey(key, recipientTag)))
+    dispatchLimits (request, key, recipientTag) {
+      return [limitOf(key, 'recipient', `r:${scope(key)}:${recipientTag}`), ...sourceAndKey(request, key)]
     },
-    async checkVerify (request, reply) {
-      const key = request.auth
-      if (key === null) throw apiError('UNAUTHORIZED')
-      request.velocityBuckets = sourceAndKeyBuckets(request, key)
-      await enforce(request, reply, ['source', 'key'])
+    verifyLimits (request, key) {
+      return sourceAndKey(request, key)
     },
-    async recordGuess (key, recipientTag, verified) {
-      const counterKey = lockoutKey(key, recipientTag)
-      await (verified ? guesses.reset(counterKey) : guesses.recordFailure(counterKey, config.lockout.windowMs))
+    settle (reply, limits, counts, lockoutResetMs) {
+      if (lockoutResetMs !== null) {
+        const seconds = String(Math.max(1, Math.ceil(lockoutResetMs / 1000)))
+        throw apiError('RATE_LIMITED', `Too many wrong codes were entered for this address; retry in ${seconds} s`, { 'retry-after': seconds })
+      }
+      // The tightest limit speaks for the request in the RateLimit-* headers.
+      let tightest: { max: number, remaining: number, seconds: number } | null = null
+      for (const [index, limit] of limits.entries()) {
+        const count = counts[index]
+        if (count === undefined) continue
+        // As @fastify/rate-limit reports them.
+        const seconds = Math.ceil(count.ttlMs / 1000)
+        if (count.current > limit.max) {
+          throw apiError('RATE_LIMITED', `Too many requests for this ${limit.name}; retry in ${seconds} s`, {
+            'retry-after': String(seconds),
+            'ratelimit-limit': String(limit.max),
+            'ratelimit-remaining': '0',
+            'ratelimit-reset': String(seconds)
+          })
+        }
+        const remaining = limit.max - count.current
+        if (tightest === null || remaining < tightest.remaining) tightest = { max: limit.max, remaining, seconds }
+      }
+      if (tightest !== null) {
+        reply.headers({ 'ratelimit-limit': tightest.max, 'ratelimit-remaining': tightest.remaining, 'ratelimit-reset': tightest.seconds })
+      }
+    },
+    lockoutKey (key, recipientTag) {
+      return guard.lockoutKeyPrefix(key) + recipientTag
+    },
+    lockoutKeyPrefix (key) {
+      return `lockout:${scope(key)}:`
     }
   }
   fastify.decorate('abuseGuard', guard)
-}, { name: 'abuse-guard', dependencies: ['config', 'redis', 'blocklists'], fastify: '5.x' })
+}, { name: 'abuse-guard', dependencies: ['config', 'blocklists'], fastify: '5.x' })

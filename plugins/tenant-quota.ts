@@ -3,6 +3,7 @@ import { apiError } from '../lib/errors.js'
 import type { KeyMode } from '../lib/keys.js'
 import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import type { QuotaDecision, QuotaStore } from '../lib/quota/quota-store.js'
+import type { QuotaWindow } from '../lib/quota/window.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
 import { storeCall } from '../lib/store-errors.js'
 import type { Tenant } from '../lib/tenants.js'
@@ -21,8 +22,12 @@ export interface UsageReport {
 }
 
 export interface TenantQuota {
-  /** Takes one unit of the tenant's allowance for the key's mode, or throws 402 QUOTA_EXCEEDED. */
-  reserve (tenant: Tenant, mode: KeyMode): Promise<Reservation>
+  /** Where quota counts live; the admission step reserves in it. */
+  readonly store: QuotaStore
+  /** The allowance a dispatch made at `nowMs` takes one unit of. */
+  allowance (tenant: Tenant, mode: KeyMode, nowMs: number): { scope: string, limit: number, window: QuotaWindow, nowMs: number }
+  /** The reservation with its Quota-* headers, or 402 QUOTA_EXCEEDED with them when refused. */
+  settle (tenant: Tenant, mode: KeyMode, decision: QuotaDecision, nowMs: number): Reservation
   /** Gives the unit back: a dispatch whose mail did not leave is not charged. */
   refund (tenant: Tenant, mode: KeyMode, reservation: Reservation): Promise<void>
   usage (tenant: Tenant, mode: KeyMode): Promise<UsageReport>
@@ -55,11 +60,14 @@ export default fp(async function tenantQuotaPlugin (fastify) {
   const store: QuotaStore = fastify.redis === null ? new MemoryQuotaStore() : new RedisQuotaStore(fastify.redis)
 
   const quota: TenantQuota = {
-    async reserve (tenant, mode) {
+    store,
+    allowance (tenant, mode, nowMs) {
+      const { limit, window } = tenant.tier[mode]
+      return { scope: scope(tenant, mode), limit, window, nowMs }
+    },
+    settle (tenant, mode, decision, nowMs) {
       const allowance = tenant.tier[mode]
-      const now = Date.now()
-      const decision: QuotaDecision = await storeCall('quota', async () => await store.reserve(scope(tenant, mode), allowance.limit, allowance.window, now))
-      const headers = quotaHeaders(allowance.limit, decision.remaining, decision.resetMs, now)
+      const headers = quotaHeaders(allowance.limit, decision.remaining, decision.resetMs, nowMs)
       if (!decision.allowed) {
         const which = mode === 'live' ? 'live' : 'sandbox'
         throw apiError('QUOTA_EXCEEDED', `The ${which} allowance of tier "${tenant.tier.name}" (${allowance.limit} per ${allowance.window.spec}) is used up until ${new Date(decision.resetMs).toISOString()}`, headers)

@@ -3,14 +3,13 @@ import { describeEmailRejection, validateEmail } from '../lib/email.js'
 import { apiError } from '../lib/errors.js'
 import { composeVerificationMessage, negotiateLocale } from '../lib/mail/compose.js'
 import { DeliveryError } from '../lib/mail/transport.js'
-import { issueCode, verifyCode, type IssuedCode } from '../lib/otp.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
 import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyReply } from '../schemas/otp.js'
 
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, metrics } = fastify
+  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, admission, metrics } = fastify
 
   fastify.post('/otp/request', {
     config: { idempotent: true },
@@ -36,14 +35,10 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     const { tenant } = key
     abuseGuard.checkRecipient(key, checked.email.domain)
     const recipientTag = codeSigner.tag(checked.email.canonical)
-    await abuseGuard.checkDispatch(request, reply, recipientTag)
-    const reservation = await quota.reserve(tenant, key.mode)
-    reply.headers(reservation.headers)
-    const scope = { tenantId: tenant.id, mode: key.mode }
     const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
-    let issued: IssuedCode | null = null
+    const issued = await admission.dispatch(request, reply, key, recipientTag, ttlSeconds * 1000)
+    reply.headers(issued.reservation.headers)
     try {
-      issued = await issueCode(tokenStore, codeSigner, scope, recipientTag, ttlSeconds * 1000)
       await mailer.send(composeVerificationMessage({
         to: checked.email.address,
         from: tenant.from ?? config.mailFrom,
@@ -57,12 +52,11 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     } catch (error) {
       // Nothing left: the code is destroyed before the answer so it can never verify, and the
       // unit is given back so the tenant pays only for mail that left.
-      const undelivered = issued
       await Promise.all([
-        undelivered === null ? undefined : tokenStore.delete(undelivered.storeKey),
-        quota.refund(tenant, key.mode, reservation)
+        tokenStore.delete(issued.storeKey),
+        quota.refund(tenant, key.mode, issued.reservation)
       ]).catch((cleanupError: unknown) => {
-        request.log.error({ err: cleanupError, requestId: undelivered?.requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
+        request.log.error({ err: cleanupError, requestId: issued.requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
       })
       if (!(error instanceof DeliveryError)) throw error
       metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
@@ -91,20 +85,11 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
   }, async function verify (request, reply) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    await abuseGuard.checkVerify(request, reply)
-    const scope = { tenantId: key.tenant.id, mode: key.mode }
-    const outcome = await verifyCode(tokenStore, codeSigner, scope, request.body.requestId, request.body.userGuess)
-    if (outcome.recipientTag !== null) {
-      // The code is already consumed: a counter that cannot be written must not turn the
-      // answer into a 503 that makes a right code look lost. The lockout is best effort.
-      await abuseGuard.recordGuess(key, outcome.recipientTag, outcome.result === 'verified').catch((error: unknown) => {
-        request.log.warn({ err: error }, 'could not record the guess for the lockout')
-      })
-    }
-    metrics.verifications.inc({ mode: key.mode, result: outcome.result })
-    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result: outcome.result }, 'code checked')
-    if (outcome.result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
-    if (outcome.result === 'mismatch') throw apiError('CODE_MISMATCH')
+    const result = await admission.verify(request, reply, key, request.body.requestId, request.body.userGuess)
+    metrics.verifications.inc({ mode: key.mode, result })
+    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result }, 'code checked')
+    if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
+    if (result === 'mismatch') throw apiError('CODE_MISMATCH')
     return { success: true as const, message: 'Code verified' }
   })
 }

@@ -2,7 +2,7 @@ import t from 'tap'
 import { Cluster } from 'ioredis'
 import { ConfigError, parseConfig } from '../lib/config.js'
 import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
-import { RedisGuessCounter } from '../lib/lockout.js'
+import { RedisAdmission } from '../lib/admission/redis-admission.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
 import { parseWindow } from '../lib/quota/window.js'
 import { RedisSandboxInbox } from '../lib/sandbox/inbox.js'
@@ -143,15 +143,34 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       }
     })
 
-    t.test('lockout counter: concurrent failures all count; the window is set once; reset clears', async (t) => {
-      const guesses = new RedisGuessCounter(client)
-      for (const key of ['lockout:{acme:live}:a', 'lockout:{globex:test}:b', 'lockout:{initech:live}:c']) {
-        await Promise.all(Array.from({ length: 25 }, async () => { await guesses.recordFailure(key, 60_000) }))
-        const { count, resetMs } = await guesses.failures(key)
-        t.equal(count, 25, key)
-        t.ok(resetMs > 50_000 && resetMs <= 60_000, 'the first failure set the window')
-        await guesses.reset(key)
-        t.strictSame(await guesses.failures(key), { count: 0, resetMs: 0 })
+    t.test('admission scripts: a token is consumed once, wrong guesses lock its recipient, on every slot', async (t) => {
+      const admission = new RedisAdmission(client)
+      for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
+        const tag = `{${scope}}`
+        const limits = [{ name: 'recipient', bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
+        const lockout = { keyPrefix: `lockout:${tag}:`, windowMs: 60_000 }
+        const dispatch = async (requestId: string) => await admission.dispatch({
+          limits,
+          lockout: { key: `lockout:${tag}:ada`, threshold: 3 },
+          quota: { scope, limit: 1000, window: hour, nowMs: Date.now() },
+          token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
+        })
+        const verify = async (requestId: string, storedForm: string) =>
+          await admission.verify({ limits, tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+
+        t.equal((await dispatch('a')).kind, 'issued', scope)
+        t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
+        const verdicts = await Promise.all(Array.from({ length: 20 }, async () => await verify('a', 'k1.right-a')))
+        t.equal(verdicts.filter((verdict) => verdict.kind === 'verified').length, 1, 'of 20 concurrent verifies one consumes the token')
+        t.equal(verdicts.filter((verdict) => verdict.kind === 'missing').length, 19)
+        for (const requestId of ['w1', 'w2', 'w3']) {
+          t.equal((await dispatch(requestId)).kind, 'issued')
+          t.equal((await verify(requestId, 'k1.wrong')).kind, 'mismatch')
+        }
+        const locked = await dispatch('b')
+        t.equal(locked.kind, 'locked', 'three wrong guesses lock the recipient')
+        t.ok(locked.kind === 'locked' && locked.lockoutResetMs > 50_000 && locked.lockoutResetMs <= 60_000, 'the first failure set the window')
+        t.equal((await client.get(`lockout:${tag}:ada`)), '3', 'the counter lives beside the tokens of its scope')
       }
     })
 

@@ -11,19 +11,27 @@ import { currentWindow, type QuotaWindow } from './window.js'
 const EXPIRY_GRACE_MS = 5 * 60_000
 
 /**
- * KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms). Returns { allowed 0|1, used }.
- * Checking before INCR (rather than INCR then DECR on refusal) keeps refused calls from ever
- * changing the count. PEXPIREAT is set on every grant, not only the first, so a counter that
- * somehow lost its expiry still gets one.
+ * Takes one unit of the counter at `key` unless `limit` are used; returns allowed 0|1 and the
+ * count. A Lua function, shared with the dispatch script of lib/admission. Checking before
+ * INCR (rather than INCR then DECR on refusal) keeps refused calls from ever changing the
+ * count. PEXPIREAT is set on every grant, not only the first, so a counter that somehow lost
+ * its expiry still gets one.
  */
-const RESERVE_LUA = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-if used >= tonumber(ARGV[1]) then
-  return { 0, used }
+export const RESERVE_QUOTA_LUA = `
+local function reserveQuota (key, limit, expireAtMs)
+  local used = tonumber(redis.call('GET', key) or '0')
+  if used >= limit then
+    return 0, used
+  end
+  used = redis.call('INCR', key)
+  redis.call('PEXPIREAT', key, expireAtMs)
+  return 1, used
 end
-used = redis.call('INCR', KEYS[1])
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-return { 1, used }
+`
+
+/** KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms). Returns { allowed 0|1, used }. */
+const RESERVE_LUA = `${RESERVE_QUOTA_LUA}
+return { reserveQuota(KEYS[1], tonumber(ARGV[1]), ARGV[2]) }
 `
 
 /**
@@ -48,6 +56,41 @@ interface QuotaCommands {
   [REFUND_COMMAND](key: string): Promise<unknown>
 }
 
+/** Where a reservation made at `nowMs` counts, and until when that counter lives. */
+export interface QuotaSlot {
+  key: string
+  windowId: string
+  resetMs: number
+  expireAtMs: number
+}
+
+const DEFAULT_PREFIX = 'quota:'
+
+function counterKey (prefix: string, scope: string, windowId: string): string {
+  return `${prefix}{${scope}}:${windowId}`
+}
+
+/**
+ * The counter of the window containing `nowMs`: `<prefix>{<scope>}:<windowId>`. The scope is
+ * the hash tag, so all of a tenant's counters (and its tokens and velocity counters) live on
+ * one Cluster slot.
+ */
+export function quotaSlot (scope: string, window: QuotaWindow, nowMs: number, prefix = DEFAULT_PREFIX): QuotaSlot {
+  assertScope(scope)
+  const { id, resetMs } = currentWindow(window, nowMs)
+  return { key: counterKey(prefix, scope, id), windowId: id, resetMs, expireAtMs: resetMs + EXPIRY_GRACE_MS }
+}
+
+/** The decision for a reservation script's reply `{ allowed 0|1, used }`. */
+export function quotaDecision (reply: unknown, limit: number, slot: QuotaSlot): QuotaDecision {
+  if (!Array.isArray(reply) || typeof reply[0] !== 'number' || typeof reply[1] !== 'number') {
+    throw new Error(`unexpected reply from the quota reserve script: ${JSON.stringify(reply)}`)
+  }
+  const used = reply[1]
+  // `used` can exceed a limit lowered mid-window; remaining never goes negative.
+  return { allowed: reply[0] === 1, used, remaining: Math.max(0, limit - used), resetMs: slot.resetMs, windowId: slot.windowId }
+}
+
 export interface RedisQuotaStoreOptions {
   /** Key prefix, `quota:` by default. Must not contain braces: the hash tag follows it. */
   prefix?: string
@@ -66,7 +109,7 @@ export class RedisQuotaStore implements QuotaStore {
   readonly #prefix: string
 
   constructor (client: RedisClient, options: RedisQuotaStoreOptions = {}) {
-    const prefix = options.prefix ?? 'quota:'
+    const prefix = options.prefix ?? DEFAULT_PREFIX
     if (/[{}]/.test(prefix)) throw new RangeError(`quota key prefix must not contain braces: ${prefix}`)
     this.#prefix = prefix
     this.#client = client
@@ -78,32 +121,19 @@ export class RedisQuotaStore implements QuotaStore {
   }
 
   async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number): Promise<QuotaDecision> {
-    assertScope(scope)
     assertLimit(limit)
-    const { id, resetMs } = currentWindow(window, nowMs)
-    const reply = await this.#commands[RESERVE_COMMAND](this.#key(scope, id), limit, resetMs + EXPIRY_GRACE_MS)
-    if (!Array.isArray(reply) || typeof reply[0] !== 'number' || typeof reply[1] !== 'number') {
-      throw new Error(`unexpected reply from the quota reserve script: ${JSON.stringify(reply)}`)
-    }
-    const allowed = reply[0] === 1
-    const used = reply[1]
-    // `used` can exceed a limit lowered mid-window; remaining never goes negative.
-    return { allowed, used, remaining: Math.max(0, limit - used), resetMs, windowId: id }
+    const slot = quotaSlot(scope, window, nowMs, this.#prefix)
+    return quotaDecision(await this.#commands[RESERVE_COMMAND](slot.key, limit, slot.expireAtMs), limit, slot)
   }
 
   async refund (scope: string, windowId: string): Promise<void> {
     assertScope(scope)
-    await this.#commands[REFUND_COMMAND](this.#key(scope, windowId))
+    await this.#commands[REFUND_COMMAND](counterKey(this.#prefix, scope, windowId))
   }
 
   async usage (scope: string, window: QuotaWindow, nowMs: number): Promise<QuotaUsage> {
-    assertScope(scope)
-    const { id, resetMs } = currentWindow(window, nowMs)
-    const value = await this.#client.get(this.#key(scope, id))
-    return { used: value === null ? 0 : Number(value), resetMs, windowId: id }
-  }
-
-  #key (scope: string, windowId: string): string {
-    return `${this.#prefix}{${scope}}:${windowId}`
+    const slot = quotaSlot(scope, window, nowMs, this.#prefix)
+    const value = await this.#client.get(slot.key)
+    return { used: value === null ? 0 : Number(value), resetMs: slot.resetMs, windowId: slot.windowId }
   }
 }

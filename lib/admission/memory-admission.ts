@@ -1,0 +1,80 @@
+import { timingSafeEqual } from 'node:crypto'
+import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
+import { MemoryGuessCounter } from '../lockout.js'
+import type { QuotaStore } from '../quota/quota-store.js'
+import type { TokenStore } from '../stores/token-store.js'
+import { splitRecord, type Admission, type DispatchPlan, type DispatchVerdict, type LimitCount, type LimitHit, type VerifyPlan, type VerifyVerdict } from './admission.js'
+
+/** Velocity buckets kept in process; past this many the least recently seen are forgotten. */
+const VELOCITY_BUCKETS = 100_000
+
+function sameForm (stored: string, candidate: string): boolean {
+  const a = Buffer.from(stored)
+  const b = Buffer.from(candidate)
+  return a.length === b.length && timingSafeEqual(a, b)
+}
+
+/**
+ * Admission in one process (the embedded default), with the same decisions as the Redis
+ * scripts: velocity counted by @fastify/rate-limit's in-memory store, the lockout, quota and
+ * token stores of this process.
+ */
+export class MemoryAdmission implements Admission {
+  readonly #velocity = new LocalStore(false, false, VELOCITY_BUCKETS)
+  readonly #guesses = new MemoryGuessCounter()
+  readonly #tokens: TokenStore
+  readonly #quota: QuotaStore
+
+  constructor (tokens: TokenStore, quota: QuotaStore) {
+    this.#tokens = tokens
+    this.#quota = quota
+  }
+
+  async dispatch (plan: DispatchPlan): Promise<DispatchVerdict> {
+    const { limits, lockout, quota, token } = plan
+    const { counts, exceeded } = this.#hit(limits)
+    const failures = await this.#guesses.failures(lockout.key)
+    if (failures.count >= lockout.threshold) return { kind: 'locked', counts, lockoutResetMs: failures.resetMs }
+    if (exceeded) return { kind: 'limited', counts }
+    const decision = await this.#quota.reserve(quota.scope, quota.limit, quota.window, quota.nowMs)
+    if (!decision.allowed) return { kind: 'quota_exceeded', counts, quota: decision }
+    if (!await this.#tokens.put(token.key, token.record, token.ttlMs)) {
+      // Unlike the Redis script this learns of a taken requestId only here: undo the unit.
+      await this.#quota.refund(quota.scope, decision.windowId)
+      return { kind: 'collision' }
+    }
+    return { kind: 'issued', counts, quota: decision }
+  }
+
+  async verify (plan: VerifyPlan): Promise<VerifyVerdict> {
+    const { counts, exceeded } = this.#hit(plan.limits)
+    if (exceeded) return { kind: 'limited', counts }
+    const record = await this.#tokens.take(plan.tokenKey)
+    if (record === null) return { kind: 'missing', counts }
+    const { storedForm, recipientTag } = splitRecord(record)
+    let verified = false
+    // Every form is compared, so timing does not tell which key matched.
+    for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
+    const lockoutKey = plan.lockout.keyPrefix + recipientTag
+    if (verified) await this.#guesses.reset(lockoutKey)
+    else await this.#guesses.recordFailure(lockoutKey, plan.lockout.windowMs)
+    return { kind: verified ? 'verified' : 'mismatch', counts }
+  }
+
+  close (): void {
+    this.#guesses.close()
+  }
+
+  #hit (limits: readonly LimitHit[]): { counts: LimitCount[], exceeded: boolean } {
+    const counts: LimitCount[] = []
+    let exceeded = false
+    for (const { bucket, max, windowMs } of limits) {
+      // The local store answers synchronously.
+      this.#velocity.incr(bucket, (_error, { current, ttl }) => {
+        counts.push({ current, ttlMs: ttl })
+        if (current > max) exceeded = true
+      }, windowMs, max)
+    }
+    return { counts, exceeded }
+  }
+}
