@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import { KEY_PATTERN } from '../schemas/tenants.js'
 
 export type KeyKind = 'secret' | 'restricted'
@@ -19,7 +19,8 @@ export function generateKey (kind: KeyKind, mode: KeyMode): string {
 }
 
 export function hashKey (key: string): string {
-  return createHash('sha256').update(key).digest('hex')
+  // The one-shot digest: no Hash object per request.
+  return hash('sha256', key, 'hex')
 }
 
 export interface ParsedKey {

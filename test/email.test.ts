@@ -1,5 +1,7 @@
 import t from 'tap'
-import { validateEmail } from '../lib/email.js'
+import { isDeepStrictEqual } from 'node:util'
+import fc from 'fast-check'
+import { validateEmail, validateEmailWithParser } from '../lib/email.js'
 
 t.test('accepted addresses, their delivery form and canonical form', async (t) => {
   const cases: Array<[string, string, string]> = [
@@ -53,5 +55,26 @@ t.test('rejected addresses say why', async (t) => {
     const result = validateEmail(input)
     // U+2028 would break the TAP stream if it reached a test name.
     t.same(result, { ok: false, reason }, JSON.stringify(input.slice(0, 40)).replace(/[\u2028\u2029]/g, '?'))
+  }
+})
+
+t.test('the shortcut for plain addresses never changes an answer', async (t) => {
+  // Characters that matter to RFC 5322 and to the shortcut's pattern: atext, dots, @, quotes,
+  // comments, whitespace, brackets, escapes, non-ASCII letters and digits.
+  const alphabet = [...'abcXYZ019!#$%&\'*+/=?^_`{|}~-', '.', '.', '@', '@', '"', '(', ')', ' ', '[', ']', '\\', ',', ':', ';', '<', '>', 'ü', '例', '\u0301']
+  const anyText = fc.array(fc.constantFrom(...alphabet), { maxLength: 40 }).map((chars) => chars.join(''))
+  const atom = fc.array(fc.constantFrom(...'abcXYZ019!#$%&\'*+/=?^_`{|}~-'), { minLength: 1, maxLength: 8 }).map((chars) => chars.join(''))
+  const label = fc.array(fc.constantFrom(...'abcxyz019-ü'), { minLength: 1, maxLength: 8 }).map((chars) => chars.join(''))
+  const addressShaped = fc.tuple(fc.array(atom, { minLength: 1, maxLength: 3 }), fc.array(label, { minLength: 1, maxLength: 4 }), fc.constantFrom('', '', '', ' ', '.', '(x)'))
+    .map(([locals, labels, noise]) => `${locals.join('.')}${noise}@${labels.join('.')}`)
+  for (const [name, inputs] of [['any text', anyText], ['address-shaped', addressShaped]] as const) {
+    let accepted = 0
+    const failure = fc.check(fc.property(inputs, (input) => {
+      const expected = validateEmailWithParser(input)
+      if (expected.ok) accepted++
+      return isDeepStrictEqual(validateEmail(input), expected)
+    }), { numRuns: 10_000, seed: 20261121 })
+    t.equal(failure.counterexample, null, `${name}: both paths agree on 10,000 inputs`)
+    if (name === 'address-shaped') t.ok(accepted > 1000, `${name}: ${accepted} of them valid`)
   }
 })

@@ -81,6 +81,19 @@ t.test('responses carry security headers and a request id', async (t) => {
   t.equal(answer.headers['x-content-type-options'], 'nosniff')
   t.match(String(answer.headers['x-request-id']), /^[0-9a-f-]{36}$/)
   t.ok(answer.headers['strict-transport-security'])
+  for (const [method, url] of [['GET', '/healthz'], ['GET', '/nowhere'], ['POST', '/otp/verify']] as const) {
+    const other = await app.inject({ method, url })
+    t.match(other.headers, {
+      'content-security-policy': /^default-src 'none';.*frame-ancestors 'none'/,
+      'x-frame-options': 'SAMEORIGIN',
+      'cross-origin-resource-policy': 'same-origin',
+      'referrer-policy': 'no-referrer',
+      'x-content-type-options': 'nosniff'
+    }, `${method} ${url} (${other.statusCode}) carries the whole set`)
+  }
+  const docs = await app.inject({ method: 'GET', url: '/docs' })
+  t.equal(docs.statusCode, 200)
+  t.notMatch(String(docs.headers['content-security-policy']), /^default-src 'none'/, 'the Swagger UI sets its own policy')
 })
 
 t.test('a malformed URL answers in the contract shape', async (t) => {

@@ -1,3 +1,4 @@
+import { isIPv4 } from 'node:net'
 import ipaddr from 'ipaddr.js'
 
 /**
@@ -82,6 +83,9 @@ export function sourceBucket (raw: string, ipv6PrefixLength = 64): string | null
   if (!Number.isInteger(ipv6PrefixLength) || ipv6PrefixLength < 0 || ipv6PrefixLength > 128) {
     throw new RangeError(`ipv6PrefixLength must be an integer from 0 to 128, got ${ipv6PrefixLength}`)
   }
+  // What a socket reports for an IPv4 peer: already canonical (node's check refuses the
+  // shorthand and octal forms), so it is its own bucket without a parse.
+  if (isIPv4(raw)) return raw
   const address = parseUnwrapped(raw)
   if (address === null) return null
   if (address instanceof ipaddr.IPv4) return address.toString()
