@@ -38,7 +38,15 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/
  * display name or group), so the parser's answer is known without running it: the local part
  * before the @, the domain after. Anything else goes through the parser.
  */
-const PLAIN_ADDRESS = /^([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)$/
+const PLAIN_ADDRESS = /^([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)$/
+
+/**
+ * Every mailbox holds an @ and every group a colon: text with neither is no address, which
+ * the parser (slowest on what it cannot read: 75 µs for "nope") would only confirm.
+ */
+function cannotBeAnAddress (text: string): boolean {
+  return !text.includes('@') && !text.includes(':')
+}
 
 type Parsed = { ok: true, local: string, domain: string } | { ok: false, reason: EmailRejection }
 
@@ -79,6 +87,7 @@ function check (input: string, shortcut: boolean): EmailCheck {
   if (cleaned.length > MAX_ADDRESS * 4) return { ok: false, reason: 'too_long' }
   if (CONTROL.test(cleaned)) return { ok: false, reason: 'control_character' }
 
+  if (shortcut && cannotBeAnAddress(cleaned)) return { ok: false, reason: 'syntax' }
   const plain = shortcut ? PLAIN_ADDRESS.exec(cleaned) : null
   const parsed: Parsed = plain === null ? parseWithParser(cleaned) : { ok: true, local: plain[1] as string, domain: plain[2] as string }
   if (!parsed.ok) return parsed
