@@ -93,9 +93,11 @@ async function main (resources: Resources): Promise<void> {
   rows.push({ what: 'Redis used_memory (after - before) / N', bytes: (after - before) / TOKENS, target: TARGETS.redisBytes })
   const redisVersion = /redis_version:(\S+)/.exec(await client.info('server'))?.[1] ?? 'unknown'
 
+  const [shape] = tokenShapes(1)
+  if (shape === undefined) throw new Error('tokenShapes(1) returned nothing')
   const width = Math.max(...rows.map(({ what }) => what.length))
   process.stdout.write([
-    `bytes per live code, ${TOKENS.toLocaleString('en')} codes (key otp:bench:live:otp_<24>, record k1.<43>|<22>, TTL ${TOKEN_TTL_MS / 1000} s)`,
+    `bytes per live code, ${TOKENS.toLocaleString('en')} codes (shaped like ${shape.key} → ${shape.record}, TTL ${TOKEN_TTL_MS / 1000} s)`,
     `${cpus()[0]?.model ?? 'unknown'}, node ${process.version}, redis ${redisVersion}`,
     '',
     `  ${'measure'.padEnd(width)}  bytes  target`,

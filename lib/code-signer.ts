@@ -17,7 +17,8 @@ export function generateCode (): string {
   return randomInt(0, 1_000_000).toString().padStart(6, '0')
 }
 
-const REQUEST_ID_BYTES = 18
+/** 128 bits: as many as the MAC, more than a UUID's 122. */
+export const REQUEST_ID_BYTES = 16
 /**
  * CSPRNG bytes drawn for many requestIds at once, each byte used once: one call into OpenSSL
  * per 512 ids instead of one per id.
@@ -26,7 +27,7 @@ const RANDOM_POOL_BYTES = REQUEST_ID_BYTES * 512
 let randomPool = Buffer.alloc(0)
 let randomPoolOffset = 0
 
-/** 144 bits from a CSPRNG, URL-safe, 28 characters. */
+/** 128 bits from a CSPRNG, URL-safe, 26 characters. */
 export function generateRequestId (): string {
   if (randomPoolOffset + REQUEST_ID_BYTES > randomPool.length) {
     randomPool = randomBytes(RANDOM_POOL_BYTES)
@@ -36,6 +37,16 @@ export function generateRequestId (): string {
   randomPoolOffset += REQUEST_ID_BYTES
   return id
 }
+
+/**
+ * HMAC-SHA256 truncated to 128 bits (RFC 2104 allows truncation to half the output): forging
+ * one blind still takes 2^128 tries against a code space of 10^6. With the 96-bit recipient
+ * tag, a record (`k1.<22>|<16>`) stays within the 44 bytes Redis stores in one allocation
+ * with its object header, which is what keeps a live code under 200 bytes of Redis memory.
+ */
+export const MAC_BYTES = 16
+/** Enough to keep recipients apart: two collide in a tenant's limits only past ~2^48 of them. */
+export const TAG_BYTES = 12
 
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 
@@ -69,7 +80,7 @@ export class CodeSigner {
 
   /** A keyed, non-reversible tag for a recipient, so stores never hold addresses. */
   tag (value: string): string {
-    return createHmac('sha256', this.#signingKey.secret).update('recipient\0').update(value).digest('base64url').slice(0, 22)
+    return createHmac('sha256', this.#signingKey.secret).update('recipient\0').update(value).digest().toString('base64url', 0, TAG_BYTES)
   }
 }
 
@@ -77,4 +88,5 @@ function mac (secret: Buffer, scope: CodeScope, code: string): Buffer {
   return createHmac('sha256', secret)
     .update(`${scope.tenantId}\0${scope.mode}\0${scope.requestId}\0${code}`)
     .digest()
+    .subarray(0, MAC_BYTES)
 }

@@ -40,7 +40,7 @@ export function mintCode (signer: CodeSigner, scope: TokenScope, recipientTag: s
   return { requestId, code, storeKey: storeKey(scope, requestId), record: `${signer.sign(codeScope, code)}|${recipientTag}` }
 }
 
-/** 144 random bits make a collision practically impossible; this many fresh tries turn one into a retry. */
+/** 128 random bits make a collision practically impossible; this many fresh tries turn one into a retry. */
 export const MINT_ATTEMPTS = 3
 
 /** Creates a code and stores its keyed hash, bound to tenant, mode and requestId. */

@@ -19,7 +19,7 @@ export const DispatchReply = Type.Object({
   success: Type.Literal(true),
   message: Type.String(),
   data: Type.Object({
-    requestId: Type.String({ description: 'Opaque id of this code; send it back on verify. 144 random bits, URL-safe.', examples: ['otp_3q2-7wX0aH4vQm1sT9bK8cLd'] })
+    requestId: Type.String({ description: 'Opaque id of this code; send it back on verify. 128 random bits, URL-safe.', examples: ['otp_3q2-7wX0aH4vQm1sT9bK8c'] })
   })
 })
 

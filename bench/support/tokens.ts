@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
+import { MAC_BYTES, REQUEST_ID_BYTES, TAG_BYTES } from '../../lib/code-signer.js'
+import { storeKey } from '../../lib/otp.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */
 export const TOKEN_TTL_MS = 600_000
@@ -9,23 +11,26 @@ export interface TokenShape {
   record: string
 }
 
-// Bytes per token: 18 for the requestId (24 base64url characters), 32 for the HMAC
-// (43 characters), 16 for the recipient tag (22 characters).
-const BYTES_PER_TOKEN = 18 + 32 + 16
+// Bytes per token: the requestId, the truncated HMAC and the recipient tag, all base64url.
+const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES
 
 /**
- * `count` tokens shaped exactly like the service's (lib/otp.ts, lib/code-signer.ts): key
- * `otp:bench:live:otp_<24>`, record `k1.<43>|<22>`, all base64url. Random bytes stand in for
- * the HMACs: same lengths and alphabet, without a million HMAC computations.
+ * `count` tokens shaped exactly like the service's: the key from lib/otp.ts's storeKey for
+ * tenant `bench` in live mode, the record `k1.<mac>|<tag>` with lib/code-signer.ts's sizes.
+ * Random bytes stand in for the HMACs: same lengths and alphabet, without a million HMAC
+ * computations.
  */
 export function tokenShapes (count: number): TokenShape[] {
   const bytes = randomBytes(count * BYTES_PER_TOKEN)
   const tokens: TokenShape[] = new Array<TokenShape>(count)
+  const scope = { tenantId: 'bench', mode: 'live' as const }
   for (let i = 0; i < count; i++) {
     const at = i * BYTES_PER_TOKEN
+    const macAt = at + REQUEST_ID_BYTES
+    const tagAt = macAt + MAC_BYTES
     tokens[i] = {
-      key: `otp:bench:live:otp_${bytes.toString('base64url', at, at + 18)}`,
-      record: `k1.${bytes.toString('base64url', at + 18, at + 50)}|${bytes.toString('base64url', at + 50, at + 66)}`
+      key: storeKey(scope, `otp_${bytes.toString('base64url', at, macAt)}`),
+      record: `k1.${bytes.toString('base64url', macAt, tagAt)}|${bytes.toString('base64url', tagAt, tagAt + TAG_BYTES)}`
     }
   }
   return tokens

@@ -29,7 +29,7 @@ export interface DispatchPlan {
 }
 
 export type DispatchVerdict =
-  /** The requestId is taken (a 144-bit coincidence): nothing was counted; mint another. */
+  /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
   | { kind: 'collision' }
   | { kind: 'locked', counts: LimitCount[], lockoutResetMs: number }
   | { kind: 'limited', counts: LimitCount[] }
