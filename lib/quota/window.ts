@@ -48,8 +48,22 @@ function canonicalSpec (durationMs: number): string {
   return `${durationMs / SECOND_MS}s`
 }
 
+/**
+ * The last bounds computed for each window: every dispatch asks for the window of now, which
+ * changes once a window, so the date arithmetic and the id's formatting run once a window.
+ */
+const lastBounds = new WeakMap<QuotaWindow, WindowBounds>()
+
 /** The window that contains `nowMs`. */
 export function currentWindow (window: QuotaWindow, nowMs: number): WindowBounds {
+  const last = lastBounds.get(window)
+  if (last !== undefined && nowMs >= last.startMs && nowMs < last.resetMs) return last
+  const bounds = computeWindow(window, nowMs)
+  lastBounds.set(window, bounds)
+  return bounds
+}
+
+function computeWindow (window: QuotaWindow, nowMs: number): WindowBounds {
   const now = new Date(nowMs)
   // Outside the Date range there is no calendar to align to (and toISOString would throw).
   if (Number.isNaN(now.getTime())) throw new RangeError(`nowMs is not a valid time: ${nowMs}`)
