@@ -336,10 +336,13 @@ async function main (resources: Resources): Promise<void> {
   const measureBare = async (): Promise<Measured> => {
     const result = await measureDispatch(meter, bareTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS)
     bareRuns.push(result)
-    record({ group: 'main', target: `bare route (${bareRuns.length})`, connections: MAIN_CONNECTIONS, result, reference: bareReference([result]) })
     return result
   }
+  const recordBare = (result: Measured): void => {
+    record({ group: 'main', target: `bare route (${bareRuns.indexOf(result) + 1})`, connections: MAIN_CONNECTIONS, result, reference: bareReference([result]) })
+  }
   let bareBefore = await measureBare()
+  recordBare(bareBefore)
   for (const target of [redisTarget, memoryTarget, peerTarget]) {
     const dispatch = await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS)
     const verify = await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS)
@@ -350,6 +353,7 @@ async function main (resources: Resources): Promise<void> {
       main.set(row.target, row)
       record(row)
     }
+    recordBare(bareAfter)
     bareBefore = bareAfter
   }
   const bare = bareReference(bareRuns)
