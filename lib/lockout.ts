@@ -1,15 +1,9 @@
 /**
- * Wrong guesses per recipient, across requestIds. The window starts with the first failure
- * and is not extended by later ones, so a locked recipient is free again when it ends.
+ * Wrong guesses per recipient, across requestIds, in one process. The window starts with the
+ * first failure and is not extended by later ones, so a locked recipient is free again when
+ * it ends.
  */
-export interface GuessCounter {
-  recordFailure (key: string, windowMs: number): Promise<void>
-  /** Failures in the current window and the milliseconds until it ends. */
-  failures (key: string): Promise<{ count: number, resetMs: number }>
-  reset (key: string): Promise<void>
-}
-
-export class MemoryGuessCounter implements GuessCounter {
+export class MemoryGuessCounter {
   readonly #entries = new Map<string, { count: number, expiresAt: number }>()
   readonly #timer: NodeJS.Timeout
 
@@ -21,20 +15,21 @@ export class MemoryGuessCounter implements GuessCounter {
     this.#timer.unref()
   }
 
-  async recordFailure (key: string, windowMs: number): Promise<void> {
+  recordFailure (key: string, windowMs: number): void {
     const now = Date.now()
     const entry = this.#entries.get(key)
     if (entry === undefined || entry.expiresAt <= now) this.#entries.set(key, { count: 1, expiresAt: now + windowMs })
     else entry.count++
   }
 
-  async failures (key: string): Promise<{ count: number, resetMs: number }> {
+  /** Failures in the current window and the milliseconds until it ends. */
+  failures (key: string): { count: number, resetMs: number } {
     const entry = this.#entries.get(key)
     const remaining = entry === undefined ? 0 : entry.expiresAt - Date.now()
     return remaining > 0 && entry !== undefined ? { count: entry.count, resetMs: remaining } : { count: 0, resetMs: 0 }
   }
 
-  async reset (key: string): Promise<void> {
+  reset (key: string): void {
     this.#entries.delete(key)
   }
 

@@ -33,7 +33,7 @@ export class MemoryAdmission implements Admission {
   async dispatch (plan: DispatchPlan): Promise<DispatchVerdict> {
     const { limits, lockout, quota, token } = plan
     const { counts, exceeded } = this.#hit(limits)
-    const failures = await this.#guesses.failures(lockout.key)
+    const failures = this.#guesses.failures(lockout.key)
     if (failures.count >= lockout.threshold) return { kind: 'locked', counts, lockoutResetMs: failures.resetMs }
     if (exceeded) return { kind: 'limited', counts }
     const decision = await this.#quota.reserve(quota.scope, quota.limit, quota.window, quota.nowMs)
@@ -56,8 +56,8 @@ export class MemoryAdmission implements Admission {
     // Every form is compared, so timing does not tell which key matched.
     for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
     const lockoutKey = plan.lockout.keyPrefix + recipientTag
-    if (verified) await this.#guesses.reset(lockoutKey)
-    else await this.#guesses.recordFailure(lockoutKey, plan.lockout.windowMs)
+    if (verified) this.#guesses.reset(lockoutKey)
+    else this.#guesses.recordFailure(lockoutKey, plan.lockout.windowMs)
     return { kind: verified ? 'verified' : 'mismatch', counts }
   }
 
