@@ -6,6 +6,7 @@ import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
 import type { QuotaStore } from '../lib/quota/quota-store.js'
 import { parseWindow } from '../lib/quota/window.js'
+import { StoreFullError } from '../lib/store-errors.js'
 import { MemoryTokenStore } from '../lib/stores/memory-token-store.js'
 import { RedisTokenStore } from '../lib/stores/redis-token-store.js'
 import type { TokenStore } from '../lib/stores/token-store.js'
@@ -145,6 +146,19 @@ t.test('memory admission', async (t) => {
     })
     return { admission, tokens, quota }
   })
+})
+
+t.test('memory admission: a full token store refuses without charging', async (t) => {
+  const tokens = new MemoryTokenStore({ maxTokens: 1 })
+  const quota = new MemoryQuotaStore()
+  const admission = new MemoryAdmission(tokens, quota)
+  t.teardown(async () => {
+    admission.close()
+    await tokens.close()
+  })
+  t.equal((await admission.dispatch(dispatchPlan('first'))).kind, 'issued')
+  await t.rejects(admission.dispatch(dispatchPlan('second')), StoreFullError)
+  t.equal((await quota.usage(SCOPE, window, Date.now())).used, 1, 'the refused dispatch took no unit')
 })
 
 t.test('redis admission', redisTestOptions(), async (t) => {

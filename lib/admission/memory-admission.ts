@@ -38,8 +38,16 @@ export class MemoryAdmission implements Admission {
     if (exceeded) return { kind: 'limited', counts }
     const decision = await this.#quota.reserve(quota.scope, quota.limit, quota.window, quota.nowMs)
     if (!decision.allowed) return { kind: 'quota_exceeded', counts, quota: decision }
-    if (!await this.#tokens.put(token.key, token.record, token.ttlMs)) {
-      // Unlike the Redis script this learns of a taken requestId only here: undo the unit.
+    // The token comes last, as in the Redis script, but unlike the script this can fail after
+    // the unit is taken (a taken requestId, a full store): the unit is given back.
+    let stored: boolean
+    try {
+      stored = await this.#tokens.put(token.key, token.record, token.ttlMs)
+    } catch (error) {
+      await this.#quota.refund(quota.scope, decision.windowId)
+      throw error
+    }
+    if (!stored) {
       await this.#quota.refund(quota.scope, decision.windowId)
       return { kind: 'collision' }
     }
