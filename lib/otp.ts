@@ -1,4 +1,5 @@
 import { CodeSigner, generateCode, generateRequestId, type CodeScope } from './code-signer.js'
+import { tenantScope } from './keys.js'
 import type { TokenStore } from './stores/token-store.js'
 
 export interface TokenScope {
@@ -21,7 +22,7 @@ export const GUESS_FORMAT = /^[0-9]{6}$/
  * its dispatch and verify touch, so each runs as one script (see lib/admission).
  */
 export function storeKey (scope: TokenScope, requestId: string): string {
-  return `otp:{${scope.tenantId}:${scope.mode}}:${requestId}`
+  return `otp:{${tenantScope(scope.tenantId, scope.mode)}}:${requestId}`
 }
 
 export interface MintedCode extends IssuedCode {

@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { LimitCount, LimitHit } from '../lib/admission/admission.js'
 import { apiError } from '../lib/errors.js'
+import { tenantScope } from '../lib/keys.js'
 import { normalizeAddress, sourceBucket } from '../lib/net/source-address.js'
 import type { VelocityLimits } from '../lib/rate-limits.js'
 import type { TenantKey } from '../lib/tenants.js'
@@ -31,13 +32,9 @@ declare module 'fastify' {
   }
 }
 
-/**
- * Sandbox traffic has buckets of its own, so partners' tests never eat live limits. It is
- * also the Redis Cluster hash tag: a tenant's counters share a slot with its tokens, so a
- * dispatch or verify runs as one script.
- */
+/** The key's scope as a hash tag: its counters share a slot with its tokens (see tenantScope). */
 function scope (key: TenantKey): string {
-  return `{${key.tenant.id}:${key.mode}}`
+  return `{${tenantScope(key.tenant.id, key.mode)}}`
 }
 
 /** The namespace of velocity counters, as @fastify/rate-limit names them. */

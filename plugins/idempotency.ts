@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
+import { tenantScope } from '../lib/keys.js'
 import type { IdempotencyStore } from '../lib/idempotency/idempotency-store.js'
 import { MemoryIdempotencyStore } from '../lib/idempotency/memory-idempotency-store.js'
 import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
@@ -61,7 +62,7 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
-    const scope = `${request.auth.tenant.id}:${request.auth.mode}`
+    const scope = tenantScope(request.auth.tenant.id, request.auth.mode)
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
     const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
     if (claim.state === 'mismatch') throw apiError('IDEMPOTENCY_MISMATCH')

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin'
 import { apiError } from '../lib/errors.js'
-import type { KeyMode } from '../lib/keys.js'
+import { tenantScope, type KeyMode } from '../lib/keys.js'
 import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import type { QuotaDecision, QuotaStore } from '../lib/quota/quota-store.js'
 import type { QuotaWindow } from '../lib/quota/window.js'
@@ -39,10 +39,6 @@ declare module 'fastify' {
   }
 }
 
-function scope (tenant: Tenant, mode: KeyMode): string {
-  return `${tenant.id}:${mode}`
-}
-
 function quotaHeaders (limit: number, remaining: number, resetMs: number, nowMs: number): Record<string, string> {
   return {
     'quota-limit': String(limit),
@@ -63,7 +59,7 @@ export default fp(async function tenantQuotaPlugin (fastify) {
     store,
     allowance (tenant, mode, nowMs) {
       const { limit, window } = tenant.tier[mode]
-      return { scope: scope(tenant, mode), limit, window, nowMs }
+      return { scope: tenantScope(tenant.id, mode), limit, window, nowMs }
     },
     settle (tenant, mode, decision, nowMs) {
       const allowance = tenant.tier[mode]
@@ -75,12 +71,12 @@ export default fp(async function tenantQuotaPlugin (fastify) {
       return { windowId: decision.windowId, headers }
     },
     async refund (tenant, mode, reservation) {
-      await storeCall('quota', async () => { await store.refund(scope(tenant, mode), reservation.windowId) })
+      await storeCall('quota', async () => { await store.refund(tenantScope(tenant.id, mode), reservation.windowId) })
     },
     async usage (tenant, mode) {
       const allowance = tenant.tier[mode]
       const now = Date.now()
-      const usage = await storeCall('quota', async () => await store.usage(scope(tenant, mode), allowance.window, now))
+      const usage = await storeCall('quota', async () => await store.usage(tenantScope(tenant.id, mode), allowance.window, now))
       return {
         limit: allowance.limit,
         used: usage.used,
