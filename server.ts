@@ -2,7 +2,7 @@ import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
 import app, { serverOptions } from './app.js'
 import { ConfigError } from './lib/config.js'
-import { TenantsFileError } from './lib/tenants.js'
+import { TenantsFileError } from './lib/tenants/registry.js'
 import { readConfig } from './plugins/config.js'
 
 async function main (): Promise<void> {

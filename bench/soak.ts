@@ -22,7 +22,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
-import { generateKey, hashKey } from '../lib/keys.js'
+import { generateKey, hashKey } from '../lib/tenants/api-keys.js'
 import { freePort, startRedis, type RedisServer } from '../test/support/redis.js'
 
 const CONCURRENCY = 20
@@ -36,7 +36,7 @@ const HIGH_LIMIT = '100000000/1m'
 const FAIL_RECIPIENT = 'fail@simulator.invalid'
 
 // Compiled to .bench-build/bench/soak.js; the service is the build in <root>/dist.
-const root = fileURLToPath(new URL('../../', import.meta.url))
+const root = fileURLToPath(new URL('../..', import.meta.url))
 
 function readOptions (): { minutes: number, rate: number | null } {
   const { values } = parseArgs({ options: { minutes: { type: 'string' }, rate: { type: 'string' } } })

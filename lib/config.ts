@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
-import type { MacKey } from './code-signer.js'
-import { parseRateLimit, type RateLimit, type VelocityLimits } from './rate-limits.js'
+import type { MacKey } from './otp/signer.js'
+import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {

@@ -2,10 +2,10 @@ import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { LimitCount, LimitHit } from '../lib/admission/admission.js'
 import { apiError } from '../lib/errors.js'
-import { tenantScope } from '../lib/keys.js'
+import { tenantScope } from '../lib/tenants/api-keys.js'
 import { normalizeAddress, sourceBucket } from '../lib/net/source-address.js'
-import type { VelocityLimits } from '../lib/rate-limits.js'
-import type { TenantKey } from '../lib/tenants.js'
+import type { VelocityLimits } from '../lib/admission/velocity.js'
+import type { TenantKey } from '../lib/tenants/registry.js'
 
 type Limiter = keyof VelocityLimits
 

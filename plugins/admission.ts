@@ -3,8 +3,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Admission } from '../lib/admission/admission.js'
 import { MemoryAdmission } from '../lib/admission/memory-admission.js'
 import { RedisAdmission } from '../lib/admission/redis-admission.js'
-import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode, storeKey, type IssuedCode, type TokenScope } from '../lib/otp.js'
-import type { TenantKey } from '../lib/tenants.js'
+import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode, storeKey, type IssuedCode, type TokenScope } from '../lib/otp/codes.js'
+import type { TenantKey } from '../lib/tenants/registry.js'
 import type { Reservation } from './tenant-quota.js'
 
 export interface AdmittedDispatch extends IssuedCode {

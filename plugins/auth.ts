@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import { apiError, type ApiError } from '../lib/errors.js'
-import { bearerToken, type KeyKind } from '../lib/keys.js'
-import type { TenantKey } from '../lib/tenants.js'
+import { bearerToken, type KeyKind } from '../lib/tenants/api-keys.js'
+import type { TenantKey } from '../lib/tenants/registry.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

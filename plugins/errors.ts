@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyError, FastifyReply } from 'fastify'
-import { apiError, errorCatalog, isApiError, type ApiError, type ErrorCode } from '../lib/errors.js'
+import { apiError, isApiError, type ApiError } from '../lib/errors.js'
+import { errorCatalog, type ErrorCode } from '../schemas/error-catalog.js'
 import { StoreFullError, StoreUnavailableError } from '../lib/store-errors.js'
 
 // Fastify's own errors (body parsing, limits) mapped to the contract's codes.

@@ -1,6 +1,6 @@
 import type { Writable } from 'node:stream'
 import fp from 'fastify-plugin'
-import type { KeyMode } from '../lib/keys.js'
+import type { KeyMode } from '../lib/tenants/api-keys.js'
 import { LogTransport } from '../lib/mail/log-transport.js'
 import { SesTransport } from '../lib/mail/ses-transport.js'
 import { SmtpTransport } from '../lib/mail/smtp-transport.js'

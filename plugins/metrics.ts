@@ -46,30 +46,33 @@ export default fp(async function metricsPlugin (fastify) {
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] })
   }
   // Gauges read their value at scrape time, so the request path pays nothing for them.
-  new Gauge({
-    name: 'email_otp_redis_up',
-    help: '1 when the Redis connection is ready; absent on the in-memory default.',
-    registers: fastify.redis === null ? [] : [registry],
-    collect () { this.set(fastify.redis?.status === 'ready' ? 1 : 0) }
-  })
-  new Gauge({
+  const { redis } = fastify
+  if (redis !== null) {
+    registry.registerMetric(new Gauge({
+      name: 'email_otp_redis_up',
+      help: '1 when the Redis connection is ready; absent on the in-memory default.',
+      registers: [],
+      collect () { this.set(redis.status === 'ready' ? 1 : 0) }
+    }))
+  }
+  registry.registerMetric(new Gauge({
     name: 'email_otp_blocklist_age_seconds',
     help: 'Age of each network block list since its last good load.',
     labelNames: ['list'] as const,
-    registers: [registry],
+    registers: [],
     collect () {
       for (const list of fastify.blocklists.status()) if (list.ageSeconds !== null) this.set({ list: list.name }, list.ageSeconds)
     }
-  })
-  new Gauge({
+  }))
+  registry.registerMetric(new Gauge({
     name: 'email_otp_blocklist_entries',
     help: 'Entries in each network block list.',
     labelNames: ['list'] as const,
-    registers: [registry],
+    registers: [],
     collect () {
       for (const list of fastify.blocklists.status()) this.set({ list: list.name }, list.entries)
     }
-  })
+  }))
 
   fastify.decorate('metrics', metrics)
   fastify.addHook('onResponse', (request, reply, done) => {

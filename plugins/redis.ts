@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { RedisTopology } from '../lib/config.js'
-import type { RedisClient } from '../lib/redis-client.js'
+import type { RedisClient } from '../lib/redis/client.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

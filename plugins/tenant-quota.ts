@@ -1,12 +1,12 @@
 import fp from 'fastify-plugin'
 import { apiError } from '../lib/errors.js'
-import { tenantScope, type KeyMode } from '../lib/keys.js'
+import { tenantScope, type KeyMode } from '../lib/tenants/api-keys.js'
 import { MemoryQuotaStore } from '../lib/quota/memory-quota-store.js'
 import type { QuotaDecision, QuotaStore } from '../lib/quota/quota-store.js'
 import type { QuotaWindow } from '../lib/quota/window.js'
 import { RedisQuotaStore } from '../lib/quota/redis-quota-store.js'
 import { storeCall } from '../lib/store-errors.js'
-import type { Tenant } from '../lib/tenants.js'
+import type { Tenant } from '../lib/tenants/registry.js'
 
 export interface Reservation {
   windowId: string

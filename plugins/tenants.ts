@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import { TenantRegistry, demoRegistry } from '../lib/tenants.js'
+import { TenantRegistry, demoRegistry } from '../lib/tenants/registry.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 

@@ -1,8 +1,8 @@
 import fp from 'fastify-plugin'
-import { CodeSigner } from '../lib/code-signer.js'
-import { MemoryTokenStore } from '../lib/stores/memory-token-store.js'
-import { RedisTokenStore } from '../lib/stores/redis-token-store.js'
-import type { TokenStore } from '../lib/stores/token-store.js'
+import { CodeSigner } from '../lib/otp/signer.js'
+import { MemoryTokenStore } from '../lib/tokens/memory-token-store.js'
+import { RedisTokenStore } from '../lib/tokens/redis-token-store.js'
+import type { TokenStore } from '../lib/tokens/token-store.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

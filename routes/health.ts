@@ -1,28 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
-
-const Check = Type.Object({ ok: Type.Boolean(), kind: Type.String() })
-
-const BlockListStatus = Type.Object({
-  name: Type.String(),
-  entries: Type.Integer(),
-  loadedAt: Type.Union([Type.String(), Type.Null()]),
-  ageSeconds: Type.Union([Type.Number(), Type.Null()]),
-  lastError: Type.Union([Type.String(), Type.Null()])
-})
-
-const ReadyReply = Type.Object({
-  ready: Type.Boolean(),
-  checks: Type.Object({ tokenStore: Check, mailer: Check }),
-  blocklists: Type.Array(BlockListStatus, { description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version.' })
-})
+import { LiveReply, ReadyReply } from '../schemas/health.js'
 
 const healthRoutes: FastifyPluginAsyncTypebox = async function healthRoutes (fastify) {
   fastify.get('/healthz', {
     schema: {
       summary: 'Liveness: the process answers',
       tags: ['operations'],
-      response: { 200: Type.Object({ ok: Type.Literal(true) }) }
+      response: { 200: LiveReply }
     }
   }, async () => ({ ok: true as const }))
 

@@ -1,21 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
-import { describeEmailRejection, validateEmail } from '../lib/email.js'
+import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
 import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
-
-const SandboxMessage = Type.Object({
-  requestId: Type.String(),
-  to: Type.String(),
-  from: Type.String(),
-  subject: Type.String(),
-  text: Type.String(),
-  html: Type.String(),
-  code: Type.String({ description: 'The code the message carries (sandbox only).' }),
-  createdAt: Type.String({ format: 'date-time' })
-})
+import { SandboxMessagesReply, SandboxQuery } from '../schemas/sandbox.js'
 
 const simulated = Object.entries(SIMULATED_RECIPIENTS).map(([address, { description }]) => `\`${address}\`: ${description}.`).join(' ')
 
@@ -27,9 +16,9 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
       description: `Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most ${SANDBOX_MESSAGES_PER_ADDRESS} per address, newest first, for the same tenant only. Live keys get 404. Reserved recipients simulate delivery outcomes: ${simulated}`,
       tags: ['sandbox'],
       security: [{ bearerAuth: [] }],
-      querystring: Type.Object({ email: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
+      querystring: SandboxQuery,
       response: {
-        200: Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) }),
+        200: SandboxMessagesReply,
         ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
       }
     }

@@ -1,25 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
+import { UsageReply } from '../schemas/usage.js'
 import { apiError } from '../lib/errors.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
-
-const Allowance = Type.Object({
-  limit: Type.Integer({ description: 'Dispatches allowed per window.' }),
-  used: Type.Integer({ description: 'Dispatches charged in the current window (failed deliveries are not charged).' }),
-  remaining: Type.Integer(),
-  window: Type.String({ description: 'Window length (`1h`, `1d`, `30d`…) or `month` (calendar month, UTC).' }),
-  resetsAt: Type.String({ format: 'date-time', description: 'When the current window ends and the allowance returns.' })
-})
-
-const UsageReply = Type.Object({
-  success: Type.Literal(true),
-  data: Type.Object({
-    tenant: Type.String(),
-    tier: Type.String(),
-    live: Allowance,
-    sandbox: Allowance
-  })
-})
 
 const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fastify) {
   fastify.get('/usage', {

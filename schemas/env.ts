@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { RATE_LIMIT_PATTERN } from '../lib/rate-limits.js'
+import { RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })

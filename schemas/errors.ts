@@ -1,5 +1,5 @@
 import { Type, type TSchema } from '@sinclair/typebox'
-import { errorCatalog, type ErrorCode } from '../lib/errors.js'
+import { errorCatalog, type ErrorCode } from './error-catalog.js'
 
 /** The one error body of the API. */
 export function errorBody (codes: readonly ErrorCode[]): TSchema {

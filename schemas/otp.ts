@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { REQUEST_ID_PATTERN } from '../lib/code-signer.js'
+import { REQUEST_ID_PATTERN } from './patterns.js'
 
 export const DispatchBody = Type.Object({
   email: Type.String({

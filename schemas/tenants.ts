@@ -1,10 +1,8 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { RATE_LIMIT_PATTERN } from '../lib/rate-limits.js'
+import { RATE_LIMIT_PATTERN, WINDOW_PATTERN } from './patterns.js'
 
-export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
 const ORIGIN_PATTERN = '^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$'
-export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
 
 export const TierSchema = Type.Object({
   allowance: Type.Integer({ minimum: 0, description: 'Live dispatches allowed per window.' }),

@@ -2,13 +2,13 @@ import { closeSync, openSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
-import { generateKey, hashKey } from '../../lib/keys.js'
+import { generateKey, hashKey } from '../../lib/tenants/api-keys.js'
 import { freePort } from '../../test/support/redis.js'
 import { startNodeChild, type NodeChild, type Resources } from './children.js'
 import type { NextRequest } from './load.js'
 
 // Compiled to .bench-build/bench/support/; the service is the one `npm run build` put in dist/.
-export const ROOT = fileURLToPath(new URL('../../../', import.meta.url))
+export const ROOT = fileURLToPath(new URL('../../..', import.meta.url))
 
 /** Limits and lockout far above anything a benchmark reaches: it measures work, not refusals. */
 export const NO_LIMIT = '100000000/1m'

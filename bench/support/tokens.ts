@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
-import { MAC_BYTES, REQUEST_ID_BYTES, TAG_BYTES } from '../../lib/code-signer.js'
-import { storeKey } from '../../lib/otp.js'
+import { MAC_BYTES, REQUEST_ID_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
+import { storeKey } from '../../lib/otp/codes.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */
 export const TOKEN_TTL_MS = 600_000

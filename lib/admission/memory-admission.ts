@@ -1,8 +1,8 @@
 import { timingSafeEqual } from 'node:crypto'
-import LocalStore from '@fastify/rate-limit/store/LocalStore.js'
-import { MemoryGuessCounter } from '../lockout.js'
+import { MemoryGuessCounter } from './lockout.js'
+import { MemoryVelocityCounter } from './velocity.js'
 import type { QuotaStore } from '../quota/quota-store.js'
-import type { TokenStore } from '../stores/token-store.js'
+import type { TokenStore } from '../tokens/token-store.js'
 import { splitRecord, type Admission, type DispatchPlan, type DispatchVerdict, type LimitCount, type LimitHit, type VerifyPlan, type VerifyVerdict } from './admission.js'
 
 /** Velocity buckets kept in process; past this many the least recently seen are forgotten. */
@@ -16,11 +16,10 @@ function sameForm (stored: string, candidate: string): boolean {
 
 /**
  * Admission in one process (the embedded default), with the same decisions as the Redis
- * scripts: velocity counted by @fastify/rate-limit's in-memory store, the lockout, quota and
- * token stores of this process.
+ * scripts, over this process's velocity, lockout, quota and token stores.
  */
 export class MemoryAdmission implements Admission {
-  readonly #velocity = new LocalStore(false, false, VELOCITY_BUCKETS)
+  readonly #velocity = new MemoryVelocityCounter(VELOCITY_BUCKETS)
   readonly #guesses = new MemoryGuessCounter()
   readonly #tokens: TokenStore
   readonly #quota: QuotaStore
@@ -76,12 +75,11 @@ export class MemoryAdmission implements Admission {
   #hit (limits: readonly LimitHit[]): { counts: LimitCount[], exceeded: boolean } {
     const counts: LimitCount[] = []
     let exceeded = false
+    const now = Date.now()
     for (const { bucket, max, windowMs } of limits) {
-      // The local store answers synchronously.
-      this.#velocity.incr(bucket, (_error, { current, ttl }) => {
-        counts.push({ current, ttlMs: ttl })
-        if (current > max) exceeded = true
-      }, windowMs, max)
+      const count = this.#velocity.hit(bucket, windowMs, now)
+      counts.push(count)
+      if (count.current > max) exceeded = true
     }
     return { counts, exceeded }
   }

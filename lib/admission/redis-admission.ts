@@ -1,7 +1,7 @@
-import { LOCKOUT_LUA } from '../lockout.js'
+import { LOCKOUT_LUA } from './lockout.js'
 import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA } from '../quota/redis-quota-store.js'
-import { HIT_LIMIT_LUA } from '../rate-limits.js'
-import type { RedisClient } from '../redis-client.js'
+import { HIT_LIMIT_LUA } from './velocity.js'
+import type { RedisClient } from '../redis/client.js'
 import { storeCall } from '../store-errors.js'
 import type { Admission, DispatchPlan, DispatchVerdict, LimitCount, VerifyPlan, VerifyVerdict } from './admission.js'
 

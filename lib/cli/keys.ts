@@ -1,8 +1,8 @@
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { parseArgs } from 'node:util'
-import { generateKey, hashKey, type KeyKind, type KeyMode } from '../keys.js'
-import { TenantRegistry } from '../tenants.js'
+import { generateKey, hashKey, type KeyKind, type KeyMode } from '../tenants/api-keys.js'
+import { TenantRegistry } from '../tenants/registry.js'
 import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
 
 const usage = `Usage:

@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis-client.js'
+import type { RedisClient } from '../redis/client.js'
 import {
   assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
 } from './idempotency-store.js'

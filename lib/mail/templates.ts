@@ -1,4 +1,4 @@
-import type { Locale } from './compose.js'
+import type { Locale } from './locale.js'
 
 /**
  * The wording of the verification mail, one entry per locale. Kept as TypeScript rather than

@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis-client.js'
+import type { RedisClient } from '../redis/client.js'
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from './quota-store.js'
 import { currentWindow, type QuotaWindow } from './window.js'
 

@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis-client.js'
+import type { RedisClient } from '../redis/client.js'
 import { storeCall } from '../store-errors.js'
 
 /** A message a sandbox key "sent": kept for the tenant's own tests, never delivered. */

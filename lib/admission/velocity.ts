@@ -1,0 +1,78 @@
+import { LruMap } from 'toad-cache'
+import { parseWindow } from '../quota/window.js'
+
+/** A velocity limit: at most `max` requests per `windowMs`. */
+export interface RateLimit {
+  max: number
+  windowMs: number
+  /** As written, e.g. `5/15m`, for messages. */
+  spec: string
+}
+
+/** Parses `max/window` (`5/15m`, `30/1m`, `600/1h`), or null. */
+export function parseRateLimit (spec: string): RateLimit | null {
+  const [max, windowSpec] = spec.split('/')
+  if (max === undefined || windowSpec === undefined || !/^[0-9]{1,9}$/.test(max)) return null
+  const window = parseWindow(windowSpec)
+  if (window === null || window.kind !== 'fixed') return null
+  return { max: Number(max), windowMs: window.durationMs, spec }
+}
+
+export interface VelocityLimits {
+  recipient: RateLimit
+  source: RateLimit
+  key: RateLimit
+}
+
+/** A counter after one hit: the count in its window and the milliseconds left in it. */
+export interface WindowCount {
+  current: number
+  ttlMs: number
+}
+
+/*
+ * Velocity is a fixed-window counter: the window starts with a bucket's first hit and lasts
+ * `windowMs`; each hit adds one and answers the count and the time left. This is the algorithm
+ * of @fastify/rate-limit's stores (without `continueExceeding` and backoff). It exists twice,
+ * with one contract checked by one shared test (test/lib/admission/velocity.test.ts): a Lua
+ * function for the admission scripts on Redis, and MemoryVelocityCounter in process.
+ */
+
+/**
+ * One hit, as a Lua function for scripts that check several limits in one round trip: INCR,
+ * and PEXPIRE on the first hit of a window.
+ */
+export const HIT_LIMIT_LUA = `
+local function hitLimit (key, windowMs)
+  local current = redis.call('INCR', key)
+  if current == 1 then
+    redis.call('PEXPIRE', key, windowMs)
+    return current, tonumber(windowMs)
+  end
+  return current, redis.call('PTTL', key)
+end
+`
+
+/**
+ * The in-process twin of HIT_LIMIT_LUA, for the embedded default. Buckets live in an LRU map
+ * (toad-cache, as @fastify/rate-limit's own in-memory store): past `maxBuckets` the least
+ * recently hit are forgotten, which bounds memory under a flood of distinct sources.
+ */
+export class MemoryVelocityCounter {
+  readonly #buckets: LruMap<{ count: number, endsAtMs: number }>
+
+  constructor (maxBuckets: number) {
+    this.#buckets = new LruMap(maxBuckets)
+  }
+
+  hit (bucket: string, windowMs: number, nowMs = Date.now()): WindowCount {
+    const entry = this.#buckets.get(bucket)
+    if (entry === undefined || entry.endsAtMs <= nowMs) {
+      this.#buckets.set(bucket, { count: 1, endsAtMs: nowMs + windowMs })
+      return { current: 1, ttlMs: windowMs }
+    }
+    // get() has already moved the bucket to the recent end of the LRU order.
+    entry.count++
+    return { current: entry.count, ttlMs: entry.endsAtMs - nowMs }
+  }
+}

@@ -1,0 +1,52 @@
+import { hash, randomBytes } from 'node:crypto'
+import { KEY_PATTERN } from '../../schemas/patterns.js'
+
+export type KeyKind = 'secret' | 'restricted'
+export type KeyMode = 'live' | 'test'
+
+/**
+ * The scope of one tenant's traffic in one mode, `acme:live`: live and sandbox never share a
+ * counter. It is also the Redis Cluster hash tag (`{acme:live}`) of every key a dispatch or a
+ * verify touches (token, velocity, lockout, quota), which is what lets each run as one script
+ * on one slot; those keys are built from this, never spelled out by hand.
+ */
+export function tenantScope (tenantId: string, mode: KeyMode): string {
+  return `${tenantId}:${mode}`
+}
+
+const keyPattern = new RegExp(KEY_PATTERN)
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+
+/** `sk_live_…`: a prefix that says what the key is, then 256 random bits in base62. */
+export function generateKey (kind: KeyKind, mode: KeyMode): string {
+  let value = BigInt('0x' + randomBytes(32).toString('hex'))
+  let body = ''
+  while (body.length < 43) {
+    body = BASE62[Number(value % 62n)] + body
+    value /= 62n
+  }
+  return `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${body}`
+}
+
+export function hashKey (key: string): string {
+  // The one-shot digest: no Hash object per request.
+  return hash('sha256', key, 'hex')
+}
+
+export interface ParsedKey {
+  kind: KeyKind
+  mode: KeyMode
+}
+
+/** What the key's prefix claims, or null when it is not shaped like a key at all. */
+export function parseKey (key: string): ParsedKey | null {
+  if (!keyPattern.test(key)) return null
+  return { kind: key.startsWith('sk_') ? 'secret' : 'restricted', mode: key.slice(3, 7) === 'live' ? 'live' : 'test' }
+}
+
+/** The key from an `Authorization: Bearer <key>` header, or null. */
+export function bearerToken (header: string | undefined): string | null {
+  if (header === undefined || header.length > 256) return null
+  const match = /^Bearer +(\S+) *$/i.exec(header)
+  return match?.[1] ?? null
+}

@@ -1,0 +1,236 @@
+import { readFile } from 'node:fs/promises'
+import { FormatRegistry } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+import { TenantsFileSchema, type TenantsFile, type TierEntry } from '../../schemas/tenants.js'
+import { describeEmailRejection, validateEmail } from '../recipients/address.js'
+import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
+import { IpRangeSet } from '../net/ip-ranges.js'
+import { parseWindow, type QuotaWindow } from '../quota/window.js'
+import { parseRateLimit, type VelocityLimits } from '../admission/velocity.js'
+import { RecipientPolicy } from '../recipients/policy.js'
+
+if (!FormatRegistry.Has('date-time')) {
+  FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
+}
+
+export interface Allowance {
+  limit: number
+  window: QuotaWindow
+}
+
+/** A tenant's tier with its per-tenant overrides applied, windows parsed once. */
+export interface Tier {
+  name: string
+  live: Allowance
+  test: Allowance
+}
+
+export interface Tenant {
+  id: string
+  tier: Tier
+  brandName: string
+  /** Sender and Reply-To of this tenant's mail; null means MAIL_FROM and none. */
+  from: string | null
+  replyTo: string | null
+  ttlSeconds: number | null
+  /** Velocity limits this tenant overrides; the rest come from the configuration. */
+  limits: Partial<VelocityLimits>
+  recipientPolicy: RecipientPolicy
+  /** Networks this tenant refuses requests from, or null. */
+  blockedNetworks: IpRangeSet | null
+}
+
+export interface TenantKey {
+  id: string
+  kind: KeyKind
+  mode: KeyMode
+  tenant: Tenant
+  expiresAtMs: number | null
+  revoked: boolean
+  /** Null for secret keys; for restricted keys, the Origin test. */
+  allowsOrigin: ((origin: string) => boolean) | null
+}
+
+/** The tenants file could not be used; the message names the place in the file. */
+export class TenantsFileError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'TenantsFileError'
+  }
+}
+
+/**
+ * Tenants, tiers and keys, indexed by key hash. Immutable: a reload builds a new registry
+ * and swaps the reference, so requests in flight finish on the one they started with.
+ */
+export class TenantRegistry {
+  readonly #keysByHash: ReadonlyMap<string, TenantKey>
+  readonly tenants: ReadonlyMap<string, Tenant>
+
+  private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>) {
+    this.#keysByHash = keysByHash
+    this.tenants = tenants
+  }
+
+  static fromJson (document: unknown): TenantRegistry {
+    const firstError = Value.Errors(TenantsFileSchema, document).First()
+    if (firstError !== undefined) {
+      throw new TenantsFileError(`tenants file: ${firstError.path || '/'} ${firstError.message}`)
+    }
+    const file = document as TenantsFile
+    const tenants = new Map<string, Tenant>()
+    const keysByHash = new Map<string, TenantKey>()
+    for (const [index, entry] of file.tenants.entries()) {
+      const where = `tenants file: /tenants/${index}`
+      const tierEntry = file.tiers[entry.tier]
+      if (tierEntry === undefined) throw new TenantsFileError(`${where}/tier names an unknown tier "${entry.tier}"`)
+      if (tenants.has(entry.id)) throw new TenantsFileError(`${where}/id "${entry.id}" appears twice`)
+      const tenant: Tenant = {
+        id: entry.id,
+        tier: effectiveTier(entry.tier, { ...tierEntry, ...entry.quota }, where),
+        brandName: entry.brand?.name ?? entry.id,
+        from: brandAddress(entry.brand?.from, `${where}/brand/from`),
+        replyTo: brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`),
+        ttlSeconds: entry.ttlSeconds ?? null,
+        limits: tenantLimits(entry.limits ?? {}),
+        recipientPolicy: new RecipientPolicy({
+          blockDisposable: entry.recipients?.blockDisposable ?? true,
+          denyDomains: entry.recipients?.denyDomains ?? [],
+          allowDomains: entry.recipients?.allowDomains ?? []
+        }),
+        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)
+      }
+      tenants.set(entry.id, tenant)
+      const keyIds = new Set<string>()
+      for (const [keyIndex, key] of entry.keys.entries()) {
+        const keyWhere = `${where}/keys/${keyIndex}`
+        if (keyIds.has(key.id)) throw new TenantsFileError(`${keyWhere}/id "${key.id}" appears twice in this tenant`)
+        keyIds.add(key.id)
+        if (keysByHash.has(key.sha256)) throw new TenantsFileError(`${keyWhere}/sha256 is already used by another key`)
+        const origins = key.origins ?? []
+        if (key.kind === 'restricted' && origins.length === 0) throw new TenantsFileError(`${keyWhere}/origins: a restricted key needs at least one origin`)
+        if (key.kind === 'secret' && origins.length > 0) throw new TenantsFileError(`${keyWhere}/origins: only restricted keys have origins`)
+        keysByHash.set(key.sha256, {
+          id: key.id,
+          kind: key.kind,
+          mode: key.mode,
+          tenant,
+          expiresAtMs: key.expiresAt === undefined ? null : Date.parse(key.expiresAt),
+          revoked: key.revoked === true,
+          allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null
+        })
+      }
+    }
+    return new TenantRegistry(keysByHash, tenants)
+  }
+
+  static async fromFile (path: string): Promise<TenantRegistry> {
+    let text: string
+    try {
+      text = await readFile(path, 'utf8')
+    } catch (error) {
+      throw new TenantsFileError(`tenants file ${path} cannot be read: ${(error as NodeJS.ErrnoException).code ?? String(error)}`)
+    }
+    let document: unknown
+    try {
+      document = JSON.parse(text)
+    } catch (error) {
+      throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
+    }
+    return TenantRegistry.fromJson(document)
+  }
+
+  /**
+   * The key record for a presented key, or null. Unknown, revoked, expired and malformed
+   * keys are all null: callers answer one identical 401.
+   */
+  authenticate (presented: string, nowMs: number): TenantKey | null {
+    const claimed = parseKey(presented)
+    if (claimed === null) return null
+    const key = this.#keysByHash.get(hashKey(presented))
+    if (key === undefined || key.revoked || key.kind !== claimed.kind || key.mode !== claimed.mode) return null
+    if (key.expiresAtMs !== null && key.expiresAtMs <= nowMs) return null
+    return key
+  }
+}
+
+function tenantLimits (entry: Partial<Record<keyof VelocityLimits, string>>): Partial<VelocityLimits> {
+  const limits: Partial<VelocityLimits> = {}
+  for (const name of ['recipient', 'source', 'key'] as const) {
+    const spec = entry[name]
+    // The schema's pattern already admits only `max/window`.
+    const parsed = spec === undefined ? null : parseRateLimit(spec)
+    if (parsed !== null) limits[name] = parsed
+  }
+  return limits
+}
+
+function blockedNetworks (entries: string[] | undefined, where: string): IpRangeSet | null {
+  if (entries === undefined || entries.length === 0) return null
+  const { set, rejected } = IpRangeSet.fromEntries(entries)
+  if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
+  return set
+}
+
+/** Sender addresses go into mail headers: they pass the same policy as recipients. */
+function brandAddress (value: string | undefined, where: string): string | null {
+  if (value === undefined) return null
+  const checked = validateEmail(value)
+  if (!checked.ok) throw new TenantsFileError(`${where}: ${describeEmailRejection(checked.reason)}`)
+  return checked.email.address
+}
+
+function effectiveTier (name: string, entry: TierEntry, where: string): Tier {
+  const window = parseWindow(entry.window)
+  if (window === null) throw new TenantsFileError(`${where}: tier "${name}" has an invalid window "${entry.window}"`)
+  return { name, live: { limit: entry.allowance, window }, test: { limit: entry.sandboxAllowance, window } }
+}
+
+/**
+ * Allow-list test for a browser Origin. `app.example.com` matches that host on any scheme
+ * and port; `*.example.com` matches its subdomains (not example.com itself);
+ * `http://localhost:5173` matches that exact origin.
+ */
+export function originMatcher (patterns: readonly string[]): (origin: string) => boolean {
+  const exactOrigins = new Set(patterns.filter((pattern) => pattern.includes('://')))
+  const exactHosts = new Set(patterns.filter((pattern) => !pattern.includes('://') && !pattern.startsWith('*.')))
+  const suffixes = patterns.filter((pattern) => pattern.startsWith('*.')).map((pattern) => pattern.slice(1))
+  return (origin) => {
+    const parsed = parseOrigin(origin)
+    if (parsed === null) return false
+    if (exactOrigins.has(parsed.origin) || exactHosts.has(parsed.hostname)) return true
+    return suffixes.some((suffix) => parsed.hostname.endsWith(suffix) && parsed.hostname.length > suffix.length)
+  }
+}
+
+/** A well-formed browser Origin (`scheme://host[:port]`, nothing else), or null. */
+export function parseOrigin (origin: string): { origin: string, hostname: string } | null {
+  if (origin.length > 300 || !/^https?:\/\/[^/?#@\s]+$/i.test(origin)) return null
+  try {
+    const url = new URL(origin)
+    return { origin: url.origin, hostname: url.hostname }
+  } catch {
+    return null
+  }
+}
+
+/** The documented sandbox key of the built-in demo tenant: it can never send real mail. */
+export const DEMO_SANDBOX_KEY = 'sk_test_DemoSandboxKeyForLocalUseOnly000000000'
+/** The demo tenant's restricted sandbox key, for browser pages served from localhost. */
+export const DEMO_RESTRICTED_KEY = 'rk_test_DemoRestrictedKeyForLocalhostOnly0000'
+
+/** The tenant served when no TENANTS_FILE is configured. */
+export function demoRegistry (): TenantRegistry {
+  return TenantRegistry.fromJson({
+    tiers: { demo: { allowance: 0, window: '1d', sandboxAllowance: 1000 } },
+    tenants: [{
+      id: 'demo',
+      tier: 'demo',
+      brand: { name: 'Email OTP demo' },
+      keys: [
+        { id: 'demo_secret', kind: 'secret', mode: 'test', sha256: hashKey(DEMO_SANDBOX_KEY) },
+        { id: 'demo_restricted', kind: 'restricted', mode: 'test', sha256: hashKey(DEMO_RESTRICTED_KEY), origins: ['localhost', '127.0.0.1'] }
+      ]
+    }]
+  } satisfies TenantsFile)
+}

@@ -1,0 +1,33 @@
+/**
+ * Every error the API can answer, by its stable code. The status and default message live
+ * here once; routes throw these, the root error handler renders them, and the OpenAPI
+ * document lists them per status.
+ */
+export const errorCatalog = {
+  INVALID_BODY: { status: 400, message: 'The request body is invalid' },
+  INVALID_JSON: { status: 400, message: 'The request body is not valid JSON' },
+  INVALID_URL: { status: 400, message: 'The request URL is malformed' },
+  INVALID_EMAIL: { status: 400, message: 'The email address is not acceptable' },
+  INVALID_CODE_FORMAT: { status: 400, message: 'The code must be exactly 6 digits' },
+  CODE_MISMATCH: { status: 400, message: 'The code is incorrect, expired or already used' },
+  UNAUTHORIZED: { status: 401, message: 'A valid API key is required: Authorization: Bearer <key>' },
+  QUOTA_EXCEEDED: { status: 402, message: 'The volume allowance of this billing tier is used up' },
+  ORIGIN_NOT_ALLOWED: { status: 403, message: 'This origin is not allowed for this key' },
+  SECRET_KEY_IN_BROWSER: { status: 403, message: 'Secret keys must not be used from a browser; use a restricted key' },
+  KEY_NOT_PERMITTED: { status: 403, message: 'This key is not permitted to call this endpoint' },
+  SOURCE_BLOCKED: { status: 403, message: 'Requests from this network are not accepted' },
+  RECIPIENT_BLOCKED: { status: 403, message: 'Codes cannot be sent to this address' },
+  NOT_FOUND: { status: 404, message: 'Not found' },
+  PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json' },
+  IDEMPOTENCY_MISMATCH: { status: 422, message: 'This Idempotency-Key was used with a different request body' },
+  IDEMPOTENCY_IN_FLIGHT: { status: 409, message: 'A request with this Idempotency-Key is still in progress' },
+  RATE_LIMITED: { status: 429, message: 'Too many requests; retry later' },
+  INTERNAL: { status: 500, message: 'Internal error' },
+  DELIVERY_FAILED: { status: 502, message: 'The code could not be delivered; nothing was charged' },
+  UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; retry later' }
+} as const satisfies Record<string, { status: number, message: string }>
+
+export type ErrorCode = keyof typeof errorCatalog
+
+export const errorCodes = Object.keys(errorCatalog) as ErrorCode[]

@@ -1,0 +1,19 @@
+import { Type } from '@sinclair/typebox'
+
+const Check = Type.Object({ ok: Type.Boolean(), kind: Type.String() })
+
+const BlockListStatus = Type.Object({
+  name: Type.String(),
+  entries: Type.Integer(),
+  loadedAt: Type.Union([Type.String(), Type.Null()]),
+  ageSeconds: Type.Union([Type.Number(), Type.Null()]),
+  lastError: Type.Union([Type.String(), Type.Null()])
+})
+
+export const ReadyReply = Type.Object({
+  ready: Type.Boolean(),
+  checks: Type.Object({ tokenStore: Check, mailer: Check }),
+  blocklists: Type.Array(BlockListStatus, { description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version.' })
+})
+
+export const LiveReply = Type.Object({ ok: Type.Literal(true) })

@@ -1,0 +1,16 @@
+/**
+ * Formats shared by the request schemas, the configuration and the tenants file. Plain
+ * strings, so that schemas stay the bottom layer: lib builds its RegExps from these.
+ */
+
+/** A velocity limit, `max/window`: `5/15m`, `30/1m`, `600/1h`. */
+export const RATE_LIMIT_PATTERN = '^[0-9]{1,9}/[1-9][0-9]{0,6}[smhd]$'
+
+/** A quota window: `<n>s`, `<n>m`, `<n>h`, `<n>d` or `month`. */
+export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
+
+/** What verify accepts as a requestId: URL-safe, at most 64 characters. */
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
+
+/** An API key: kind, mode, then base62. */
+export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'

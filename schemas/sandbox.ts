@@ -1,0 +1,16 @@
+import { Type } from '@sinclair/typebox'
+
+const SandboxMessage = Type.Object({
+  requestId: Type.String(),
+  to: Type.String(),
+  from: Type.String(),
+  subject: Type.String(),
+  text: Type.String(),
+  html: Type.String(),
+  code: Type.String({ description: 'The code the message carries (sandbox only).' }),
+  createdAt: Type.String({ format: 'date-time' })
+})
+
+export const SandboxQuery = Type.Object({ email: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false })
+
+export const SandboxMessagesReply = Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) })

@@ -1,0 +1,73 @@
+import t from 'tap'
+import { ConfigError, parseConfig } from '../../lib/config.js'
+import { TEST_HMAC_KEYS } from '../helper.js'
+
+t.test('defaults give the embedded service', async (t) => {
+  const config = parseConfig({})
+  t.equal(config.port, 3000)
+  t.equal(config.host, '127.0.0.1')
+  t.equal(config.redisUrl, null)
+  t.equal(config.otpTtlSeconds, 600)
+  t.equal(config.bodyLimitBytes, 4096)
+  t.equal(config.mailTransport, 'log')
+  t.equal(config.hmacKeyGenerated, true)
+  t.equal(config.hmacKeys[0]?.secret.length, 32)
+  t.same(config.trustProxy, [])
+})
+
+t.test('values are converted and checked', async (t) => {
+  const config = parseConfig({ PORT: '8080', OTP_TTL_SECONDS: '300', TRUST_PROXY: '10.0.0.0/8, ::1', OTP_HMAC_KEYS: TEST_HMAC_KEYS + ',old:' + Buffer.alloc(40, 1).toString('base64'), LOG_LEVEL: '' })
+  t.equal(config.port, 8080)
+  t.equal(config.otpTtlSeconds, 300)
+  t.same(config.trustProxy, ['10.0.0.0/8', '::1'])
+  t.same(config.hmacKeys.map((key) => key.id), ['k1', 'old'])
+  t.equal(config.logLevel, 'info', 'an empty variable means unset')
+})
+
+t.test('a bad value stops start-up with one line naming the variable', async (t) => {
+  const cases: Array<[Record<string, string>, string, RegExp]> = [
+    [{ PORT: 'abc' }, 'PORT', /^Invalid configuration: PORT must be an integer from 0 to 65535 \(got "abc"\)$/],
+    [{ PORT: '70000' }, 'PORT', /PORT must be an integer/],
+    [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be an integer/],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL', /LOG_LEVEL must be one of fatal, error/],
+    [{ MAIL_TRANSPORT: 'pigeon' }, 'MAIL_TRANSPORT', /MAIL_TRANSPORT must be one of log, ses, smtp/],
+    [{ REDIS_URL: 'http://x' }, 'REDIS_URL', /REDIS_URL must match/],
+    [{ REDIS_URL: 'redis://127.0.0.1:6379' }, 'OTP_HMAC_KEYS', /OTP_HMAC_KEYS is required when REDIS_URL is set/],
+    [{ OTP_HMAC_KEYS: 'k1:c2hvcnQ=' }, 'OTP_HMAC_KEYS', /at least 32 bytes/],
+    [{ OTP_HMAC_KEYS: 'nocolon' }, 'OTP_HMAC_KEYS', /id:secret pairs/],
+    [{ OTP_HMAC_KEYS: `${TEST_HMAC_KEYS},${TEST_HMAC_KEYS}` }, 'OTP_HMAC_KEYS', /twice/],
+    [{ MAIL_TRANSPORT: 'ses' }, 'MAIL_FROM', /MAIL_FROM is required when MAIL_TRANSPORT=ses/],
+    [{ TRUST_PROXY: '10.0.0.0/8,banana' }, 'TRUST_PROXY', /not an address or CIDR/]
+  ]
+  for (const [env, variable, message] of cases) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.ok(error instanceof ConfigError, JSON.stringify(env))
+    t.equal(error.variable, variable)
+    t.match(error.message, message)
+    t.notMatch(error.message, /\n/, 'one line')
+  }
+})
+
+t.test('secret values are never echoed', async (t) => {
+  const error = t.throws(() => parseConfig({ REDIS_URL: 'http://user:hunter2@x' })) as Error
+  t.notMatch(error.message, /hunter2/)
+})
+
+t.test('the README documents every variable the service reads', async (t) => {
+  const { readFileSync } = await import('node:fs')
+  const { EnvSchema } = await import('../../schemas/env.js')
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+  for (const variable of Object.keys(EnvSchema.properties)) {
+    t.match(readme, new RegExp(`^\\| \`${variable}\` \\|`, 'm'), `${variable} is in the configuration table`)
+  }
+})
+
+t.test('velocity limits and lockout parse from max/window', async (t) => {
+  const config = parseConfig({ RATE_LIMIT_RECIPIENT: '3/10m', LOCKOUT_WINDOW: '1h', IP_BLOCKLISTS: 'a.txt, https://x.test/list ' })
+  t.same(config.rateLimits.recipient, { max: 3, windowMs: 600_000, spec: '3/10m' })
+  t.same(config.rateLimits.source, { max: 30, windowMs: 60_000, spec: '30/1m' })
+  t.equal(config.lockout.windowMs, 3_600_000)
+  t.same(config.blocklists.ipSources, ['a.txt', 'https://x.test/list'])
+  t.throws(() => parseConfig({ RATE_LIMIT_SOURCE: '30 per minute' }), /RATE_LIMIT_SOURCE must match/)
+  t.throws(() => parseConfig({ LOCKOUT_WINDOW: 'month' }), /LOCKOUT_WINDOW must match/)
+})

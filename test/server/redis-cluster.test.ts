@@ -1,0 +1,286 @@
+import t from 'tap'
+import { Cluster } from 'ioredis'
+import { ConfigError, parseConfig } from '../../lib/config.js'
+import { RedisIdempotencyStore } from '../../lib/idempotency/redis-idempotency-store.js'
+import { RedisAdmission } from '../../lib/admission/redis-admission.js'
+import { RedisQuotaStore } from '../../lib/quota/redis-quota-store.js'
+import { parseWindow } from '../../lib/quota/window.js'
+import { RedisSandboxInbox } from '../../lib/sandbox/inbox.js'
+import { RedisTokenStore } from '../../lib/tokens/redis-token-store.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
+import { freePort } from '../support/redis.js'
+import { startCluster, topologyTestOptions } from '../support/redis-topologies.js'
+
+/*
+ * The Redis-backed stores and the service on a real three-primary Cluster. A Cluster refuses
+ * (CROSSSLOT) any script, MULTI or pipeline whose keys live in different slots, so these runs
+ * prove every multi-key operation is hash-tagged; the many scopes and keys used spread the data
+ * over all three primaries, which the last store test checks.
+ */
+
+const hour = parseWindow('1h')
+if (hour === null) throw new Error('test setup: 1h should parse')
+
+t.test('configuration: one topology; node lists; credentials only where no URL carries them', async (t) => {
+  const config = parseConfig({
+    REDIS_CLUSTER_NODES: ' 10.0.0.1:7000, [::1]:7001 ,redis-2.internal:7002', REDIS_USERNAME: 'otp', REDIS_PASSWORD: 'hunter2', REDIS_TLS: 'true', OTP_HMAC_KEYS: TEST_HMAC_KEYS
+  })
+  t.strictSame(config.redis, {
+    kind: 'cluster',
+    nodes: [{ host: '10.0.0.1', port: 7000 }, { host: '::1', port: 7001 }, { host: 'redis-2.internal', port: 7002 }],
+    username: 'otp',
+    password: 'hunter2',
+    tls: true
+  })
+  t.equal(config.redisUrl, null)
+  t.strictSame(parseConfig({ REDIS_URL: 'rediss://u:p@r:6380', OTP_HMAC_KEYS: TEST_HMAC_KEYS }).redis, { kind: 'single', url: 'rediss://u:p@r:6380' })
+  t.equal(parseConfig({}).redis, null)
+
+  const keys = { OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+  const cases: Array<[Record<string, string>, string, RegExp]> = [
+    [{ ...keys, REDIS_URL: 'redis://r', REDIS_CLUSTER_NODES: 'r:7000' }, 'REDIS_CLUSTER_NODES', /^Invalid configuration: REDIS_CLUSTER_NODES cannot be combined with REDIS_URL: set exactly one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES$/],
+    [{ ...keys, REDIS_SENTINELS: 's:26379', REDIS_SENTINEL_NAME: 'm', REDIS_CLUSTER_NODES: 'r:7000' }, 'REDIS_CLUSTER_NODES', /cannot be combined with REDIS_SENTINELS/],
+    [{ REDIS_CLUSTER_NODES: 'r:7000' }, 'OTP_HMAC_KEYS', /OTP_HMAC_KEYS is required when REDIS_CLUSTER_NODES is set/],
+    [{ ...keys, REDIS_CLUSTER_NODES: 'r:7000,r2' }, 'REDIS_CLUSTER_NODES', /must be comma-separated host:port pairs \(got "r2"\)/],
+    [{ ...keys, REDIS_CLUSTER_NODES: 'r:70000' }, 'REDIS_CLUSTER_NODES', /host:port pairs/],
+    [{ ...keys, REDIS_CLUSTER_NODES: '::1:7000' }, 'REDIS_CLUSTER_NODES', /host:port pairs/],
+    [{ ...keys, REDIS_CLUSTER_NODES: ' , ' }, 'REDIS_CLUSTER_NODES', /at least one host:port/],
+    [{ ...keys, REDIS_CLUSTER_NODES: 'r:7000', REDIS_USERNAME: 'otp' }, 'REDIS_PASSWORD', /REDIS_PASSWORD is required when REDIS_USERNAME is set/],
+    [{ ...keys, REDIS_URL: 'redis://r', REDIS_PASSWORD: 'hunter2' }, 'REDIS_PASSWORD', /only used with REDIS_SENTINELS or REDIS_CLUSTER_NODES/],
+    [{ ...keys, REDIS_URL: 'redis://r', REDIS_TLS: 'true' }, 'REDIS_TLS', /only used with/],
+    [{ ...keys, REDIS_CLUSTER_NODES: 'r:7000', REDIS_TLS: 'yes' }, 'REDIS_TLS', /REDIS_TLS must be one of false, true/]
+  ]
+  for (const [env, variable, message] of cases) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.ok(error instanceof ConfigError, JSON.stringify(env))
+    t.equal(error.variable, variable)
+    t.match(error.message, message)
+    t.notMatch(error.message, /hunter2/, 'the password is never echoed')
+  }
+})
+
+t.test('Redis Cluster', topologyTestOptions(), async (t) => {
+  const cluster = await startCluster()
+  t.teardown(cluster.stop)
+  const client = new Cluster(cluster.servers.map(({ port }) => ({ host: '127.0.0.1', port })), {
+    enableOfflineQueue: false,
+    enableAutoPipelining: true,
+    scaleReads: 'master',
+    redisOptions: { maxRetriesPerRequest: 0, commandTimeout: 5000 }
+  })
+  client.on('error', () => {})
+  t.teardown(() => { client.disconnect() })
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => { reject(new Error('the cluster client did not become ready')) }, 15_000)
+    client.once('ready', () => { clearTimeout(timer); resolve() })
+  })
+  const flush = async (): Promise<void> => {
+    await Promise.all(client.nodes('master').map(async (node) => await node.flushall()))
+  }
+
+  t.test('stores on the Cluster', async (t) => {
+    await flush()
+
+    t.test('token store: put, NX, take once, delete, ready', async (t) => {
+      const store = new RedisTokenStore(client)
+      t.equal(await store.ready(), true)
+      const keys = Array.from({ length: 30 }, (_, i) => `otp:acme:live:put-${i}`)
+      t.ok((await Promise.all(keys.map(async (key) => await store.put(key, `record of ${key}`, 10_000)))).every(Boolean), 'written')
+      t.notOk((await Promise.all(keys.map(async (key) => await store.put(key, 'other', 10_000)))).some(Boolean), 'NX: an existing token is never overwritten')
+      t.strictSame(await Promise.all(keys.map(async (key) => await store.take(key))), keys.map((key) => `record of ${key}`), 'taken')
+      t.ok((await Promise.all(keys.map(async (key) => await store.take(key)))).every((record) => record === null), 'single use')
+      await store.put('otp:acme:live:deleted', 'r', 10_000)
+      await store.delete('otp:acme:live:deleted')
+      t.equal(await store.take('otp:acme:live:deleted'), null)
+    })
+
+    t.test('token store: of 50 concurrent takes exactly one gets the record', async (t) => {
+      const store = new RedisTokenStore(client)
+      for (const key of ['otp:acme:live:race-a', 'otp:globex:test:race-b', 'otp:initech:live:race-c']) {
+        await store.put(key, 'record', 10_000)
+        const results = await Promise.all(Array.from({ length: 50 }, async () => await store.take(key)))
+        t.equal(results.filter((result) => result === 'record').length, 1, key)
+        t.equal(results.filter((result) => result === null).length, 49)
+      }
+    })
+
+    t.test('token store: expiry is enforced', async (t) => {
+      const store = new RedisTokenStore(client)
+      await store.put('otp:acme:live:short', 'r', 150)
+      await new Promise((resolve) => setTimeout(resolve, 400))
+      t.equal(await store.take('otp:acme:live:short'), null)
+      t.equal(await store.put('otp:acme:live:short', 'again', 10_000), true, 'an expired key can be used again')
+    })
+
+    t.test('quota store: of 100 concurrent reservations with limit 10, exactly 10 succeed, in every scope', async (t) => {
+      const quota = new RedisQuotaStore(client)
+      const now = Date.now()
+      const scopes = Array.from({ length: 6 }, (_, i) => `tenant${i}:live`)
+      const decisions = await Promise.all(scopes.map(async (scope) =>
+        await Promise.all(Array.from({ length: 100 }, async () => await quota.reserve(scope, 10, hour, now)))))
+      for (const [index, scope] of scopes.entries()) {
+        const allowed = (decisions[index] ?? []).filter((decision) => decision.allowed)
+        t.strictSame(allowed.map((decision) => decision.used).sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], scope)
+        t.equal((await quota.usage(scope, hour, now)).used, 10, 'refusals did not count')
+      }
+      await quota.refund('tenant0:live', decisions[0]?.[0]?.windowId ?? '')
+      t.equal((await quota.usage('tenant0:live', hour, now)).used, 9, 'refund runs on the Cluster too')
+    })
+
+    t.test('idempotency store: of 20 concurrent begins one starts; replay, mismatch, abandon', async (t) => {
+      const idem = new RedisIdempotencyStore(client)
+      for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
+        const claims = await Promise.all(Array.from({ length: 20 }, async () => await idem.begin(scope, 'burst', 'fp', 60_000, 5_000)))
+        t.equal(claims.filter((claim) => claim.state === 'started').length, 1, scope)
+        t.equal(claims.filter((claim) => claim.state === 'in_flight').length, 19)
+        await idem.complete(scope, 'burst', 'fp', { statusCode: 200, body: '{"ok":true}', headers: { 'quota-limit': '5' } }, 60_000)
+        t.strictSame(await idem.begin(scope, 'burst', 'fp', 60_000, 5_000),
+          { state: 'replay', response: { statusCode: 200, body: '{"ok":true}', headers: { 'quota-limit': '5' } } })
+        t.strictSame(await idem.begin(scope, 'burst', 'other', 60_000, 5_000), { state: 'mismatch' })
+        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 60_000, 5_000), { state: 'started' })
+        await idem.abandon(scope, 'dropped')
+        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 60_000, 5_000), { state: 'started' }, 'an abandoned claim is free again')
+      }
+    })
+
+    t.test('admission scripts: a token is consumed once, wrong guesses lock its recipient, on every slot', async (t) => {
+      const admission = new RedisAdmission(client)
+      for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
+        const tag = `{${scope}}`
+        const limits = [{ name: 'recipient', bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
+        const lockout = { keyPrefix: `lockout:${tag}:`, windowMs: 60_000 }
+        const dispatch = async (requestId: string) => await admission.dispatch({
+          limits,
+          lockout: { key: `lockout:${tag}:ada`, threshold: 3 },
+          quota: { scope, limit: 1000, window: hour, nowMs: Date.now() },
+          token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
+        })
+        const verify = async (requestId: string, storedForm: string) =>
+          await admission.verify({ limits, tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+
+        t.equal((await dispatch('a')).kind, 'issued', scope)
+        t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
+        const verdicts = await Promise.all(Array.from({ length: 20 }, async () => await verify('a', 'k1.right-a')))
+        t.equal(verdicts.filter((verdict) => verdict.kind === 'verified').length, 1, 'of 20 concurrent verifies one consumes the token')
+        t.equal(verdicts.filter((verdict) => verdict.kind === 'missing').length, 19)
+        for (const requestId of ['w1', 'w2', 'w3']) {
+          t.equal((await dispatch(requestId)).kind, 'issued')
+          t.equal((await verify(requestId, 'k1.wrong')).kind, 'mismatch')
+        }
+        const locked = await dispatch('b')
+        t.equal(locked.kind, 'locked', 'three wrong guesses lock the recipient')
+        t.ok(locked.kind === 'locked' && locked.lockoutResetMs > 50_000 && locked.lockoutResetMs <= 60_000, 'the first failure set the window')
+        t.equal((await client.get(`lockout:${tag}:ada`)), '3', 'the counter lives beside the tokens of its scope')
+      }
+    })
+
+    t.test('sandbox inbox: newest first, capped, per tenant', async (t) => {
+      const inbox = new RedisSandboxInbox(client)
+      for (const tenant of ['acme', 'globex', 'initech']) {
+        for (let i = 0; i < 25; i++) {
+          await inbox.add(tenant, { requestId: `r${i}`, to: 'Box@Example.com', from: 'f', subject: 's', text: 't', html: 'h', code: '123456', createdAt: new Date().toISOString() })
+        }
+        const messages = await inbox.list(tenant, 'box@example.com')
+        t.equal(messages.length, 20, tenant)
+        t.equal(messages[0]?.requestId, 'r24')
+      }
+    })
+
+    t.test('the data is spread over all three primaries', async (t) => {
+      const sizes = await Promise.all(client.nodes('master').map(async (node) => await node.dbsize()))
+      t.equal(sizes.length, 3)
+      t.ok(sizes.every((size) => size > 0), `keys per primary: ${sizes.join(', ')}`)
+    })
+  })
+
+  t.test('the service on the Cluster', async (t) => {
+    t.beforeEach(async () => { await flush() })
+    const env = { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+    const dispatch = async (built: TestApp, key: string, email: string, headers: Record<string, string> = {}) =>
+      await built.app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(key), ...headers }, payload: { email } })
+    const verify = async (built: TestApp, key: string, requestId: string, userGuess: string) =>
+      await built.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(key), payload: { requestId, userGuess } })
+
+    t.test('dispatch, the code from the sandbox inbox, verify once; ready', async (t) => {
+      const { path, keys } = writeTenants(t)
+      const built = await buildApp(t, { ...env, TENANTS_FILE: path })
+      t.ok(built.app.redis instanceof Cluster, 'a Cluster client')
+      t.equal(built.app.redis?.status, 'ready', 'ready once boot is done')
+      t.equal((await built.app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
+      for (let i = 0; i < 5; i++) {
+        const email = `inbox${i}@example.com`
+        const sent = await dispatch(built, keys.acmeTest, email)
+        t.equal(sent.statusCode, 200)
+        const inbox = await built.app.inject({ method: 'GET', url: `/sandbox/messages?email=${email}`, headers: bearer(keys.acmeTest) })
+        t.equal(inbox.statusCode, 200)
+        const [message] = inbox.json().data.messages
+        t.equal(message.requestId, sent.json().data.requestId)
+        t.equal((await verify(built, keys.acmeTest, message.requestId, message.code)).statusCode, 200)
+        t.equal((await verify(built, keys.acmeTest, message.requestId, message.code)).statusCode, 400, 'a code works once')
+      }
+      const live = await dispatch(built, keys.acmeLive, 'live@example.com')
+      t.equal((await verify(built, keys.acmeLive, live.json().data.requestId, built.mail.codeFor('live@example.com'))).statusCode, 200)
+    })
+
+    t.test('two instances share the velocity limits and the lockout', async (t) => {
+      const { path, keys } = writeTenants(t)
+      const shared = { ...env, TENANTS_FILE: path, RATE_LIMIT_RECIPIENT: '2/15m', LOCKOUT_THRESHOLD: '1' }
+      const a = await buildApp(t, shared)
+      const b = await buildApp(t, shared)
+      t.equal((await dispatch(a, keys.acmeLive, 'shared@example.com')).statusCode, 200)
+      t.equal((await dispatch(b, keys.acmeLive, 'shared@example.com')).statusCode, 200)
+      const third = await dispatch(a, keys.acmeLive, 'shared@example.com')
+      t.same([third.statusCode, third.json().code], [429, 'RATE_LIMITED'], 'the recipient bucket is shared')
+
+      const requestId = (await dispatch(a, keys.acmeLive, 'guess@example.com')).json().data.requestId
+      t.equal((await verify(b, keys.acmeLive, requestId, '000000')).statusCode, 400)
+      const locked = await dispatch(a, keys.acmeLive, 'guess@example.com')
+      t.same([locked.statusCode, locked.json().code], [429, 'RATE_LIMITED'], 'a wrong guess on B locks dispatch on A')
+      t.match(locked.json().message, /wrong codes/)
+    })
+
+    t.test('quota: allowance 5, 20 parallel dispatches over two instances, exactly 5 succeed', async (t) => {
+      const { path, keys } = writeTenants(t, (file) => { file.tiers.standard = { allowance: 5, window: '1d', sandboxAllowance: 1 } })
+      const a = await buildApp(t, { ...env, TENANTS_FILE: path })
+      const b = await buildApp(t, { ...env, TENANTS_FILE: path })
+      const answers = await Promise.all(Array.from({ length: 20 }, async (_, i) => await dispatch(i % 2 === 0 ? a : b, keys.acmeLive, `q${i}@example.com`)))
+      t.equal(answers.filter((answer) => answer.statusCode === 200).length, 5)
+      t.equal(answers.filter((answer) => answer.statusCode === 402).length, 15)
+      t.equal(a.mail.count + b.mail.count, 5, 'five mails left, no more')
+
+      const first = await dispatch(a, keys.acmeTest, 'idem@example.com', { 'idempotency-key': 'shared' })
+      const replayed = await dispatch(b, keys.acmeTest, 'idem@example.com', { 'idempotency-key': 'shared' })
+      t.equal(replayed.headers['idempotent-replayed'], 'true', 'idempotency is shared too')
+      t.equal(replayed.json().data.requestId, first.json().data.requestId)
+    })
+  })
+
+  t.test('a primary crashes and restarts: 200 or 503 meanwhile, never 500; recovery by itself', async (t) => {
+    await flush()
+    const { path, keys } = writeTenants(t)
+    const built = await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path })
+    const round = async (label: string): Promise<number[]> => await Promise.all(Array.from({ length: 12 }, async (_, i) =>
+      (await built.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: `${label}${i}@example.com` } })).statusCode))
+    t.strictSame(new Set(await round('before')), new Set([200]))
+    const [victim] = cluster.servers
+    if (victim === undefined) throw new Error('test setup: no node')
+    await victim.stop()
+    const asked = Date.now()
+    const down = await round('down')
+    t.ok(down.every((status) => status === 200 || status === 503), `while down: ${down.join(' ')}`)
+    t.ok(Date.now() - asked < 3000, `answered in ${Date.now() - asked} ms`)
+    t.ok(down.includes(503), 'the slots of the dead primary answer 503')
+    await victim.start()
+    let after: number[] = []
+    for (let i = 0; i < 100 && !(after.length > 0 && after.every((status) => status === 200)); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      after = await round(`after${i}-`)
+      t.ok(after.every((status) => status === 200 || status === 503), `recovering: ${after.join(' ')}`)
+    }
+    t.strictSame(new Set(after), new Set([200]), 'every dispatch answers 200 again')
+  })
+
+  t.test('start-up with no node reachable: bounded, not ready, 503', async (t) => {
+    await assertStartsUnavailable(t, { REDIS_CLUSTER_NODES: `127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}` })
+  })
+})

@@ -1,0 +1,69 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { writeFileSync } from 'node:fs'
+import t from 'tap'
+import { run as keysCli } from '../../lib/cli/keys.js'
+import { writeTenants } from '../helper.js'
+import { post, serverArgs, startServer } from '../support/service-process.js'
+
+t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGTERM', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const server = await startServer(t, { TENANTS_FILE: path })
+
+  const sent = await post(server.base, '/otp/request', keys.acmeLive, { email: 'jo@example.com' })
+  t.equal(sent.status, 200)
+  await server.waitFor(/To: jo@example\.com/)
+  const code = /is (\d{6})\./.exec(server.output())?.[1] ?? ''
+  t.equal((await post(server.base, '/otp/verify', keys.acmeLive, { requestId: sent.body.data.requestId, userGuess: code })).status, 200, 'the code printed by the log mailer verifies')
+
+  let minted = ''
+  await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], (line) => { minted = line })
+  t.match(minted, /^sk_live_[0-9A-Za-z]{43}$/, 'the CLI prints the key')
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 401, 'unknown until reloaded')
+
+  // Requests keep flowing while the file is swapped.
+  const during = Array.from({ length: 100 }, async () => await post(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
+  let mark = server.output().length
+  server.child.kill('SIGHUP')
+  await server.waitFor(/tenants file reloaded/, mark)
+  const statuses = (await Promise.all(during)).map((answer) => answer.status)
+  t.ok(statuses.every((status) => status === 400), 'no request was dropped or refused during the reload')
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key authenticates after SIGHUP')
+
+  writeFileSync(path, '{ "tiers": ')
+  mark = server.output().length
+  server.child.kill('SIGHUP')
+  await server.waitFor(/tenants file reload failed; keeping the previous tenants/, mark)
+  t.match(server.output().slice(mark), /not valid JSON/, 'the log says why')
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the previous tenants stay in force')
+
+  const exited = once(server.child, 'exit')
+  server.child.kill('SIGTERM')
+  const [exitCode] = await exited
+  t.equal(exitCode, 0, 'SIGTERM exits cleanly')
+})
+
+t.test('a configuration error stops start-up with one line', async (t) => {
+  const child = spawn(process.execPath, serverArgs, {
+    env: { PATH: process.env.PATH ?? '', OTP_TTL_SECONDS: 'soon' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [exitCode] = await once(child, 'exit')
+  t.equal(exitCode, 1)
+  t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be an integer from 1 to 86400 (got "soon")')
+})
+
+t.test('a bad tenants file stops start-up with one line naming the problem', async (t) => {
+  const { path } = writeTenants(t, (file) => { file.tenants[0]!.tier = 'gold' })
+  const child = spawn(process.execPath, serverArgs, {
+    env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [exitCode] = await once(child, 'exit')
+  t.equal(exitCode, 1)
+  t.match(stderr.trim(), /^email-otp: tenants file: \/tenants\/0\/tier names an unknown tier "gold"$/)
+})
