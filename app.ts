@@ -7,20 +7,19 @@ import type { Config } from './lib/config.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import { parseOrigin } from './lib/tenants/registry.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
-import admissionPlugin from './plugins/admission.js'
 import authPlugin from './plugins/auth.js'
+import backendPlugin from './plugins/backend.js'
 import blocklistsPlugin from './plugins/blocklists.js'
 import configPlugin from './plugins/config.js'
 import errorsPlugin from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
+import otpPlugin from './plugins/otp.js'
 import redisPlugin from './plugins/redis.js'
 import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
-import tenantQuotaPlugin from './plugins/tenant-quota.js'
 import tenantsPlugin from './plugins/tenants.js'
-import tokenStorePlugin from './plugins/token-store.js'
 import healthRoutes from './routes/health.js'
 import otpRoutes from './routes/otp.js'
 import sandboxRoutes from './routes/sandbox.js'
@@ -91,13 +90,13 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     done()
   })
   await fastify.register(redisPlugin)
-  await fastify.register(tokenStorePlugin)
+  await fastify.register(backendPlugin)
   await fastify.register(tenantsPlugin)
-  await fastify.register(tenantQuotaPlugin)
   await fastify.register(blocklistsPlugin)
   await fastify.register(metricsPlugin)
   await fastify.register(errorsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
+  await fastify.register(otpPlugin)
   await fastify.register(openapiPlugin)
 
   await fastify.register(healthRoutes)
@@ -109,7 +108,6 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
       done()
     })
     await api.register(abuseGuardPlugin)
-    await api.register(admissionPlugin)
     await api.register(authPlugin)
     await api.register(idempotencyPlugin)
     await api.register(otpRoutes)

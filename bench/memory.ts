@@ -6,11 +6,12 @@ import { randomBytes } from 'node:crypto'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { CodeSigner } from '../lib/otp/signer.js'
-import { issueCode } from '../lib/otp/codes.js'
+import { createBackend, type Backend } from '../lib/backend.js'
+import { generateKey } from '../lib/tenants/api-keys.js'
 import { MemoryTokenStore } from '../lib/tokens/memory-token-store.js'
 import { startRedis } from '../test/support/redis.js'
 import { Resources } from './support/children.js'
+import { CodeSeeder } from './support/seed.js'
 import { TOKEN_TTL_MS, loadTokens, tokenShapes } from './support/tokens.js'
 
 const TOKENS = 1_000_000
@@ -39,6 +40,17 @@ async function heapPerToken (fill: (store: MemoryTokenStore) => Promise<void>): 
   return (after - before) / TOKENS
 }
 
+/** Heap bytes per live code of an embedded backend, each code dispatched by the OTP service. */
+async function heapPerDispatchedCode (): Promise<number> {
+  const backend: Backend = createBackend(null, { memoryStoreMaxTokens: 2_000_000 })
+  const seeder = new CodeSeeder(backend, generateKey('secret', 'live'), randomBytes(32))
+  const before = await heapUsed()
+  for (let i = 0; i < TOKENS; i++) await seeder.mint('bench.user@example.com')
+  const after = await heapUsed()
+  await backend.close()
+  return (after - before) / TOKENS
+}
+
 function usedMemory (info: string): number {
   const match = /^used_memory:(\d+)/m.exec(info)
   if (match === null) throw new Error('INFO memory has no used_memory')
@@ -48,16 +60,13 @@ function usedMemory (info: string): number {
 async function main (resources: Resources): Promise<void> {
   const rows: Array<{ what: string, bytes: number, target: number | null }> = []
 
-  // (a) In process. The service's own issueCode builds the keys and records, so the strings
-  // have the representation the service gives them (V8 keeps concatenations and slices as
-  // references to their parts), not just the right lengths.
-  const signer = new CodeSigner([{ id: 'k1', secret: randomBytes(32) }])
-  const scope = { tenantId: 'bench', mode: 'live' as const }
+  // (a) In process. The service itself mints the codes, so the strings have the
+  // representation the service gives them (V8 keeps concatenations and slices as references to
+  // their parts), not just the right lengths. Every code goes to one address: the velocity,
+  // lockout and quota counters stay one entry each, and the heap grows by the tokens alone.
   rows.push({
-    what: 'MemoryTokenStore heap, keys and records from issueCode',
-    bytes: await heapPerToken(async (store) => {
-      for (let i = 0; i < TOKENS; i++) await issueCode(store, signer, scope, signer.tag(`bench.user${i}@example.com`), TOKEN_TTL_MS)
-    }),
+    what: 'embedded backend heap, codes dispatched by the service',
+    bytes: await heapPerDispatchedCode(),
     target: TARGETS.heapBytes
   })
   // The same shapes as flat strings (a string decoded from bytes is one sequential string):

@@ -8,21 +8,19 @@
  * drives 50 connections of dispatch (fresh addresses) or verify (half right, half wrong
  * guesses) for 10 s, stops the service so that V8 writes the profile, and prints where the
  * CPU time went while the load ran, by package or file and by function. The verify pool is
- * written into Redis by the service's own issueCode with the service's HMAC key, so the
+ * minted in Redis by the benchmark's own OtpService with the service's HMAC key, so the
  * verify profile holds no dispatch traffic.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
-import { CodeSigner } from '../lib/otp/signer.js'
-import { issueCode } from '../lib/otp/codes.js'
-import { RedisTokenStore } from '../lib/tokens/redis-token-store.js'
+import { createBackend } from '../lib/backend.js'
 import { startRedis } from '../test/support/redis.js'
 import { Resources } from './support/children.js'
+import { CodeSeeder } from './support/seed.js'
 import { runLoad, type LoadResult } from './support/load.js'
 import { ROOT, benchTenant, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
-import { TOKEN_TTL_MS } from './support/tokens.js'
 
 const CONNECTIONS = 50
 /** `--memory`: the embedded default (in-process stores) instead of Redis. */
@@ -138,11 +136,9 @@ async function main (resources: Resources): Promise<void> {
       from = monotonicMicros()
       result = await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: SECONDS, next: dispatchRequest })
     } else {
-      const store = new RedisTokenStore(client)
-      const signer = new CodeSigner([{ id: 'k1', secret: tenant.hmacSecret }])
-      const scope = { tenantId: 'bench', mode: 'live' as const }
+      const seeder = new CodeSeeder(createBackend(client, { memoryStoreMaxTokens: 1 }), tenant.liveKey, tenant.hmacSecret)
       const seed = async (count: number): Promise<Token[]> => await Promise.all(
-        Array.from({ length: count }, async () => await issueCode(store, signer, scope, signer.tag(nextAddress()), TOKEN_TTL_MS))
+        Array.from({ length: count }, async () => await seeder.mint(nextAddress()))
       )
       const verify = async (tokens: Token[]): Promise<LoadResult> => await runLoad({
         url: service.child.url, path: '/otp/verify', headers, connections: CONNECTIONS, amount: tokens.length, next: verifyRequests(tokens)

@@ -2,11 +2,8 @@ import { createHash } from 'node:crypto'
 import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
-import { tenantScope } from '../lib/tenants/api-keys.js'
-import type { IdempotencyStore } from '../lib/idempotency/idempotency-store.js'
-import { MemoryIdempotencyStore } from '../lib/idempotency/memory-idempotency-store.js'
-import { RedisIdempotencyStore } from '../lib/idempotency/redis-idempotency-store.js'
 import { storeCall } from '../lib/store-errors.js'
+import { tenantScope } from '../lib/tenants/scope.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -51,8 +48,7 @@ function canonicalJson (value: unknown): string {
  * never hold a code (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
-  const store: IdempotencyStore = fastify.redis === null ? new MemoryIdempotencyStore() : new RedisIdempotencyStore(fastify.redis)
-  if (store instanceof MemoryIdempotencyStore) fastify.addHook('onClose', async () => { store.close() })
+  const store = fastify.backend.idempotency
 
   fastify.decorateRequest('idempotency', null)
 
@@ -103,4 +99,4 @@ export default fp(async function idempotencyPlugin (fastify) {
     route.preHandler = [...toArray(route.preHandler), claimIdempotencyKey]
     route.onSend = [...toArray(route.onSend), recordIdempotentAnswer]
   })
-}, { name: 'idempotency', dependencies: ['config', 'redis'], fastify: '5.x' })
+}, { name: 'idempotency', dependencies: ['config', 'backend'], fastify: '5.x' })

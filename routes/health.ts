@@ -17,12 +17,12 @@ const healthRoutes: FastifyPluginAsyncTypebox = async function healthRoutes (fas
       response: { 200: ReadyReply, 503: ReadyReply }
     }
   }, async (_request, reply) => {
-    const [tokenStore, mailer] = await Promise.all([fastify.tokenStore.ready(), fastify.mailer.ready()])
+    const [tokenStore, mailer] = await Promise.all([fastify.backend.ready(), fastify.mailer.ready()])
     const ready = tokenStore && mailer
     return reply.code(ready ? 200 : 503).send({
       ready,
       checks: {
-        tokenStore: { ok: tokenStore, kind: fastify.tokenStore.kind },
+        tokenStore: { ok: tokenStore, kind: fastify.backend.kind },
         mailer: { ok: mailer, kind: fastify.mailer.transport }
       },
       blocklists: fastify.blocklists.status()

@@ -1,17 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
-import { apiError } from '../lib/errors.js'
-import { composeVerificationMessage } from '../lib/mail/compose.js'
-import { negotiateLocale } from '../lib/mail/locale.js'
-import { DeliveryError } from '../lib/mail/transport.js'
+import { callerOf } from '../plugins/otp.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
 import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyReply } from '../schemas/otp.js'
 
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, admission, metrics } = fastify
-
   fastify.post('/otp/request', {
     config: { idempotent: true },
     schema: {
@@ -28,46 +22,13 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       }
     }
   }, async function dispatch (request, reply) {
-    const key = request.auth
-    if (key === null) throw apiError('UNAUTHORIZED')
-    const checked = validateEmail(request.body.email)
-    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-
-    const { tenant } = key
-    abuseGuard.checkRecipient(key, checked.email.domain)
-    const recipientTag = codeSigner.tag(checked.email.canonical)
-    const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
-    const issued = await admission.dispatch(request, reply, key, recipientTag, ttlSeconds * 1000)
-    reply.headers(issued.reservation.headers)
-    try {
-      await mailer.send(composeVerificationMessage({
-        to: checked.email.address,
-        from: tenant.from ?? config.mailFrom,
-        ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
-        brand: tenant.brandName,
-        code: issued.code,
-        ttlSeconds,
-        locale: negotiateLocale(request.body.locale, request.headers['accept-language']),
-        tags: { tenant: tenant.id, mode: key.mode }
-      }), { mode: key.mode, tenantId: tenant.id, requestId: issued.requestId, code: issued.code })
-    } catch (error) {
-      // Nothing left: the code is destroyed before the answer so it can never verify, and the
-      // unit is given back so the tenant pays only for mail that left.
-      await Promise.all([
-        tokenStore.delete(issued.storeKey),
-        quota.refund(tenant, key.mode, issued.reservation)
-      ]).catch((cleanupError: unknown) => {
-        request.log.error({ err: cleanupError, requestId: issued.requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
-      })
-      if (!(error instanceof DeliveryError)) throw error
-      metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
-      metrics.deliveryFailures.inc({ kind: error.kind })
-      request.log.warn({ tenant: tenant.id, kind: error.kind, domain: checked.email.domain }, 'delivery failed')
-      throw apiError('DELIVERY_FAILED')
-    }
-    metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
-    request.log.info({ tenant: tenant.id, mode: key.mode, keyId: key.id, requestId: issued.requestId }, 'code dispatched')
-    return { success: true as const, message: 'Verification code sent', data: { requestId: issued.requestId } }
+    const sent = await fastify.otp.dispatch(callerOf(request), {
+      email: request.body.email,
+      locale: request.body.locale,
+      acceptLanguage: request.headers['accept-language']
+    })
+    reply.headers(sent.headers)
+    return { success: true as const, message: 'Verification code sent', data: { requestId: sent.requestId } }
   })
 
   fastify.post('/otp/verify', {
@@ -84,13 +45,8 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       }
     }
   }, async function verify (request, reply) {
-    const key = request.auth
-    if (key === null) throw apiError('UNAUTHORIZED')
-    const result = await admission.verify(request, reply, key, request.body.requestId, request.body.userGuess)
-    metrics.verifications.inc({ mode: key.mode, result })
-    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result }, 'code checked')
-    if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
-    if (result === 'mismatch') throw apiError('CODE_MISMATCH')
+    const checked = await fastify.otp.verify(callerOf(request), request.body.requestId, request.body.userGuess)
+    reply.headers(checked.headers)
     return { success: true as const, message: 'Code verified' }
   })
 }

@@ -29,7 +29,7 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
     if (key.mode !== 'test') throw apiError('NOT_FOUND', 'The sandbox inbox is only available to sandbox (test) keys')
     const checked = validateEmail(request.query.email)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    const messages = await fastify.mailer.sandboxInbox.list(key.tenant.id, checked.email.address)
+    const messages = await fastify.backend.sandboxInbox.list(key.tenant.id, checked.email.address)
     return { success: true as const, data: { messages } }
   })
 }

@@ -1,6 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { UsageReply } from '../schemas/usage.js'
 import { apiError } from '../lib/errors.js'
+import { usageReport } from '../lib/quota/allowance.js'
+import { storeCall } from '../lib/store-errors.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
 
 const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fastify) {
@@ -17,7 +19,11 @@ const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fasti
   }, async function usage (request) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    const [live, sandbox] = await Promise.all([fastify.quota.usage(key.tenant, 'live'), fastify.quota.usage(key.tenant, 'test')])
+    const now = Date.now()
+    const [live, sandbox] = await storeCall('quota', async () => await Promise.all([
+      usageReport(fastify.backend.quota, key.tenant, 'live', now),
+      usageReport(fastify.backend.quota, key.tenant, 'test', now)
+    ]))
     return { success: true as const, data: { tenant: key.tenant.id, tier: key.tenant.tier.name, live, sandbox } }
   })
 }

@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { generateKey, hashKey } from '../../lib/tenants/api-keys.js'
+import type { TenantsFile } from '../../schemas/tenants.js'
 import { freePort } from '../../test/support/redis.js'
 import { startNodeChild, type NodeChild, type Resources } from './children.js'
 import type { NextRequest } from './load.js'
@@ -22,14 +23,13 @@ export interface BenchTenant {
   env: Record<string, string>
   liveKey: string
   hmacSecret: Buffer
+  /** The tenants file's content, for services built in the benchmark's own process. */
+  document: TenantsFile
 }
 
-/** One tenant `bench` with one live secret key, an allowance and limits that never bind. */
-export function benchTenant (dir: string): BenchTenant {
-  const liveKey = generateKey('secret', 'live')
-  const hmacSecret = randomBytes(32)
-  const tenantsFile = join(dir, 'tenants.json')
-  writeFileSync(tenantsFile, JSON.stringify({
+/** The tenants file of one tenant `bench` with one live secret key, an allowance and limits that never bind. */
+export function benchTenantsDocument (liveKey: string): TenantsFile {
+  return {
     tiers: { bench: { allowance: 100_000_000, window: '1d', sandboxAllowance: 100_000_000 } },
     tenants: [{
       id: 'bench',
@@ -37,7 +37,16 @@ export function benchTenant (dir: string): BenchTenant {
       keys: [{ id: 'k_live', kind: 'secret', mode: 'live', sha256: hashKey(liveKey) }],
       limits: { recipient: NO_LIMIT, source: NO_LIMIT, key: NO_LIMIT }
     }]
-  }))
+  }
+}
+
+/** The bench tenant, its tenants file written in `dir`, and the environment of the services. */
+export function benchTenant (dir: string): BenchTenant {
+  const liveKey = generateKey('secret', 'live')
+  const hmacSecret = randomBytes(32)
+  const tenantsFile = join(dir, 'tenants.json')
+  const document = benchTenantsDocument(liveKey)
+  writeFileSync(tenantsFile, JSON.stringify(document))
   const env = {
     ...BASE_ENV,
     TENANTS_FILE: tenantsFile,
@@ -49,7 +58,7 @@ export function benchTenant (dir: string): BenchTenant {
     LOCKOUT_THRESHOLD: NO_LOCKOUT,
     SHUTDOWN_GRACE_MS: '2000'
   }
-  return { env, liveKey, hmacSecret }
+  return { env, liveKey, hmacSecret, document }
 }
 
 export interface Service {

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
-import { MAC_BYTES, REQUEST_ID_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
-import { storeKey } from '../../lib/otp/codes.js'
+import { REQUEST_ID_BYTES } from '../../lib/otp/codes.js'
+import { MAC_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
+import { tokenKey, tokenRecord } from '../../lib/tokens/token-store.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */
 export const TOKEN_TTL_MS = 600_000
@@ -15,22 +16,21 @@ export interface TokenShape {
 const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES
 
 /**
- * `count` tokens shaped exactly like the service's: the key from lib/otp.ts's storeKey for
- * tenant `bench` in live mode, the record `k1.<mac>|<tag>` with lib/code-signer.ts's sizes.
+ * `count` tokens shaped exactly like the service's: the key from lib/tokens' tokenKey for
+ * tenant `bench` in live mode, the record `k1.<mac>|<tag>` with lib/otp/signer.ts's sizes.
  * Random bytes stand in for the HMACs: same lengths and alphabet, without a million HMAC
  * computations.
  */
 export function tokenShapes (count: number): TokenShape[] {
   const bytes = randomBytes(count * BYTES_PER_TOKEN)
   const tokens: TokenShape[] = new Array<TokenShape>(count)
-  const scope = { tenantId: 'bench', mode: 'live' as const }
   for (let i = 0; i < count; i++) {
     const at = i * BYTES_PER_TOKEN
     const macAt = at + REQUEST_ID_BYTES
     const tagAt = macAt + MAC_BYTES
     tokens[i] = {
-      key: storeKey(scope, `otp_${bytes.toString('base64url', at, macAt)}`),
-      record: `k1.${bytes.toString('base64url', macAt, tagAt)}|${bytes.toString('base64url', tagAt, tagAt + TAG_BYTES)}`
+      key: tokenKey('bench', 'live', `otp_${bytes.toString('base64url', at, macAt)}`),
+      record: tokenRecord(`k1.${bytes.toString('base64url', macAt, tagAt)}`, bytes.toString('base64url', tagAt, tagAt + TAG_BYTES))
     }
   }
   return tokens

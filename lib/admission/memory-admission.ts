@@ -1,9 +1,11 @@
 import { timingSafeEqual } from 'node:crypto'
-import { MemoryGuessCounter } from './lockout.js'
-import { MemoryVelocityCounter } from './velocity.js'
 import type { QuotaStore } from '../quota/quota-store.js'
-import type { TokenStore } from '../tokens/token-store.js'
-import { splitRecord, type Admission, type DispatchPlan, type DispatchVerdict, type LimitCount, type LimitHit, type VerifyPlan, type VerifyVerdict } from './admission.js'
+import type { MemoryTokenStore } from '../tokens/memory-token-store.js'
+import { splitRecord } from '../tokens/token-store.js'
+import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
+import { MemoryGuessCounter } from './lockout.js'
+import type { DispatchPlan, LimitHit, VerifyPlan } from './plan.js'
+import { MemoryVelocityCounter, type WindowCount } from './velocity.js'
 
 /** Velocity buckets kept in process; past this many the least recently seen are forgotten. */
 const VELOCITY_BUCKETS = 100_000
@@ -18,23 +20,23 @@ function sameForm (stored: string, candidate: string): boolean {
  * Admission in one process (the embedded default), with the same decisions as the Redis
  * scripts, over this process's velocity, lockout, quota and token stores.
  */
-export class MemoryAdmission implements Admission {
+export class MemoryAdmission implements AdmissionStore {
   readonly #velocity = new MemoryVelocityCounter(VELOCITY_BUCKETS)
   readonly #guesses = new MemoryGuessCounter()
-  readonly #tokens: TokenStore
+  readonly #tokens: MemoryTokenStore
   readonly #quota: QuotaStore
 
-  constructor (tokens: TokenStore, quota: QuotaStore) {
+  constructor (tokens: MemoryTokenStore, quota: QuotaStore) {
     this.#tokens = tokens
     this.#quota = quota
   }
 
-  async dispatch (plan: DispatchPlan): Promise<DispatchVerdict> {
+  async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
     const { limits, lockout, quota, token } = plan
     const { counts, exceeded } = this.#hit(limits)
     const failures = this.#guesses.failures(lockout.key)
     if (failures.count >= lockout.threshold) return { kind: 'locked', counts, lockoutResetMs: failures.resetMs }
-    if (exceeded) return { kind: 'limited', counts }
+    if (exceeded !== null) return { kind: 'limited', counts, exceeded }
     const decision = await this.#quota.reserve(quota.scope, quota.limit, quota.window, quota.nowMs)
     if (!decision.allowed) return { kind: 'quota_exceeded', counts, quota: decision }
     // The token comes last, as in the Redis script, but unlike the script this can fail after
@@ -53,9 +55,9 @@ export class MemoryAdmission implements Admission {
     return { kind: 'issued', counts, quota: decision }
   }
 
-  async verify (plan: VerifyPlan): Promise<VerifyVerdict> {
+  async verify (plan: VerifyPlan): Promise<VerifyCounts> {
     const { counts, exceeded } = this.#hit(plan.limits)
-    if (exceeded) return { kind: 'limited', counts }
+    if (exceeded !== null) return { kind: 'limited', counts, exceeded }
     const record = await this.#tokens.take(plan.tokenKey)
     if (record === null) return { kind: 'missing', counts }
     const { storedForm, recipientTag } = splitRecord(record)
@@ -72,14 +74,14 @@ export class MemoryAdmission implements Admission {
     this.#guesses.close()
   }
 
-  #hit (limits: readonly LimitHit[]): { counts: LimitCount[], exceeded: boolean } {
-    const counts: LimitCount[] = []
-    let exceeded = false
+  #hit (limits: readonly LimitHit[]): { counts: WindowCount[], exceeded: Exceeded | null } {
+    const counts: WindowCount[] = []
+    let exceeded: Exceeded | null = null
     const now = Date.now()
-    for (const { bucket, max, windowMs } of limits) {
-      const count = this.#velocity.hit(bucket, windowMs, now)
+    for (const limit of limits) {
+      const count = this.#velocity.hit(limit.bucket, limit.windowMs, now)
       counts.push(count)
-      if (count.current > max) exceeded = true
+      if (exceeded === null && count.current > limit.max) exceeded = { limit, count }
     }
     return { counts, exceeded }
   }

@@ -1,5 +1,5 @@
 import { SESv2Client, SendEmailCommand, type MessageTag, type SESv2ClientConfig } from '@aws-sdk/client-sesv2'
-import { DeliveryError, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
+import { DeliveryError, errorIdentifier, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface SesTransportOptions {
   /** Upper bound for one send(), retries included. */
@@ -69,14 +69,6 @@ function shapeOf (error: unknown): ErrorShape {
   return typeof error === 'object' && error !== null ? error as ErrorShape : {}
 }
 
-/**
- * Identifiers only (exception names, errno codes): anything else, including SES's own error
- * message, may quote the recipient ("… identities failed the check: user@example.com").
- */
-function identifier (value: unknown): string | undefined {
-  return typeof value === 'string' && /^[A-Za-z0-9_.:-]{1,64}$/.test(value) ? value : undefined
-}
-
 function classify (shape: ErrorShape, name: string | undefined, code: string | undefined, status: number | undefined): DeliveryFailureKind {
   if (name === 'AbortError' || name === 'TimeoutError' || code === 'ETIMEDOUT') return 'timeout'
   if (code !== undefined && CONNECTION_CODES.has(code)) return 'connection'
@@ -90,10 +82,10 @@ function classify (shape: ErrorShape, name: string | undefined, code: string | u
 /** Turns whatever the SDK threw into a DeliveryError whose message holds no address or body. */
 function toDeliveryError (error: unknown, deadlinePassed: boolean): DeliveryError {
   const shape = shapeOf(error)
-  const name = identifier(shape.name)
-  const code = identifier(shape.code)
+  const name = errorIdentifier(shape.name)
+  const code = errorIdentifier(shape.code)
   const status = typeof shape.$metadata?.httpStatusCode === 'number' ? shape.$metadata.httpStatusCode : undefined
-  const requestId = identifier(shape.$metadata?.requestId)
+  const requestId = errorIdentifier(shape.$metadata?.requestId)
   // Past the deadline the SDK reports the abort under various names; the cause is the deadline.
   const kind = deadlinePassed ? 'timeout' : classify(shape, name, code, status)
   const details = [

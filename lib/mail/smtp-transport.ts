@@ -1,5 +1,5 @@
 import { createTransport, type SMTPTransportOptions, type Transporter } from 'nodemailer'
-import { DeliveryError, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
+import { DeliveryError, errorIdentifier, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface SmtpTransportOptions {
   /**
@@ -72,11 +72,6 @@ const TLS_CODES = new Set(['ETLS', 'EREQUIRETLS'])
 const CONNECTION_CODES = new Set(['ECONNECTION', 'ECONNREFUSED', 'ECONNRESET', 'ESOCKET', 'EDNS', 'EPROXY'])
 const REJECTION_CODES = new Set(['EENVELOPE', 'EAUTH', 'ENOAUTH', 'EMESSAGE'])
 
-/** Identifiers only (error codes, SMTP verbs): server replies may quote the recipient. */
-function identifier (value: unknown): string | undefined {
-  return typeof value === 'string' && /^[A-Za-z0-9_. -]{1,32}$/.test(value) ? value : undefined
-}
-
 function classify (code: string | undefined, responseCode: number | undefined): DeliveryFailureKind {
   if (code !== undefined && TIMEOUT_CODES.has(code)) return 'timeout'
   if (code !== undefined && TLS_CODES.has(code)) return 'connection'
@@ -91,9 +86,9 @@ function classify (code: string | undefined, responseCode: number | undefined): 
 /** Turns a nodemailer error into a DeliveryError whose message holds no address or body. */
 function toDeliveryError (error: unknown, deadlinePassed: boolean): DeliveryError {
   const shape: SmtpErrorShape = typeof error === 'object' && error !== null ? error : {}
-  const code = identifier(shape.code)
+  const code = errorIdentifier(shape.code)
   const responseCode = typeof shape.responseCode === 'number' ? shape.responseCode : undefined
-  const command = identifier(shape.command)
+  const command = errorIdentifier(shape.command)
   const kind = deadlinePassed ? 'timeout' : classify(code, responseCode)
   const details = [
     code ?? 'Error',

@@ -32,3 +32,12 @@ export interface MailTransport {
   ready (): Promise<boolean>
   close (): Promise<void>
 }
+
+/**
+ * A provider error's name, code, command or request id, when it is just that. Anything else
+ * is dropped: providers' messages and replies often quote the recipient ("… failed the
+ * check: user@example.com"), and what a transport reports ends up in logs.
+ */
+export function errorIdentifier (value: unknown): string | undefined {
+  return typeof value === 'string' && /^[A-Za-z0-9_.: -]{1,64}$/.test(value) ? value : undefined
+}

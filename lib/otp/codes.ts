@@ -1,59 +1,60 @@
-import { CodeSigner, generateCode, generateRequestId, type CodeScope } from './signer.js'
-import { tenantScope } from '../tenants/api-keys.js'
-import type { TokenStore } from '../tokens/token-store.js'
+import { randomBytes, randomInt } from 'node:crypto'
+import type { KeyMode } from '../tenants/api-keys.js'
+import { tokenKey, tokenRecord } from '../tokens/token-store.js'
+import type { CodeSigner } from './signer.js'
 
-export interface TokenScope {
-  tenantId: string
-  mode: 'live' | 'test'
+/** Six ASCII digits from a CSPRNG, leading zeros kept. */
+export function generateCode (): string {
+  return randomInt(0, 1_000_000).toString().padStart(6, '0')
 }
 
-export interface IssuedCode {
-  requestId: string
-  code: string
-  /** The store key, to delete the token when its mail could not leave. */
-  storeKey: string
+/** 128 bits: as many as the MAC, more than a UUID's 122. */
+export const REQUEST_ID_BYTES = 16
+/**
+ * CSPRNG bytes drawn for many requestIds at once, each byte used once: one call into OpenSSL
+ * per 512 ids instead of one per id.
+ */
+const RANDOM_POOL_BYTES = REQUEST_ID_BYTES * 512
+let randomPool = Buffer.alloc(0)
+let randomPoolOffset = 0
+
+/** 128 bits from a CSPRNG, URL-safe, 26 characters. */
+export function generateRequestId (): string {
+  if (randomPoolOffset + REQUEST_ID_BYTES > randomPool.length) {
+    randomPool = randomBytes(RANDOM_POOL_BYTES)
+    randomPoolOffset = 0
+  }
+  const id = 'otp_' + randomPool.toString('base64url', randomPoolOffset, randomPoolOffset + REQUEST_ID_BYTES)
+  randomPoolOffset += REQUEST_ID_BYTES
+  return id
 }
 
+/** What verify accepts, once trimmed: exactly six ASCII digits. */
 export const GUESS_FORMAT = /^[0-9]{6}$/
 
-/**
- * Tokens of different tenants and modes live under different keys and can never meet. The
- * tenant and mode are the Redis Cluster hash tag: a token shares its slot with the counters
- * its dispatch and verify touch, so each runs as one script (see lib/admission).
- */
-export function storeKey (scope: TokenScope, requestId: string): string {
-  return `otp:{${tenantScope(scope.tenantId, scope.mode)}}:${requestId}`
-}
-
-export interface MintedCode extends IssuedCode {
+/** A new code, not yet stored: its requestId, the token's key and the record to store. */
+export interface MintedCode {
+  requestId: string
+  code: string
+  tokenKey: string
   /** What the store keeps: the code's keyed hash and the recipient's tag. */
   record: string
 }
 
 /**
- * A new code, its requestId and its store record, not yet stored. The record carries the
- * recipient's tag so that wrong guesses can be counted per recipient.
+ * Mints a code bound to its tenant, mode and requestId. The record carries the recipient's
+ * tag so that wrong guesses can be counted per recipient.
  */
-export function mintCode (signer: CodeSigner, scope: TokenScope, recipientTag: string): MintedCode {
+export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, recipientTag: string): MintedCode {
   const requestId = generateRequestId()
   const code = generateCode()
-  const codeScope: CodeScope = { tenantId: scope.tenantId, mode: scope.mode, requestId }
-  return { requestId, code, storeKey: storeKey(scope, requestId), record: `${signer.sign(codeScope, code)}|${recipientTag}` }
+  return {
+    requestId,
+    code,
+    tokenKey: tokenKey(tenantId, mode, requestId),
+    record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), recipientTag)
+  }
 }
 
 /** 128 random bits make a collision practically impossible; this many fresh tries turn one into a retry. */
 export const MINT_ATTEMPTS = 3
-
-/** Creates a code and stores its keyed hash, bound to tenant, mode and requestId. */
-export async function issueCode (
-  store: TokenStore, signer: CodeSigner, scope: TokenScope, recipientTag: string, ttlMs: number
-): Promise<IssuedCode> {
-  // NX turns a collision into a retry instead of a silent overwrite of somebody else's code.
-  for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-    const minted = mintCode(signer, scope, recipientTag)
-    if (await store.put(minted.storeKey, minted.record, ttlMs)) {
-      return { requestId: minted.requestId, code: minted.code, storeKey: minted.storeKey }
-    }
-  }
-  throw new Error('could not allocate a unique requestId')
-}

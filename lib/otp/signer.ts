@@ -1,4 +1,5 @@
-import { createHmac, randomBytes, randomInt } from 'node:crypto'
+import { createHmac } from 'node:crypto'
+import type { KeyMode } from '../tenants/api-keys.js'
 
 export interface MacKey {
   id: string
@@ -8,34 +9,8 @@ export interface MacKey {
 /** What a code is bound to: a code issued in one scope never verifies in another. */
 export interface CodeScope {
   tenantId: string
-  mode: 'live' | 'test'
+  mode: KeyMode
   requestId: string
-}
-
-/** Six ASCII digits from a CSPRNG, leading zeros kept. */
-export function generateCode (): string {
-  return randomInt(0, 1_000_000).toString().padStart(6, '0')
-}
-
-/** 128 bits: as many as the MAC, more than a UUID's 122. */
-export const REQUEST_ID_BYTES = 16
-/**
- * CSPRNG bytes drawn for many requestIds at once, each byte used once: one call into OpenSSL
- * per 512 ids instead of one per id.
- */
-const RANDOM_POOL_BYTES = REQUEST_ID_BYTES * 512
-let randomPool = Buffer.alloc(0)
-let randomPoolOffset = 0
-
-/** 128 bits from a CSPRNG, URL-safe, 26 characters. */
-export function generateRequestId (): string {
-  if (randomPoolOffset + REQUEST_ID_BYTES > randomPool.length) {
-    randomPool = randomBytes(RANDOM_POOL_BYTES)
-    randomPoolOffset = 0
-  }
-  const id = 'otp_' + randomPool.toString('base64url', randomPoolOffset, randomPoolOffset + REQUEST_ID_BYTES)
-  randomPoolOffset += REQUEST_ID_BYTES
-  return id
 }
 
 /**

@@ -4,16 +4,6 @@ import { KEY_PATTERN } from '../../schemas/patterns.js'
 export type KeyKind = 'secret' | 'restricted'
 export type KeyMode = 'live' | 'test'
 
-/**
- * The scope of one tenant's traffic in one mode, `acme:live`: live and sandbox never share a
- * counter. It is also the Redis Cluster hash tag (`{acme:live}`) of every key a dispatch or a
- * verify touches (token, velocity, lockout, quota), which is what lets each run as one script
- * on one slot; those keys are built from this, never spelled out by hand.
- */
-export function tenantScope (tenantId: string, mode: KeyMode): string {
-  return `${tenantId}:${mode}`
-}
-
 const keyPattern = new RegExp(KEY_PATTERN)
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

@@ -17,7 +17,6 @@ const SWEEP_LIVE_BUDGET = 1024
  * insertion order is nearly expiry order, so the sweep walks from the oldest entry.
  */
 export class MemoryTokenStore implements TokenStore {
-  readonly kind = 'memory'
   readonly #entries = new Map<string, string>()
   readonly #maxTokens: number
   readonly #now: () => number

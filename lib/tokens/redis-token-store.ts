@@ -3,12 +3,30 @@ import { storeCall } from '../store-errors.js'
 import type { TokenStore } from './token-store.js'
 
 /**
- * Tokens in Redis, shared by every instance. `SET … PX … NX` writes value and expiry in one
- * step; `GETDEL` makes every verify a single atomic consume. Every command touches one key,
- * so on a Cluster tokens spread over all slots and need no hash tag.
+ * The token write and take as Lua functions, for the admission scripts that fold them into
+ * a dispatch's or a verify's one round trip (lib/admission/redis-admission.ts):
+ * `tokenExists` before anything is counted (a taken requestId is a retry with a new one),
+ * `writeToken` with its expiry in one SET, `takeToken` as GETDEL, so a code is consumed
+ * atomically by the first verify, right or wrong.
+ */
+export const TOKEN_LUA = `
+local function tokenExists (key)
+  return redis.call('EXISTS', key) == 1
+end
+local function writeToken (key, record, ttlMs)
+  redis.call('SET', key, record, 'PX', ttlMs)
+end
+local function takeToken (key)
+  return redis.call('GETDEL', key)
+end
+`
+
+/**
+ * Tokens in Redis, shared by every instance, for what happens outside admission: the
+ * clean-up of a code whose mail did not leave, readiness, and the stores' shared suite.
+ * `SET … PX … NX` writes value and expiry in one step; `GETDEL` consumes atomically.
  */
 export class RedisTokenStore implements TokenStore {
-  readonly kind = 'redis'
   readonly #client: RedisClient
 
   constructor (client: RedisClient) {
@@ -35,7 +53,4 @@ export class RedisTokenStore implements TokenStore {
       return false
     }
   }
-
-  /** The Redis client belongs to the redis plugin, which closes it. */
-  async close (): Promise<void> {}
 }

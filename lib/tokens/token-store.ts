@@ -1,9 +1,13 @@
+import type { KeyMode } from '../tenants/api-keys.js'
+import { scopeTag } from '../tenants/scope.js'
+
 /**
  * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a
- * recipient tag), never a plaintext code. Both implementations pass test/token-store.test.ts.
+ * recipient tag), never a plaintext code. Both implementations pass
+ * test/lib/tokens/token-store.test.ts. On Redis the admission scripts write and take tokens
+ * with the Lua functions of redis-token-store.ts, in the same round trip as the counters.
  */
 export interface TokenStore {
-  readonly kind: 'memory' | 'redis'
   /** Stores the record unless the key already exists; false on a collision. */
   put (key: string, record: string, ttlMs: number): Promise<boolean>
   /** Reads and removes the record in one atomic step: of concurrent takers, one gets it. */
@@ -11,5 +15,27 @@ export interface TokenStore {
   /** Removes the record, if any (a code whose mail did not leave). */
   delete (key: string): Promise<void>
   ready (): Promise<boolean>
-  close (): Promise<void>
+}
+
+/**
+ * Tokens of different tenants and modes live under different keys and can never meet. The
+ * tenant and mode are the Redis Cluster hash tag: a token shares its slot with the counters
+ * its dispatch and verify touch, so each runs as one script (see lib/admission).
+ */
+export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): string {
+  return `otp:${scopeTag(tenantId, mode)}:${requestId}`
+}
+
+/**
+ * What a token holds: the code's stored form (`keyId.mac`) and the keyed tag of the recipient
+ * it was sent to, so that wrong guesses can be counted per recipient.
+ */
+export function tokenRecord (storedForm: string, recipientTag: string): string {
+  return `${storedForm}|${recipientTag}`
+}
+
+/** The last `|` separates a record's stored form from its recipient tag. */
+export function splitRecord (record: string): { storedForm: string, recipientTag: string } {
+  const separator = record.lastIndexOf('|')
+  return { storedForm: record.slice(0, separator), recipientTag: record.slice(separator + 1) }
 }

@@ -147,12 +147,12 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const admission = new RedisAdmission(client)
       for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
         const tag = `{${scope}}`
-        const limits = [{ name: 'recipient', bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
+        const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
         const lockout = { keyPrefix: `lockout:${tag}:`, windowMs: 60_000 }
         const dispatch = async (requestId: string) => await admission.dispatch({
           limits,
           lockout: { key: `lockout:${tag}:ada`, threshold: 3 },
-          quota: { scope, limit: 1000, window: hour, nowMs: Date.now() },
+          quota: { scope, limit: 1000, window: hour, nowMs: Date.now(), description: 'allowance' },
           token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>

@@ -1,0 +1,45 @@
+import type { Backend } from '../../lib/backend.js'
+import { CodeSigner } from '../../lib/otp/signer.js'
+import { OtpService, type Caller } from '../../lib/otp/service.js'
+import { parseConfig } from '../../lib/config.js'
+import { TenantRegistry } from '../../lib/tenants/registry.js'
+import { NO_LIMIT, benchTenantsDocument, type Token } from './service.js'
+
+const quiet = { info () {}, warn () {}, error () {} }
+
+/**
+ * Mints codes with the service's own OtpService over `backend` (admission, signing, token
+ * write: the records and keys a running service would store), for the bench tenant and its
+ * HMAC key. The mail is caught here instead of sent, which is how the codes are known.
+ */
+export class CodeSeeder {
+  readonly #service: OtpService
+  readonly #caller: Caller
+  readonly #codes = new Map<string, string>()
+
+  constructor (backend: Backend, liveKey: string, hmacSecret: Buffer) {
+    const registry = TenantRegistry.fromJson(benchTenantsDocument(liveKey))
+    const key = registry.authenticate(liveKey, Date.now())
+    if (key === null) throw new Error('the bench key does not authenticate')
+    const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, LOCKOUT_THRESHOLD: '100000000' })
+    this.#caller = { key, address: '127.0.0.1', log: quiet }
+    this.#service = new OtpService({
+      policy: { limits: config.rateLimits, lockout: config.lockout },
+      signer: new CodeSigner([{ id: 'k1', secret: hmacSecret }]),
+      backend,
+      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code) } },
+      defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+      ipv6BucketPrefix: config.ipv6BucketPrefix,
+      observer: { dispatched () {}, checked () {} }
+    })
+  }
+
+  /** One code sent to `email`: its requestId and the code the mail carried. */
+  async mint (email: string): Promise<Token> {
+    const { requestId } = await this.#service.dispatch(this.#caller, { email })
+    const code = this.#codes.get(requestId)
+    if (code === undefined) throw new Error(`no mail caught for ${requestId}`)
+    this.#codes.delete(requestId)
+    return { requestId, code }
+  }
+}

@@ -1,0 +1,72 @@
+import { AdmissionGate } from './admission/gate.js'
+import { MemoryAdmission } from './admission/memory-admission.js'
+import { RedisAdmission } from './admission/redis-admission.js'
+import type { IdempotencyStore } from './idempotency/idempotency-store.js'
+import { MemoryIdempotencyStore } from './idempotency/memory-idempotency-store.js'
+import { RedisIdempotencyStore } from './idempotency/redis-idempotency-store.js'
+import { MemoryQuotaStore } from './quota/memory-quota-store.js'
+import type { QuotaStore } from './quota/quota-store.js'
+import { RedisQuotaStore } from './quota/redis-quota-store.js'
+import type { RedisClient } from './redis/client.js'
+import { MemorySandboxInbox, RedisSandboxInbox, type SandboxInbox } from './sandbox/inbox.js'
+import { MemoryTokenStore } from './tokens/memory-token-store.js'
+import { RedisTokenStore } from './tokens/redis-token-store.js'
+import type { TokenStore } from './tokens/token-store.js'
+
+/**
+ * Every store the service keeps state in, from one place: in this process (the embedded
+ * default: one instance) or in Redis (any number of instances behave as one). This is the
+ * only place that chooses.
+ */
+export interface Backend {
+  readonly kind: 'memory' | 'redis'
+  readonly tokens: TokenStore
+  /** Velocity, lockout, quota reservation and the token write, decided in one step. */
+  readonly admission: AdmissionGate
+  readonly quota: QuotaStore
+  readonly idempotency: IdempotencyStore
+  readonly sandboxInbox: SandboxInbox
+  /** The stores can answer (Redis reachable; the in-memory token store below its cap). */
+  ready (): Promise<boolean>
+  /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
+  close (): Promise<void>
+}
+
+export interface BackendOptions {
+  /** Cap on live codes in the in-memory token store. */
+  memoryStoreMaxTokens: number
+}
+
+export function createBackend (redis: RedisClient | null, options: BackendOptions): Backend {
+  if (redis !== null) {
+    const tokens = new RedisTokenStore(redis)
+    return {
+      kind: 'redis',
+      tokens,
+      admission: new AdmissionGate(new RedisAdmission(redis)),
+      quota: new RedisQuotaStore(redis),
+      idempotency: new RedisIdempotencyStore(redis),
+      sandboxInbox: new RedisSandboxInbox(redis),
+      ready: async () => await tokens.ready(),
+      close: async () => {}
+    }
+  }
+  const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
+  const quota = new MemoryQuotaStore()
+  const admission = new MemoryAdmission(tokens, quota)
+  const idempotency = new MemoryIdempotencyStore()
+  return {
+    kind: 'memory',
+    tokens,
+    admission: new AdmissionGate(admission),
+    quota,
+    idempotency,
+    sandboxInbox: new MemorySandboxInbox(),
+    ready: async () => await tokens.ready(),
+    close: async () => {
+      admission.close()
+      idempotency.close()
+      await tokens.close()
+    }
+  }
+}

@@ -1,0 +1,85 @@
+import type { Writable } from 'node:stream'
+import type { Config } from '../config.js'
+import type { KeyMode } from '../tenants/api-keys.js'
+import type { SandboxInbox } from '../sandbox/inbox.js'
+import { simulateDelivery } from '../sandbox/simulator.js'
+import { LogTransport } from './log-transport.js'
+import { SesTransport } from './ses-transport.js'
+import { SmtpTransport } from './smtp-transport.js'
+import type { MailTransport, OutgoingMessage } from './transport.js'
+
+export interface DeliveryContext {
+  mode: KeyMode
+  tenantId: string
+  requestId: string
+  /** Kept only in the sandbox inbox, never for live mail. */
+  code: string
+}
+
+/**
+ * Sends a verification message. Live mail goes through the configured transport. Sandbox
+ * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
+ * the sandbox inbox (and, with the log transport, on the console people look at).
+ */
+export class Mailer {
+  readonly #live: MailTransport
+  readonly #log: LogTransport
+  readonly #sandboxInbox: SandboxInbox
+  readonly #timeoutMs: number
+
+  constructor (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, sandboxInbox: SandboxInbox, logOutput: Writable) {
+    this.#log = new LogTransport(logOutput)
+    this.#live = liveTransport(config, this.#log)
+    this.#sandboxInbox = sandboxInbox
+    this.#timeoutMs = config.mailTimeoutMs
+  }
+
+  /** The transport live mail leaves through. */
+  get transport (): string {
+    return this.#live.name
+  }
+
+  async send (message: OutgoingMessage, context: DeliveryContext): Promise<void> {
+    if (context.mode === 'live') {
+      await this.#live.send(message)
+      return
+    }
+    await simulateDelivery(message.to, this.#timeoutMs)
+    await this.#sandboxInbox.add(context.tenantId, {
+      requestId: context.requestId,
+      to: message.to,
+      from: message.from,
+      subject: message.subject,
+      text: message.text,
+      html: message.html,
+      code: context.code,
+      createdAt: new Date().toISOString()
+    })
+    if (this.#live === this.#log) await this.#log.send(message)
+  }
+
+  async ready (): Promise<boolean> {
+    return await this.#live.ready()
+  }
+
+  async close (): Promise<void> {
+    await this.#live.close()
+  }
+}
+
+function liveTransport (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, log: LogTransport): MailTransport {
+  switch (config.mailTransport) {
+    case 'ses':
+      return new SesTransport({
+        timeoutMs: config.mailTimeoutMs,
+        ...(config.ses.region === null ? {} : { region: config.ses.region }),
+        ...(config.ses.endpoint === null ? {} : { endpoint: config.ses.endpoint }),
+        ...(config.ses.configurationSet === null ? {} : { configurationSet: config.ses.configurationSet })
+      })
+    case 'smtp':
+      // parseConfig guarantees SMTP_URL for this transport.
+      return new SmtpTransport({ url: config.smtpUrl ?? '', timeoutMs: config.mailTimeoutMs })
+    case 'log':
+      return log
+  }
+}

@@ -1,0 +1,166 @@
+import t, { type Test } from 'tap'
+import { createBackend, type Backend } from '../../../lib/backend.js'
+import { parseConfig } from '../../../lib/config.js'
+import { isApiError, type ApiError } from '../../../lib/errors.js'
+import { Mailer } from '../../../lib/mail/mailer.js'
+import { parseWindow } from '../../../lib/quota/window.js'
+import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
+import { CodeSigner } from '../../../lib/otp/signer.js'
+import { generateKey, hashKey } from '../../../lib/tenants/api-keys.js'
+import { TenantRegistry } from '../../../lib/tenants/registry.js'
+import type { TenantsFile } from '../../../schemas/tenants.js'
+import { MailCapture, TEST_HMAC_KEYS } from '../../helper.js'
+import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+
+const quiet = { info () {}, warn () {}, error () {} }
+const DAY = parseWindow('1d') ?? (() => { throw new Error('test setup: 1d should parse') })()
+
+interface Harness {
+  service: OtpService
+  backend: Backend
+  mail: MailCapture
+  live: Caller
+  sandbox: Caller
+  events: string[]
+}
+
+/** The service over a backend and the real mailer (log transport for live mail, sandbox inbox for test keys), no server. */
+function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void = () => {}): Harness {
+  const liveKey = generateKey('secret', 'live')
+  const testKey = generateKey('secret', 'test')
+  const file: TenantsFile = {
+    tiers: { small: { allowance: 3, window: '1d', sandboxAllowance: 10 } },
+    tenants: [{
+      id: 'acme',
+      tier: 'small',
+      brand: { name: 'Acme' },
+      keys: [
+        { id: 'live', kind: 'secret', mode: 'live', sha256: hashKey(liveKey) },
+        { id: 'test', kind: 'secret', mode: 'test', sha256: hashKey(testKey) }
+      ]
+    }]
+  }
+  mutate(file)
+  const registry = TenantRegistry.fromJson(file)
+  const caller = (key: string): Caller => {
+    const found = registry.authenticate(key, Date.now())
+    if (found === null) throw new Error('test setup: the key does not authenticate')
+    return { key: found, address: '192.0.2.1', log: quiet }
+  }
+  const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3' })
+  const mail = new MailCapture()
+  const mailer = new Mailer(config, backend.sandboxInbox, mail)
+  const events: string[] = []
+  const service = new OtpService({
+    policy: { limits: config.rateLimits, lockout: config.lockout },
+    signer: new CodeSigner(config.hmacKeys),
+    backend,
+    mailer,
+    defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+    ipv6BucketPrefix: config.ipv6BucketPrefix,
+    observer: {
+      dispatched: (_key, result) => { events.push(result === 'sent' ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
+      checked: (_key, result: VerifyResult) => { events.push(result) }
+    }
+  })
+  t.teardown(async () => { await mailer.close() })
+  return { service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events }
+}
+
+async function refusal (promise: Promise<unknown>): Promise<ApiError> {
+  try {
+    await promise
+  } catch (error) {
+    if (isApiError(error)) return error
+    throw error
+  }
+  throw new Error('expected a refusal')
+}
+
+function wrong (code: string): string {
+  return String((Number(code) + 1) % 1_000_000).padStart(6, '0')
+}
+
+function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): void {
+  t.test('dispatch mails a code that verifies once; the answer carries the limits and the quota', async (t) => {
+    const { service, mail, live, events } = harness(t, await makeBackend(t))
+    const sent = await service.dispatch(live, { email: 'Ada@Example.com', locale: 'fr' })
+    t.match(sent, { requestId: /^otp_/, headers: { 'ratelimit-limit': '4', 'ratelimit-remaining': '3', 'quota-limit': '3', 'quota-remaining': '2' } })
+    t.match(mail.text, /To: Ada@example\.com\n/, 'mail goes to the address as given, domain lower-cased')
+    t.match(mail.text, /Votre code de vérification Acme/, 'in the asked locale')
+    const code = mail.codeFor('Ada@example.com')
+    t.match(await service.verify(live, sent.requestId, ` ${code} `), { headers: { 'ratelimit-limit': '30' } }, 'the guess is trimmed')
+    t.match(await refusal(service.verify(live, sent.requestId, code)), { code: 'CODE_MISMATCH' }, 'single use')
+    t.strictSame(events, ['sent', 'verified', 'mismatch'])
+  })
+
+  t.test('wrong and malformed guesses consume the code, with distinct codes', async (t) => {
+    const { service, mail, live } = harness(t, await makeBackend(t))
+    const first = await service.dispatch(live, { email: 'bob@example.com' })
+    const code = mail.codeFor('bob@example.com')
+    t.match(await refusal(service.verify(live, first.requestId, wrong(code))), { code: 'CODE_MISMATCH', statusCode: 400 })
+    t.match(await refusal(service.verify(live, first.requestId, code)), { code: 'CODE_MISMATCH' }, 'the right code after a wrong one fails')
+    const second = await service.dispatch(live, { email: 'bob@example.com' })
+    t.match(await refusal(service.verify(live, second.requestId, '12a456')), { code: 'INVALID_CODE_FORMAT' })
+    t.match(await refusal(service.verify(live, second.requestId, mail.codeFor('bob@example.com'))), { code: 'CODE_MISMATCH' }, 'the malformed guess used it up')
+  })
+
+  t.test('recipient policy: a bad address is 400, a disposable or denied domain 403', async (t) => {
+    const { service, live, backend } = harness(t, await makeBackend(t), (file) => { file.tenants[0]!.recipients = { denyDomains: ['rival.example'] } })
+    t.match(await refusal(service.dispatch(live, { email: 'not an address' })), { code: 'INVALID_EMAIL', statusCode: 400 })
+    t.match(await refusal(service.dispatch(live, { email: 'a@mailinator.com' })), { code: 'RECIPIENT_BLOCKED', statusCode: 403 })
+    t.match(await refusal(service.dispatch(live, { email: 'a@sub.rival.example' })), { code: 'RECIPIENT_BLOCKED' })
+    t.equal((await backend.quota.usage('acme:live', DAY, Date.now())).used, 0, 'no unit charged')
+  })
+
+  t.test('the recipient limit answers 429 with Retry-After; the allowance 402 with Quota-*', async (t) => {
+    const { service, live } = harness(t, await makeBackend(t))
+    for (let i = 0; i < 3; i++) await service.dispatch(live, { email: `user${i}@example.com` })
+    t.match(await refusal(service.dispatch(live, { email: 'user9@example.com' })), {
+      code: 'QUOTA_EXCEEDED', statusCode: 402, headers: { 'quota-limit': '3', 'quota-remaining': '0' }, message: /live allowance of tier "small" \(3 per 1d\)/
+    })
+    const { service: other, sandbox } = harness(t, await makeBackend(t))
+    for (let i = 0; i < 4; i++) await other.dispatch(sandbox, { email: 'carol@example.com' })
+    t.match(await refusal(other.dispatch(sandbox, { email: 'carol@example.com' })), {
+      code: 'RATE_LIMITED', statusCode: 429, headers: { 'retry-after': /^\d+$/, 'ratelimit-remaining': '0' }, message: /recipient/
+    })
+  })
+
+  t.test('a failed delivery destroys the code and refunds the unit; the headers say so', async (t) => {
+    const { service, sandbox, backend, events } = harness(t, await makeBackend(t))
+    await service.dispatch(sandbox, { email: 'first@example.com' })
+    const failed = await refusal(service.dispatch(sandbox, { email: 'fail@simulator.invalid' }))
+    t.match(failed, { code: 'DELIVERY_FAILED', statusCode: 502, headers: { 'quota-limit': '10', 'quota-remaining': '9' } }, 'the state after the refund')
+    t.equal((await backend.quota.usage('acme:test', DAY, Date.now())).used, 1, 'only the delivered dispatch is charged')
+    t.strictSame(events, ['sent', 'delivery_failed:rejected'])
+    t.same(await backend.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
+  })
+
+  t.test('wrong guesses lock the recipient out of new codes', async (t) => {
+    const { service, mail, sandbox } = harness(t, await makeBackend(t))
+    for (let i = 0; i < 3; i++) {
+      const { requestId } = await service.dispatch(sandbox, { email: 'dan@example.com' })
+      await refusal(service.verify(sandbox, requestId, wrong(mail.codeFor('dan@example.com'))))
+    }
+    t.match(await refusal(service.dispatch(sandbox, { email: 'DAN+x@example.com' })), { code: 'RATE_LIMITED', message: /wrong codes/, headers: { 'retry-after': /^\d+$/ } }, 'counted per mailbox, across spellings')
+  })
+}
+
+t.test('embedded backend', async (t) => {
+  serviceSuite(t, async (t) => {
+    const backend = createBackend(null, { memoryStoreMaxTokens: 1000 })
+    t.teardown(async () => { await backend.close() })
+    return backend
+  })
+})
+
+t.test('Redis backend', redisTestOptions(), async (t) => {
+  const server = await startRedis()
+  t.teardown(async () => { await server.stop() })
+  serviceSuite(t, async (t) => {
+    const client = await connectFailFast(server.url)
+    t.teardown(() => { client.disconnect() })
+    await client.flushall()
+    return createBackend(client, { memoryStoreMaxTokens: 1 })
+  })
+})
