@@ -64,7 +64,6 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     sandboxInbox: new MemorySandboxInbox(),
     ready: async () => await tokens.ready(),
     close: async () => {
-      admission.close()
       idempotency.close()
       await tokens.close()
     }

@@ -3,6 +3,7 @@ import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
+import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
@@ -49,7 +50,9 @@ export interface Config {
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
   ipv6BucketPrefix: number
   rateLimits: VelocityLimits
-  lockout: { threshold: number, windowMs: number }
+  /** The service-wide cap per mailbox across tenants; null when switched off. */
+  mailboxLimit: RateLimit | null
+  lockout: LockoutPolicy
   metricsToken: string | null
 }
 
@@ -97,6 +100,14 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     throw new ConfigError('AWS_REGION', 'is required when MAIL_TRANSPORT=ses')
   }
 
+  const lockout: LockoutPolicy = {
+    threshold: valid.LOCKOUT_THRESHOLD,
+    baseMs: duration('LOCKOUT_DURATION', valid.LOCKOUT_DURATION),
+    maxMs: duration('LOCKOUT_MAX_DURATION', valid.LOCKOUT_MAX_DURATION),
+    resetAfterMs: duration('LOCKOUT_RESET_AFTER', valid.LOCKOUT_RESET_AFTER)
+  }
+  if (lockout.maxMs < lockout.baseMs) throw new ConfigError('LOCKOUT_MAX_DURATION', `must be at least LOCKOUT_DURATION (${valid.LOCKOUT_DURATION})`)
+
   return {
     host: valid.HOST,
     port: valid.PORT,
@@ -124,11 +135,13 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     },
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {
-      recipient: rateLimit('RATE_LIMIT_RECIPIENT', valid.RATE_LIMIT_RECIPIENT),
       source: rateLimit('RATE_LIMIT_SOURCE', valid.RATE_LIMIT_SOURCE),
+      backend: rateLimit('RATE_LIMIT_BACKEND', valid.RATE_LIMIT_BACKEND),
+      recipient: rateLimit('RATE_LIMIT_RECIPIENT', valid.RATE_LIMIT_RECIPIENT),
       key: rateLimit('RATE_LIMIT_KEY', valid.RATE_LIMIT_KEY)
     },
-    lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs },
+    mailboxLimit: valid.RATE_LIMIT_MAILBOX === 'off' ? null : rateLimit('RATE_LIMIT_MAILBOX', valid.RATE_LIMIT_MAILBOX),
+    lockout,
     metricsToken: valid.METRICS_TOKEN ?? null
   }
 }
@@ -180,6 +193,10 @@ function parseRedisNodes (variable: string, value: string): RedisNode[] {
   }
   if (nodes.length === 0) throw new ConfigError(variable, 'must name at least one host:port')
   return nodes
+}
+
+function duration (variable: string, spec: string): number {
+  return rateLimit(variable, `1/${spec}`).windowMs
 }
 
 function rateLimit (variable: string, spec: string): RateLimit {

@@ -8,6 +8,7 @@ export interface Metrics {
   readonly dispatches: Counter<'mode' | 'result'>
   readonly verifications: Counter<'mode' | 'result'>
   readonly deliveryFailures: Counter<'kind'>
+  readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
 }
 
@@ -42,6 +43,7 @@ export default fp(async function metricsPlugin (fastify) {
     registry,
     dispatches: new Counter({ name: 'email_otp_dispatches_total', help: 'Dispatch outcomes: sent, delivery_failed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
     verifications: new Counter({ name: 'email_otp_verifications_total', help: 'Verify outcomes: verified, mismatch, malformed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
+    lockouts: new Counter({ name: 'email_otp_lockouts_total', help: 'Recipient mailboxes locked by a run of wrong guesses.', labelNames: ['mode'] as const, registers: [registry] }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] })
   }

@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { admissionPolicy } from '../lib/admission/plan.js'
 import { apiError } from '../lib/errors.js'
 import { CodeSigner } from '../lib/otp/signer.js'
 import { OtpService, type Caller } from '../lib/otp/service.js'
@@ -26,7 +27,7 @@ export default fp(async function otpPlugin (fastify) {
     fastify.log.warn('OTP_HMAC_KEYS is not set: codes are signed with a key generated for this process only; set it in production')
   }
   fastify.decorate('otp', new OtpService({
-    policy: { limits: config.rateLimits, lockout: config.lockout },
+    policy: admissionPolicy(config),
     signer: new CodeSigner(config.hmacKeys),
     backend,
     mailer,
@@ -43,6 +44,9 @@ export default fp(async function otpPlugin (fastify) {
       },
       checked (key, result) {
         metrics.verifications.inc({ mode: key.mode, result })
+      },
+      locked (key) {
+        metrics.lockouts.inc({ mode: key.mode })
       }
     }
   }))

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { RATE_LIMIT_PATTERN } from './patterns.js'
+import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
@@ -40,11 +40,15 @@ export const EnvSchema = Type.Object({
   TOR_EXIT_LIST: Type.Optional(Type.String({ description: 'Path or URL of the Tor exit list (https://check.torproject.org/torbulkexitlist format). Sources on it get 403.' })),
   BLOCKLIST_REFRESH_SECONDS: PositiveInt(3600, 1, 604800, 'How often block lists are re-read in the background; a failed or suspicious refresh keeps the last good list.'),
   IPV6_BUCKET_PREFIX: PositiveInt(64, 32, 128, 'IPv6 clients share one per-source bucket per prefix of this length.'),
-  RATE_LIMIT_RECIPIENT: Type.String({ default: '5/15m', pattern: RATE_LIMIT_PATTERN, description: 'Dispatches per recipient address (case-folded, +tag removed): `max/window`.' }),
-  RATE_LIMIT_SOURCE: Type.String({ default: '30/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per source address (IPv6 per prefix), dispatch and verify: `max/window`.' }),
+  RATE_LIMIT_RECIPIENT: Type.String({ default: '5/15m', pattern: RATE_LIMIT_PATTERN, description: 'Dispatches per recipient mailbox and tenant (all spellings of one mailbox count once): `max/window`.' }),
+  RATE_LIMIT_SOURCE: Type.String({ default: '30/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per source address (IPv6 per prefix; the end user\'s address when a backend sends End-User-IP), dispatch and verify: `max/window`.' }),
+  RATE_LIMIT_BACKEND: Type.String({ default: '6000/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key and backend address when the backend forwards its end users with End-User-IP: `max/window`.' }),
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key, dispatch and verify: `max/window`.' }),
-  LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Wrong guesses for one recipient (across requestIds) after which dispatch to it answers 429 until the window passes.'),
-  LOCKOUT_WINDOW: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Window in which wrong guesses are counted, and the cool-down.' }),
+  RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
+  LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox (across requestIds) that lock it for LOCKOUT_DURATION.'),
+  LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),
+  LOCKOUT_MAX_DURATION: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Longest lock.' }),
+  LOCKOUT_RESET_AFTER: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'A run of wrong guesses is forgotten this long after its last wrong guess or the end of its lock; a right guess forgets it at once.' }),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, GET /metrics requires `Authorization: Bearer <METRICS_TOKEN>`.' })),
   SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'On SIGTERM, time allowed for in-flight requests before the process exits.')
 })

@@ -6,6 +6,9 @@
 /** A velocity limit, `max/window`: `5/15m`, `30/1m`, `600/1h`. */
 export const RATE_LIMIT_PATTERN = '^[0-9]{1,9}/[1-9][0-9]{0,6}[smhd]$'
 
+/** A velocity limit that can be switched off. */
+export const RATE_LIMIT_OR_OFF_PATTERN = '^([0-9]{1,9}/[1-9][0-9]{0,6}[smhd]|off)$'
+
 /** A quota window: `<n>s`, `<n>m`, `<n>h`, `<n>d` or `month`. */
 export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
 

@@ -10,6 +10,8 @@ export const TierSchema = Type.Object({
   sandboxAllowance: Type.Integer({ minimum: 0, description: 'Sandbox dispatches allowed per window (counted apart from live).' })
 }, { additionalProperties: false })
 
+const SHARE_PATTERN = '^(100|[1-9]?[0-9])%$'
+
 export const KeySchema = Type.Object({
   id: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'Key id, shown in logs instead of the key.' }),
   kind: Type.Union([Type.Literal('secret'), Type.Literal('restricted')]),
@@ -21,7 +23,8 @@ export const KeySchema = Type.Object({
   )),
   expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'ISO 8601 instant after which the key is refused.' })),
   revoked: Type.Optional(Type.Boolean()),
-  createdAt: Type.Optional(Type.String({ format: 'date-time' }))
+  createdAt: Type.Optional(Type.String({ format: 'date-time' })),
+  allowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Restricted keys only: the share of the tenant\'s allowance (live or sandbox, as the key) this key may use per window, e.g. `25%`. Default: the tenant\'s `restrictedKeyAllowance`.' }))
 }, { additionalProperties: false })
 
 export const BrandSchema = Type.Object({
@@ -35,6 +38,7 @@ const DOMAIN_PATTERN = '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z0-9-]{2,63}
 export const TenantLimitsSchema = Type.Object({
   recipient: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_RECIPIENT (`max/window`).' })),
   source: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_SOURCE.' })),
+  backend: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_BACKEND.' })),
   key: Type.Optional(Type.String({ pattern: RATE_LIMIT_PATTERN, description: 'Overrides RATE_LIMIT_KEY.' }))
 }, { additionalProperties: false })
 
@@ -52,6 +56,7 @@ export const TenantSchema = Type.Object({
   ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' })),
   quota: Type.Optional(Type.Partial(TierSchema, { description: 'Overrides fields of the tier for this tenant.' })),
   limits: Type.Optional(TenantLimitsSchema),
+  restrictedKeyAllowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Share of the allowance each restricted key may use per window unless the key sets its own `allowance` (default `10%`): abuse of a public key ends at its own 402, never at the tenant\'s.' })),
   recipients: Type.Optional(RecipientPolicySchema),
   blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' }))
 }, { additionalProperties: false })

@@ -1,3 +1,4 @@
+import { admissionPolicy } from '../../lib/admission/plan.js'
 import type { Backend } from '../../lib/backend.js'
 import { CodeSigner } from '../../lib/otp/signer.js'
 import { OtpService, type Caller } from '../../lib/otp/service.js'
@@ -24,13 +25,13 @@ export class CodeSeeder {
     const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, LOCKOUT_THRESHOLD: '100000000' })
     this.#caller = { key, address: '127.0.0.1', log: quiet }
     this.#service = new OtpService({
-      policy: { limits: config.rateLimits, lockout: config.lockout },
+      policy: admissionPolicy(config),
       signer: new CodeSigner([{ id: 'k1', secret: hmacSecret }]),
       backend,
       mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code) } },
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       ipv6BucketPrefix: config.ipv6BucketPrefix,
-      observer: { dispatched () {}, checked () {} }
+      observer: { dispatched () {}, checked () {}, locked () {} }
     })
   }
 

@@ -1,7 +1,7 @@
 import type { ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
-import type { DispatchPlan, LimitHit, VerifyPlan } from './plan.js'
+import type { Audience, DispatchPlan, LimitHit, RefusalPlan, VerifyPlan } from './plan.js'
 import type { WindowCount } from './velocity.js'
 
 /*
@@ -18,11 +18,14 @@ export interface Exceeded {
   count: WindowCount
 }
 
-/** What a store reports for a dispatch, counted and written atomically. */
+/**
+ * What a store reports for a dispatch, counted and written atomically. `counts` follow the
+ * plan's limits up to the first one exceeded (the rest were not counted).
+ */
 export type DispatchCounts =
   /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
   | { kind: 'collision' }
-  | { kind: 'locked', counts: WindowCount[], lockoutResetMs: number }
+  | { kind: 'locked', counts: WindowCount[], lockedForMs: number }
   | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
   | { kind: 'quota_exceeded', counts: WindowCount[], quota: QuotaDecision }
   | { kind: 'issued', counts: WindowCount[], quota: QuotaDecision }
@@ -32,13 +35,20 @@ export type VerifyCounts =
   | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
   /** No such token (never issued, expired, used, another tenant's): nothing else changed. */
   | { kind: 'missing', counts: WindowCount[] }
-  | { kind: 'mismatch', counts: WindowCount[] }
+  /** The token was consumed while its recipient is locked: not compared, not counted. */
+  | { kind: 'locked', counts: WindowCount[] }
+  /** A wrong guess; `lockStartedMs` is the lock it started (0: none). */
+  | { kind: 'mismatch', counts: WindowCount[], lockStartedMs: number }
   | { kind: 'verified', counts: WindowCount[] }
 
 /** Runs a plan atomically: one script on Redis, shared by every instance; in process otherwise. */
 export interface AdmissionStore {
   dispatch (plan: DispatchPlan): Promise<DispatchCounts>
   verify (plan: VerifyPlan): Promise<VerifyCounts>
+  /** Counts a refused request against the caller's limits, up to the first one exceeded. */
+  count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
+  /** Ends a recipient's lock and forgets its run of failures; true when there was one. */
+  clearLockout (key: string): Promise<boolean>
 }
 
 export type Headers = Record<string, string>
@@ -58,33 +68,52 @@ export type DispatchDecision =
 
 export type VerifyDecision =
   | { kind: 'refused', refusal: Refusal }
-  | { kind: 'verified' | 'mismatch' | 'missing', headers: Headers }
+  | { kind: 'verified' | 'missing' | 'locked', headers: Headers }
+  | { kind: 'mismatch', headers: Headers, lockStartedMs: number }
 
 function seconds (ms: number): string {
   return String(Math.max(1, Math.ceil(ms / 1000)))
 }
 
-/** The 429 for a limit gone past, with the headers @fastify/rate-limit sends with one. */
-function limitRefusal ({ limit, count }: Exceeded): Refusal {
-  const retry = String(Math.ceil(count.ttlMs / 1000))
+/** What a limit's counter says in RateLimit-* headers, as @fastify/rate-limit sends them. */
+function rateLimitHeaders (limit: LimitHit, count: WindowCount): Headers {
   return {
-    code: 'RATE_LIMITED',
-    message: `Too many requests for this ${limit.name}; retry in ${retry} s`,
-    headers: { 'retry-after': retry, 'ratelimit-limit': String(limit.max), 'ratelimit-remaining': '0', 'ratelimit-reset': retry }
+    'ratelimit-limit': String(limit.max),
+    'ratelimit-remaining': String(Math.max(0, limit.max - count.current)),
+    'ratelimit-reset': String(Math.ceil(count.ttlMs / 1000))
   }
 }
 
-/** The RateLimit-* headers of the tightest limit, the reset in whole seconds. */
-function limitHeaders (limits: readonly LimitHit[], counts: readonly WindowCount[]): Headers {
-  let tightest: { max: number, remaining: number, ttlMs: number } | null = null
+/**
+ * The limits an audience may hear about. A page only learns about its own source's bucket:
+ * the others (a recipient's, the key's) are shared with other callers, and their counts would
+ * tell it what those callers did.
+ */
+function audible (audience: Audience, limit: LimitHit): boolean {
+  return audience === 'backend' || limit.name === 'source'
+}
+
+/** The 429 for a limit gone past. */
+function limitRefusal (audience: Audience, { limit, count }: Exceeded): Refusal {
+  const retry = seconds(count.ttlMs)
+  if (!audible(audience, limit)) return { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } }
+  return {
+    code: 'RATE_LIMITED',
+    message: `Too many requests for this ${limit.name}; retry in ${retry} s`,
+    headers: { 'retry-after': retry, ...rateLimitHeaders(limit, count), 'ratelimit-remaining': '0' }
+  }
+}
+
+/** The RateLimit-* headers of the tightest limit the audience may hear about. */
+function limitHeaders (audience: Audience, limits: readonly LimitHit[], counts: readonly WindowCount[]): Headers {
+  let tightest: { limit: LimitHit, count: WindowCount, remaining: number } | null = null
   for (const [index, limit] of limits.entries()) {
     const count = counts[index]
-    if (count === undefined) continue
-    const remaining = Math.max(0, limit.max - count.current)
-    if (tightest === null || remaining < tightest.remaining) tightest = { max: limit.max, remaining, ttlMs: count.ttlMs }
+    if (count === undefined || !audible(audience, limit)) continue
+    const remaining = limit.max - count.current
+    if (tightest === null || remaining < tightest.remaining) tightest = { limit, count, remaining }
   }
-  if (tightest === null) return {}
-  return { 'ratelimit-limit': String(tightest.max), 'ratelimit-remaining': String(tightest.remaining), 'ratelimit-reset': String(Math.ceil(tightest.ttlMs / 1000)) }
+  return tightest === null ? {} : rateLimitHeaders(tightest.limit, tightest.count)
 }
 
 export class AdmissionGate {
@@ -95,28 +124,44 @@ export class AdmissionGate {
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchDecision> {
+    const { audience } = plan
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(audience, counts.exceeded) }
     if (counts.kind === 'locked') {
-      const retry = seconds(counts.lockoutResetMs)
-      return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many wrong codes were entered for this address; retry in ${retry} s`, headers: { 'retry-after': retry } } }
+      const retry = seconds(counts.lockedForMs)
+      const message = audience === 'backend' ? `Too many wrong codes were entered for this address; retry in ${retry} s` : `Too many requests; retry in ${retry} s`
+      return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message, headers: { 'retry-after': retry } } }
     }
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(counts.exceeded) }
-    const headers = limitHeaders(plan.limits, counts.counts)
     const { quota } = counts
-    const allowance = quotaHeaders(plan.quota.limit, quota, plan.quota.nowMs)
+    // A page never sees the tenant's billing volume.
+    const headers = audience === 'backend'
+      ? { ...limitHeaders(audience, plan.limits, counts.counts), ...quotaHeaders(plan.quota.tenant.limit, quota, plan.quota.nowMs) }
+      : limitHeaders(audience, plan.limits, counts.counts)
     if (counts.kind === 'quota_exceeded') {
-      return {
-        kind: 'refused',
-        refusal: { code: 'QUOTA_EXCEEDED', message: `The ${plan.quota.description} is used up until ${new Date(quota.resetMs).toISOString()}`, headers: { ...headers, ...allowance } }
-      }
+      const message = audience === 'backend'
+        ? `The ${plan.quota.description} is used up until ${new Date(quota.resetMs).toISOString()}`
+        : 'The allowance of this key is used up'
+      return { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message, headers } }
     }
-    return { kind: 'admitted', quota, headers: { ...headers, ...allowance } }
+    return { kind: 'admitted', quota, headers }
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {
     const counts = await this.#store.verify(plan)
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(counts.exceeded) }
-    return { kind: counts.kind, headers: limitHeaders(plan.limits, counts.counts) }
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(plan.audience, counts.exceeded) }
+    const headers = limitHeaders(plan.audience, plan.limits, counts.counts)
+    if (counts.kind === 'mismatch') return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs }
+    return { kind: counts.kind, headers }
+  }
+
+  /** Counts a request refused before admission; the 429 when that puts it past a limit. */
+  async countRefused (plan: RefusalPlan): Promise<Refusal | null> {
+    const { exceeded } = await this.#store.count(plan)
+    return exceeded === null ? null : limitRefusal(plan.audience, exceeded)
+  }
+
+  async clearLockout (key: string): Promise<boolean> {
+    return await this.#store.clearLockout(key)
   }
 }

@@ -1,55 +1,66 @@
-import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA } from '../quota/redis-quota-store.js'
+import { Cluster } from 'ioredis'
+import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from '../quota/redis-quota-store.js'
 import type { RedisClient } from '../redis/client.js'
 import { storeCall } from '../store-errors.js'
 import { TOKEN_LUA } from '../tokens/redis-token-store.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { LOCKOUT_LUA } from './lockout.js'
-import type { DispatchPlan, LimitHit, VerifyPlan } from './plan.js'
+import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from './plan.js'
 import { HIT_LIMIT_LUA, type WindowCount } from './velocity.js'
 
-const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4 } as const
-const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3 } as const
+const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5 } as const
+const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } as const
 
 /*
- * Both scripts are assembled from the Lua functions of the concerns they decide: velocity
+ * The scripts are assembled from the Lua functions of the concerns they decide: velocity
  * (velocity.ts), lockout (lockout.ts), quota reservation (lib/quota/redis-quota-store.ts) and
- * the token write and take (lib/tokens/redis-token-store.ts). They touch only keys of one hash
- * slot: every key carries the `{tenant:mode}` hash tag, so they run on a Cluster too. The
- * verify script builds the lockout key from the tag it reads in the token (it cannot be
- * declared beforehand); the prefix it is given carries the same hash tag, so that key lives
- * in the token's slot.
+ * the token write and take (lib/tokens/redis-token-store.ts). The keys of a tenant's request
+ * carry its `{tenant:mode}` hash tag, so on a Cluster each script runs on one slot. The
+ * service-wide mailbox bucket is tagged by the mailbox instead; on a single server or
+ * Sentinel it is part of the dispatch script, on a Cluster it is counted by a second command
+ * once the dispatch is admitted (and the dispatch undone if the mailbox is over its cap).
+ * The verify script builds the lockout key from the tag it reads in the token (it cannot be
+ * declared beforehand); the prefix it is given carries the same hash tag, so that key lives in
+ * the token's slot.
  */
 
-/** Counts every limit; returns the counts and the 1-based index of the first one exceeded (0: none). */
+/**
+ * Counts KEYS[first..] with max and window ms in ARGV[firstArg + 2(i - first)] and the next,
+ * in order, up to the first one exceeded; appends count and ms left of each to `reply`.
+ * Returns the 1-based position of the exceeded limit (0: none).
+ */
 const HIT_LIMITS_LUA = `
-local function hitLimits (firstKey, firstArg, reply)
-  local exceeded = 0
-  for i = firstKey, #KEYS do
-    local arg = firstArg + 2 * (i - firstKey)
+local function hitLimits (first, firstArg, reply)
+  for i = first, #KEYS do
+    local arg = firstArg + 2 * (i - first)
     local current, ttl = hitLimit(KEYS[i], ARGV[arg + 1])
     reply[#reply + 1] = current
     reply[#reply + 1] = ttl
-    if exceeded == 0 and current > tonumber(ARGV[arg]) then exceeded = i - firstKey + 1 end
+    if current > tonumber(ARGV[arg]) then return i - first + 1 end
   end
-  return exceeded
+  return 0
 end
 `
 
 /**
- * KEYS: token, lockout, quota counter, then one bucket per limit.
- * ARGV: record, token TTL ms, lockout threshold, quota limit, quota expiry (epoch ms), then
+ * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
+ * when counted here, then one bucket per limit.
+ * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
+ * limit and expiry (epoch ms) per quota counter, max and window ms of the mailbox bucket, then
  * max and window ms per limit.
- * Reply: { verdict, lockout reset ms or exceeded limit, quota allowed 0|1, quota used, then
- * count and ms left per limit }.
+ * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
+ * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  */
 const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
+local quotas = tonumber(ARGV[3])
+local mailboxes = tonumber(ARGV[4])
 local reply = { ${DISPATCH.issued}, 0, 0, 0 }
-local exceeded = hitLimits(4, 6, reply)
-local failures, lockoutResetMs = lockoutFailures(KEYS[2])
-if failures >= tonumber(ARGV[3]) then
+local exceeded = hitLimits(3 + quotas + mailboxes, 5 + 2 * (quotas + mailboxes), reply)
+local lockedMs = lockedFor(KEYS[2], lockoutNow())
+if lockedMs > 0 then
   reply[1] = ${DISPATCH.locked}
-  reply[2] = lockoutResetMs
+  reply[2] = lockedMs
   return reply
 end
 if exceeded > 0 then
@@ -57,7 +68,17 @@ if exceeded > 0 then
   reply[2] = exceeded
   return reply
 end
-local allowed, used = reserveQuota(KEYS[3], tonumber(ARGV[4]), ARGV[5])
+if mailboxes == 1 then
+  local arg = 5 + 2 * quotas
+  local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
+  if current > tonumber(ARGV[arg]) then
+    reply[1] = ${DISPATCH.mailboxLimited}
+    reply[2] = current
+    reply[3] = ttl
+    return reply
+  end
+end
+local allowed, used = reserveQuotas(3, quotas, 5)
 reply[3] = allowed
 reply[4] = used
 if allowed == 0 then
@@ -68,20 +89,34 @@ writeToken(KEYS[1], ARGV[1], ARGV[2])
 return reply
 `
 
+/** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
+const MAILBOX_LUA = `${HIT_LIMIT_LUA}
+return { hitLimit(KEYS[1], ARGV[2]) }
+`
+
+/** KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each counter. */
+const UNDO_DISPATCH_LUA = `
+redis.call('DEL', KEYS[1])
+for i = 2, #KEYS do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+end
+return { 0 }
+`
+
 /**
  * KEYS: token, then one bucket per limit.
- * ARGV: lockout key prefix, lockout window ms, number of stored forms n, the n stored forms,
- * then max and window ms per limit.
- * Reply: { verdict, exceeded limit, then count and ms left per limit }.
+ * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
+ * of stored forms n, the n stored forms, then max and window ms per limit.
+ * Reply: { verdict, exceeded limit, lock started ms, then count and ms left per limit }.
  *
  * The comparison is plain string equality on keyed hashes: its timing could only tell how
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
  * and the token is gone after this one try anyway.
  */
 const VERIFY_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
-local forms = tonumber(ARGV[3])
-local reply = { ${VERIFY.limited}, 0 }
-local exceeded = hitLimits(2, forms + 4, reply)
+local forms = tonumber(ARGV[6])
+local reply = { ${VERIFY.limited}, 0, 0 }
+local exceeded = hitLimits(2, forms + 7, reply)
 if exceeded > 0 then
   reply[2] = exceeded
   return reply
@@ -92,33 +127,53 @@ if not record then
   return reply
 end
 local stored, tag = string.match(record, '^(.*)|([^|]*)$')
-local verified = false
-for f = 1, forms do
-  if ARGV[3 + f] == stored then verified = true end
-end
 reply[1] = ${VERIFY.mismatch}
 if tag == nil then return reply end
 local lockoutKey = ARGV[1] .. tag
+local now = lockoutNow()
+if lockedFor(lockoutKey, now) > 0 then
+  reply[1] = ${VERIFY.locked}
+  return reply
+end
+local verified = false
+for f = 1, forms do
+  if ARGV[6 + f] == stored then verified = true end
+end
 if verified then
-  redis.call('DEL', lockoutKey)
+  clearLockout(lockoutKey)
   reply[1] = ${VERIFY.verified}
 else
-  recordFailure(lockoutKey, ARGV[2])
+  reply[3] = recordFailure(lockoutKey, now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
 end
 return reply
 `
 
-const DISPATCH_COMMAND = 'emailOtpAdmitDispatch'
-const VERIFY_COMMAND = 'emailOtpAdmitVerify'
+/** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
+const COUNT_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
+local reply = { 0 }
+reply[1] = hitLimits(1, 1, reply)
+return reply
+`
 
 /**
- * The methods defineCommand adds (keys count first: the number of limits varies). Arguments
- * go as strings: ioredis encodes a number argument several microseconds slower per call.
+ * The most keys a script takes: a dispatch's token, lockout, two quota counters, the mailbox
+ * bucket and four limits (source, recipient, backend, key), with room to spare.
  */
-interface AdmissionCommands {
-  [DISPATCH_COMMAND](numberOfKeys: string, ...keysAndArgs: string[]): Promise<unknown>
-  [VERIFY_COMMAND](numberOfKeys: string, ...keysAndArgs: string[]): Promise<unknown>
-}
+const MAX_KEYS = 12
+
+const COMMANDS = {
+  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA },
+  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA },
+  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA },
+  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA },
+  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA }
+} as const
+
+/**
+ * The methods defineCommand adds. Arguments go as strings: ioredis encodes a number argument
+ * several microseconds slower per call.
+ */
+type AdmissionCommands = Record<string, (...keysAndArgs: string[]) => Promise<unknown>>
 
 function unexpected (what: string, reply: unknown): Error {
   return new Error(`unexpected reply from the ${what} admission script: ${JSON.stringify(reply)}`)
@@ -135,13 +190,20 @@ function counts (reply: readonly number[], from: number): WindowCount[] {
   return result
 }
 
-/** The limit a script reported exceeded (its 1-based index), checked against the plan. */
-function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[], index: number | undefined, what: string, reply: unknown): Exceeded {
-  const position = (index ?? 0) - 1
-  const limit = limits[position]
-  const count = hits[position]
+/** The limit a script reported exceeded (its 1-based position), checked against the plan. */
+function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[], position: number | undefined, what: string, reply: unknown): Exceeded {
+  const index = (position ?? 0) - 1
+  const limit = limits[index]
+  const count = hits[index]
   if (limit === undefined || count === undefined) throw unexpected(what, reply)
   return { limit, count }
+}
+
+function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[]): void {
+  for (const limit of limits) {
+    keys.push(limit.bucket)
+    args.push(String(limit.max), String(limit.windowMs))
+  }
 }
 
 /**
@@ -149,52 +211,110 @@ function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[
  * first use and after a restart or failover), atomic across every instance.
  */
 export class RedisAdmission implements AdmissionStore {
+  readonly #client: RedisClient
   readonly #commands: AdmissionCommands
+  /** A Cluster refuses a script whose keys live in different slots. */
+  readonly #crossSlot: boolean
 
+  /**
+   * Each script is defined once per number of keys, with that number fixed: ioredis then takes
+   * the first argument for the first key. Were the count passed first instead, its Cluster
+   * auto-pipelining would group commands by the slot of that count rather than of their keys,
+   * and a pipeline holding keys of several nodes' slots would fail. All are defined up front,
+   * as ioredis's pipelines only reload (after a restart or failover) the scripts defined when
+   * they were created.
+   */
   constructor (client: RedisClient) {
-    client.defineCommand(DISPATCH_COMMAND, { lua: DISPATCH_LUA })
-    client.defineCommand(VERIFY_COMMAND, { lua: VERIFY_LUA })
+    for (const { name, lua } of Object.values(COMMANDS)) {
+      for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
+    }
+    this.#client = client
     this.#commands = client as unknown as AdmissionCommands
+    this.#crossSlot = !(client instanceof Cluster)
+  }
+
+  async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[]): Promise<{ raw: unknown, reply: number[] }> {
+    const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
+    if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
+    const raw = await storeCall(`${command} admission`, async () => await run.call(this.#client, ...keys, ...args))
+    return { raw, reply: numbers(raw, command) }
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
-    const { limits, lockout, quota, token } = plan
-    const slot = quotaSlot(quota.scope, quota.window, quota.nowMs)
-    const keys = [token.key, lockout.key, slot.key]
-    const args = [token.record, String(token.ttlMs), String(lockout.threshold), String(quota.limit), String(slot.expireAtMs)]
-    for (const limit of limits) {
-      keys.push(limit.bucket)
-      args.push(String(limit.max), String(limit.windowMs))
+    const { limits, lockoutKey, quota, token } = plan
+    const counters = quotaClaims(quota).map((claim) => ({ limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }))
+    const slots = counters.map(({ slot }) => slot)
+    const mailbox = this.#crossSlot ? plan.mailbox : null
+    const keys = [token.key, lockoutKey, ...slots.map((slot) => slot.key)]
+    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1']
+    for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
+    if (mailbox !== null) {
+      keys.push(mailbox.bucket)
+      args.push(String(mailbox.max), String(mailbox.windowMs))
     }
-    const raw = await storeCall('dispatch admission', async () => await this.#commands[DISPATCH_COMMAND](String(keys.length), ...keys, ...args))
-    const reply = numbers(raw, 'dispatch')
+    limitArgs(limits, keys, args)
+    const { raw, reply } = await this.#run('dispatch', keys, args)
     const verdict = reply[0]
     if (verdict === DISPATCH.collision) return { kind: 'collision' }
     const hits = counts(reply, 4)
-    if (verdict === DISPATCH.locked) return { kind: 'locked', counts: hits, lockoutResetMs: reply[1] ?? 0 }
-    if (verdict === DISPATCH.limited) return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'dispatch', raw) }
-    const decision = quotaDecision([reply[2], reply[3]], quota.limit, slot)
-    return verdict === DISPATCH.quotaExceeded
-      ? { kind: 'quota_exceeded', counts: hits, quota: decision }
-      : { kind: 'issued', counts: hits, quota: decision }
+    switch (verdict) {
+      case DISPATCH.locked: return { kind: 'locked', counts: hits, lockedForMs: reply[1] ?? 0 }
+      case DISPATCH.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'dispatch', raw) }
+      case DISPATCH.mailboxLimited:
+        if (mailbox === null) throw unexpected('dispatch', raw)
+        return { kind: 'limited', counts: hits, exceeded: { limit: mailbox, count: { current: reply[1] ?? 0, ttlMs: reply[2] ?? 0 } } }
+      case DISPATCH.quotaExceeded:
+      case DISPATCH.issued:
+        break
+      default: throw unexpected('dispatch', raw)
+    }
+    const decision = quotaDecision([reply[2], reply[3]], quota.tenant.limit, quotaSlot(quota.tenant.scope, quota.tenant.window, quota.nowMs))
+    if (verdict === DISPATCH.quotaExceeded) return { kind: 'quota_exceeded', counts: hits, quota: decision }
+    if (plan.mailbox !== null && mailbox === null) {
+      const over = await this.#mailboxOverCap(plan.mailbox, token.key, slots)
+      if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
+    }
+    return { kind: 'issued', counts: hits, quota: decision }
+  }
+
+  /** On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, the dispatch is undone. */
+  async #mailboxOverCap (mailbox: LimitHit, tokenKey: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
+    const { raw, reply } = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
+    const [current, ttlMs] = reply
+    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', raw)
+    if (current <= mailbox.max) return null
+    await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], [])
+    return { limit: mailbox, count: { current, ttlMs } }
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {
+    const { policy, keyPrefix } = plan.lockout
     const keys = [plan.tokenKey]
-    const args = [plan.lockout.keyPrefix, String(plan.lockout.windowMs), String(plan.storedForms.length), ...plan.storedForms]
-    for (const limit of plan.limits) {
-      keys.push(limit.bucket)
-      args.push(String(limit.max), String(limit.windowMs))
-    }
-    const raw = await storeCall('verify admission', async () => await this.#commands[VERIFY_COMMAND](String(keys.length), ...keys, ...args))
-    const reply = numbers(raw, 'verify')
-    const hits = counts(reply, 2)
+    const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), ...plan.storedForms]
+    limitArgs(plan.limits, keys, args)
+    const { raw, reply } = await this.#run('verify', keys, args)
+    const hits = counts(reply, 3)
     switch (reply[0]) {
       case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(plan.limits, hits, reply[1], 'verify', raw) }
       case VERIFY.missing: return { kind: 'missing', counts: hits }
+      case VERIFY.locked: return { kind: 'locked', counts: hits }
       case VERIFY.verified: return { kind: 'verified', counts: hits }
-      case VERIFY.mismatch: return { kind: 'mismatch', counts: hits }
+      case VERIFY.mismatch: return { kind: 'mismatch', counts: hits, lockStartedMs: reply[2] ?? 0 }
       default: throw unexpected('verify', raw)
     }
+  }
+
+  async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {
+    const keys: string[] = []
+    const args: string[] = []
+    limitArgs(plan.limits, keys, args)
+    const { raw, reply } = await this.#run('count', keys, args)
+    const hits = counts(reply, 1)
+    const position = reply[0]
+    return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
+  }
+
+  async clearLockout (key: string): Promise<boolean> {
+    return await storeCall('lockout clear', async () => await this.#client.del(key)) > 0
   }
 }

@@ -18,9 +18,11 @@ export function parseRateLimit (spec: string): RateLimit | null {
   return { max: Number(max), windowMs: window.durationMs, spec }
 }
 
+/** The per-tenant limits (a tenant's `limits` override them one by one). */
 export interface VelocityLimits {
-  recipient: RateLimit
   source: RateLimit
+  backend: RateLimit
+  recipient: RateLimit
   key: RateLimit
 }
 

@@ -1,7 +1,6 @@
-import type { AdmissionPolicy } from '../admission/plan.js'
-import { dispatchPlan, verifyPlan } from '../admission/plan.js'
+import { dispatchPlan, lockoutKeyPrefix, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { Backend } from '../backend.js'
-import { apiError } from '../errors.js'
+import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
 import { negotiateLocale } from '../mail/locale.js'
 import type { Mailer } from '../mail/mailer.js'
@@ -9,7 +8,7 @@ import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
-import { describeEmailRejection, validateEmail } from '../recipients/address.js'
+import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
 import { tokenKey } from '../tokens/token-store.js'
@@ -23,11 +22,16 @@ export interface Logger {
   error (fields: object, message: string): void
 }
 
-/** Who is asking: the authenticated key (and through it the tenant) and the client's address. */
+/** Who is asking: the authenticated key (and through it the tenant) and where from. */
 export interface Caller {
   key: TenantKey
   /** The client's address as the service trusts it (socket, or X-Forwarded-For from a trusted proxy). */
   address: string
+  /**
+   * The end user a backend calls for (End-User-IP, secret keys only), already checked:
+   * per-source limits count it, and the backend's own address gets its own bucket.
+   */
+  endUserAddress?: string | null
   log: Logger
 }
 
@@ -44,6 +48,8 @@ export type VerifyResult = 'verified' | 'mismatch' | 'malformed'
 export interface OtpObserver {
   dispatched (key: TenantKey, result: 'sent' | { deliveryFailed: DeliveryFailureKind }): void
   checked (key: TenantKey, result: VerifyResult): void
+  /** A wrong guess locked its recipient for `lockMs`. */
+  locked (key: TenantKey, requestId: string, lockMs: number): void
 }
 
 export interface OtpServiceOptions {
@@ -55,6 +61,16 @@ export interface OtpServiceOptions {
   defaults: { ttlSeconds: number, mailFrom: string }
   ipv6BucketPrefix: number
   observer: OtpObserver
+}
+
+/** The address and the tenant's domain policy: the validated address, or the refusal. */
+function acceptableRecipient (address: string, key: TenantKey): { ok: true, email: ValidatedEmail } | { ok: false, refusal: ApiError } {
+  const checked = validateEmail(address)
+  if (!checked.ok) return { ok: false, refusal: apiError('INVALID_EMAIL', describeEmailRejection(checked.reason)) }
+  const verdict = key.tenant.recipientPolicy.check(checked.email.domain)
+  if (verdict === 'disposable') return { ok: false, refusal: apiError('RECIPIENT_BLOCKED', 'Codes cannot be sent to disposable email domains') }
+  if (verdict === 'denied') return { ok: false, refusal: apiError('RECIPIENT_BLOCKED') }
+  return { ok: true, email: checked.email }
 }
 
 /** A sent code's requestId, and the RateLimit-* and Quota-* headers of the answer. */
@@ -80,21 +96,19 @@ export class OtpService {
     const { policy, signer, backend, mailer, defaults, observer } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
-    const checked = validateEmail(input.email)
-    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    const verdict = tenant.recipientPolicy.check(checked.email.domain)
-    if (verdict === 'disposable') throw apiError('RECIPIENT_BLOCKED', 'Codes cannot be sent to disposable email domains')
-    if (verdict === 'denied') throw apiError('RECIPIENT_BLOCKED')
+    const recipient = acceptableRecipient(input.email, key)
+    // A refused request still counts as a request against the caller's own limits.
+    if (!recipient.ok) throw await this.#counted(caller, recipient.refusal)
+    const { email } = recipient
 
-    const recipientTag = signer.tag(checked.email.canonical)
+    const recipientTag = signer.tag(email.canonical)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
-    const source = this.#sourceBucket(caller.address)
+    const requester = this.#requester(caller)
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
       const minted = mintCode(signer, tenant.id, mode, recipientTag)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
-        key,
-        sourceBucket: source,
+        ...requester,
         recipientTag,
         token: { key: minted.tokenKey, record: minted.record, ttlMs: ttlSeconds * 1000 },
         nowMs
@@ -105,7 +119,7 @@ export class OtpService {
 
       try {
         await mailer.send(composeVerificationMessage({
-          to: checked.email.address,
+          to: email.address,
           from: tenant.from ?? defaults.mailFrom,
           ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
           brand: tenant.brandName,
@@ -115,13 +129,14 @@ export class OtpService {
           tags: { tenant: tenant.id, mode }
         }), { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
-        const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota)
+        const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
-        log.warn({ tenant: tenant.id, kind: error.kind, domain: checked.email.domain }, 'delivery failed')
+        log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
-        const state = refunded ? { remaining: Math.min(plan.quota.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
-        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.limit, state, Date.now()) })
+        if (plan.audience === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
+        const state = refunded ? { remaining: Math.min(plan.quota.tenant.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
+        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
       }
       observer.dispatched(key, 'sent')
       log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId }, 'code dispatched')
@@ -138,36 +153,72 @@ export class OtpService {
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
     const decision = await backend.admission.verify(verifyPlan(policy, {
-      key,
-      sourceBucket: this.#sourceBucket(caller.address),
+      ...this.#requester(caller),
       tokenKey: tokenKey(key.tenant.id, key.mode, requestId),
       storedForms: malformed ? [] : storedForms
     }))
     if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+    // Unknown, expired, used, locked and wrong all answer alike: nothing tells them apart.
     const result: VerifyResult = malformed ? 'malformed' : decision.kind === 'verified' ? 'verified' : 'mismatch'
     observer.checked(key, result)
+    if (decision.kind === 'mismatch' && decision.lockStartedMs > 0) observer.locked(key, requestId, decision.lockStartedMs)
     log.info({ tenant: key.tenant.id, mode: key.mode, requestId, result }, 'code checked')
     if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT', undefined, decision.headers)
     if (result === 'mismatch') throw apiError('CODE_MISMATCH', undefined, decision.headers)
     return { headers: decision.headers }
   }
 
-  #sourceBucket (address: string): string {
-    return sourceBucket(address, this.#options.ipv6BucketPrefix) ?? address
+  /**
+   * Counts a request refused before admission against the caller's own limits (schema or
+   * address refusals): the 429 instead of `refusal` once that puts the caller past a limit.
+   */
+  async countRefused (caller: Caller, refusal: ApiError): Promise<ApiError> {
+    return await this.#counted(caller, refusal)
+  }
+
+  /**
+   * Ends the lock of a recipient mailbox in the key's mode and forgets its wrong guesses (a
+   * tenant that has verified its user another way). True when the mailbox had a lock or a run
+   * of failures.
+   */
+  async clearLockout (caller: Caller, address: string): Promise<boolean> {
+    const { key } = caller
+    const checked = validateEmail(address)
+    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
+    const tag = this.#options.signer.tag(checked.email.canonical)
+    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeyPrefix(key.tenant.id, key.mode) + tag)
+    caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
+    return cleared
+  }
+
+  async #counted (caller: Caller, refusal: ApiError): Promise<ApiError> {
+    const limited = await this.#options.backend.admission.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
+    return limited === null ? refusal : apiError(limited.code, limited.message, limited.headers)
+  }
+
+  /** The caller's per-source buckets: the end user's when a backend forwards one, and the backend's own. */
+  #requester (caller: Caller): Requester {
+    const bucket = (address: string): string => sourceBucket(address, this.#options.ipv6BucketPrefix) ?? address
+    const endUser = caller.endUserAddress ?? null
+    return endUser === null
+      ? { key: caller.key, sourceBucket: bucket(caller.address), backendBucket: null }
+      : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: bucket(caller.address) }
   }
 
   /**
    * After a failed send: the code is destroyed before the answer so it can never verify, and
    * the unit is given back so the tenant pays only for mail that left. True when refunded.
    */
-  async #undo (caller: Caller, key: string, requestId: string, quota: QuotaDecision): Promise<boolean> {
+  async #undo (caller: Caller, key: string, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
     const { backend } = this.#options
-    const { tenant, mode } = caller.key
-    const [deleted, refunded] = await Promise.allSettled([
+    const { tenant, mode, id } = caller.key
+    const scope = tenantScope(tenant.id, mode)
+    const [deleted, refunded, shareRefunded] = await Promise.allSettled([
       backend.tokens.delete(key),
-      backend.quota.refund(tenantScope(tenant.id, mode), quota.windowId)
+      backend.quota.refund(scope, quota.windowId),
+      shared ? backend.quota.refund(scope, quota.windowId, id) : Promise.resolve()
     ])
-    for (const outcome of [deleted, refunded]) {
+    for (const outcome of [deleted, refunded, shareRefunded]) {
       if (outcome.status === 'rejected') caller.log.error({ err: outcome.reason, requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
     }
     return refunded.status === 'fulfilled'

@@ -24,32 +24,48 @@ export class MemoryQuotaStore implements QuotaStore {
     return this.#counters.size
   }
 
-  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number): Promise<QuotaDecision> {
-    assertScope(scope)
-    assertLimit(limit)
-    const { id, resetMs } = currentWindow(window, nowMs)
-    this.#sweep(nowMs)
-    const key = counterKey(scope, id)
-    const counter = this.#counters.get(key)
-    const used = counter?.used ?? 0
-    // A refused reservation leaves the count alone, so a tenant hammering past its limit does
-    // not push the count (and the reported usage) beyond it.
-    if (used >= limit) return { allowed: false, used, remaining: 0, resetMs, windowId: id }
-    if (counter === undefined) this.#counters.set(key, { used: 1, resetMs })
-    else counter.used = used + 1
-    return { allowed: true, used: used + 1, remaining: limit - used - 1, resetMs, windowId: id }
+  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
+    return this.reserveAll([{ scope, share, limit, window }], nowMs)
   }
 
-  async refund (scope: string, windowId: string): Promise<void> {
+  /**
+   * A unit of every claim or of none, synchronously (so nothing can run in between); the
+   * decision describes the first claim's counter.
+   */
+  reserveAll (claims: ReadonlyArray<{ scope: string, share: string | null, limit: number, window: QuotaWindow }>, nowMs: number): QuotaDecision {
+    this.#sweep(nowMs)
+    const slots = claims.map(({ scope, share, limit, window }) => {
+      assertScope(scope)
+      assertLimit(limit)
+      const { id, resetMs } = currentWindow(window, nowMs)
+      const key = counterKey(scope, share, id)
+      return { key, limit, resetMs, windowId: id, used: this.#counters.get(key)?.used ?? 0 }
+    })
+    const [first] = slots
+    if (first === undefined) throw new RangeError('a reservation needs at least one claim')
+    // A refused reservation leaves the counts alone, so a tenant hammering past its limit does
+    // not push the count (and the reported usage) beyond it.
+    if (slots.some((slot) => slot.used >= slot.limit)) {
+      return { allowed: false, used: first.used, remaining: Math.max(0, first.limit - first.used), resetMs: first.resetMs, windowId: first.windowId }
+    }
+    for (const slot of slots) {
+      const counter = this.#counters.get(slot.key)
+      if (counter === undefined) this.#counters.set(slot.key, { used: 1, resetMs: slot.resetMs })
+      else counter.used++
+    }
+    return { allowed: true, used: first.used + 1, remaining: first.limit - first.used - 1, resetMs: first.resetMs, windowId: first.windowId }
+  }
+
+  async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
     assertScope(scope)
-    const counter = this.#counters.get(counterKey(scope, windowId))
+    const counter = this.#counters.get(counterKey(scope, share, windowId))
     if (counter !== undefined && counter.used > 0) counter.used -= 1
   }
 
-  async usage (scope: string, window: QuotaWindow, nowMs: number): Promise<QuotaUsage> {
+  async usage (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaUsage> {
     assertScope(scope)
     const { id, resetMs } = currentWindow(window, nowMs)
-    return { used: this.#counters.get(counterKey(scope, id))?.used ?? 0, resetMs, windowId: id }
+    return { used: this.#counters.get(counterKey(scope, share, id))?.used ?? 0, resetMs, windowId: id }
   }
 
   #sweep (nowMs: number): void {
@@ -61,7 +77,8 @@ export class MemoryQuotaStore implements QuotaStore {
   }
 }
 
-/** Length-prefixed so no scope/window pair can collide with another whatever characters they hold. */
-function counterKey (scope: string, windowId: string): string {
-  return `${scope.length}:${scope}${windowId}`
+/** Length-prefixed so no scope/share/window triple can collide with another whatever characters they hold. */
+function counterKey (scope: string, share: string | null, windowId: string): string {
+  const shareId = share ?? ''
+  return `${scope.length}:${scope}${shareId.length}:${shareId}${windowId}`
 }

@@ -26,7 +26,8 @@ export interface QuotaUsage {
 
 /**
  * Counts units (sent emails) per scope (an opaque tenant+mode string such as `acme:live`) in
- * fixed windows. Implementations must make `reserve` atomic: under any concurrency, across any
+ * fixed windows; a `share` (a restricted key's id) names a separate counter within the scope.
+ * Implementations must make `reserve` atomic: under any concurrency, across any
  * number of instances sharing the store, exactly `limit` reservations succeed in one window.
  */
 export interface QuotaStore {
@@ -35,14 +36,14 @@ export interface QuotaStore {
    * per call so a config reload applies at once while the window's count is kept. `nowMs` must
    * be the real clock: the shared store expires a window's counter from it.
    */
-  reserve(scope: string, limit: number, window: QuotaWindow, nowMs: number): Promise<QuotaDecision>
+  reserve(scope: string, limit: number, window: QuotaWindow, nowMs: number, share?: string | null): Promise<QuotaDecision>
   /**
    * Gives one unit back to the window named by `windowId` (from a decision), e.g. when the email
    * could not be handed to the provider. Never goes below zero; a no-op once the window is gone.
    */
-  refund(scope: string, windowId: string): Promise<void>
+  refund(scope: string, windowId: string, share?: string | null): Promise<void>
   /** The count of the window containing `nowMs`, without changing it. */
-  usage(scope: string, window: QuotaWindow, nowMs: number): Promise<QuotaUsage>
+  usage(scope: string, window: QuotaWindow, nowMs: number, share?: string | null): Promise<QuotaUsage>
 }
 
 /** Rejects limits that would make the comparison meaningless (NaN, fractions, negatives). */

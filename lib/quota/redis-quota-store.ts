@@ -12,10 +12,15 @@ const EXPIRY_GRACE_MS = 5 * 60_000
 
 /**
  * Takes one unit of the counter at `key` unless `limit` are used; returns allowed 0|1 and the
- * count. A Lua function, shared with the dispatch script of lib/admission. Checking before
- * INCR (rather than INCR then DECR on refusal) keeps refused calls from ever changing the
- * count. PEXPIREAT is set on every grant, not only the first, so a counter that somehow lost
- * its expiry still gets one.
+ * count. Checking before INCR (rather than INCR then DECR on refusal) keeps refused calls
+ * from ever changing the count. PEXPIREAT is set on every grant, not only the first, so a
+ * counter that somehow lost its expiry still gets one.
+ *
+ * `reserveQuotas` takes a unit of every counter or of none (a restricted key's share and its
+ * tenant's whole allowance): KEYS[first + i - 1] with limit and expiry in
+ * ARGV[firstArg + 2(i - 1)] and the next one, for i = 1..count. It returns allowed 0|1 and the
+ * count of the first counter (the tenant's, which the Quota-* headers describe).
+ * Both are Lua functions, shared with the dispatch script of lib/admission.
  */
 export const RESERVE_QUOTA_LUA = `
 local function reserveQuota (key, limit, expireAtMs)
@@ -26,6 +31,19 @@ local function reserveQuota (key, limit, expireAtMs)
   used = redis.call('INCR', key)
   redis.call('PEXPIREAT', key, expireAtMs)
   return 1, used
+end
+local function reserveQuotas (first, count, firstArg)
+  local firstUsed = tonumber(redis.call('GET', KEYS[first]) or '0')
+  for i = 0, count - 1 do
+    local used = tonumber(redis.call('GET', KEYS[first + i]) or '0')
+    if used >= tonumber(ARGV[firstArg + 2 * i]) then return 0, firstUsed end
+  end
+  for i = 0, count - 1 do
+    local used = redis.call('INCR', KEYS[first + i])
+    redis.call('PEXPIREAT', KEYS[first + i], ARGV[firstArg + 2 * i + 1])
+    if i == 0 then firstUsed = used end
+  end
+  return 1, firstUsed
 end
 `
 
@@ -66,19 +84,21 @@ export interface QuotaSlot {
 
 const DEFAULT_PREFIX = 'quota:'
 
-function counterKey (prefix: string, scope: string, windowId: string): string {
-  return `${prefix}{${scope}}:${windowId}`
+/** A key's share is its own counter beside the tenant's, under the same hash tag. */
+function counterKey (prefix: string, scope: string, share: string | null, windowId: string): string {
+  return share === null ? `${prefix}{${scope}}:${windowId}` : `${prefix}{${scope}}:k:${share}:${windowId}`
 }
 
 /**
- * The counter of the window containing `nowMs`: `<prefix>{<scope>}:<windowId>`. The scope is
- * the hash tag, so all of a tenant's counters (and its tokens and velocity counters) live on
- * one Cluster slot.
+ * The counter of the window containing `nowMs`: `<prefix>{<scope>}:<windowId>`, or
+ * `<prefix>{<scope>}:k:<key id>:<windowId>` for a restricted key's share. The scope is the
+ * hash tag, so all of a tenant's counters (and its tokens and velocity counters) live on one
+ * Cluster slot.
  */
-export function quotaSlot (scope: string, window: QuotaWindow, nowMs: number, prefix = DEFAULT_PREFIX): QuotaSlot {
+export function quotaSlot (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null, prefix = DEFAULT_PREFIX): QuotaSlot {
   assertScope(scope)
   const { id, resetMs } = currentWindow(window, nowMs)
-  return { key: counterKey(prefix, scope, id), windowId: id, resetMs, expireAtMs: resetMs + EXPIRY_GRACE_MS }
+  return { key: counterKey(prefix, scope, share, id), windowId: id, resetMs, expireAtMs: resetMs + EXPIRY_GRACE_MS }
 }
 
 /** The decision for a reservation script's reply `{ allowed 0|1, used }`. */
@@ -120,19 +140,19 @@ export class RedisQuotaStore implements QuotaStore {
     this.#commands = client as unknown as QuotaCommands
   }
 
-  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number): Promise<QuotaDecision> {
+  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
     assertLimit(limit)
-    const slot = quotaSlot(scope, window, nowMs, this.#prefix)
+    const slot = quotaSlot(scope, window, nowMs, share, this.#prefix)
     return quotaDecision(await this.#commands[RESERVE_COMMAND](slot.key, limit, slot.expireAtMs), limit, slot)
   }
 
-  async refund (scope: string, windowId: string): Promise<void> {
+  async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
     assertScope(scope)
-    await this.#commands[REFUND_COMMAND](counterKey(this.#prefix, scope, windowId))
+    await this.#commands[REFUND_COMMAND](counterKey(this.#prefix, scope, share, windowId))
   }
 
-  async usage (scope: string, window: QuotaWindow, nowMs: number): Promise<QuotaUsage> {
-    const slot = quotaSlot(scope, window, nowMs, this.#prefix)
+  async usage (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaUsage> {
+    const slot = quotaSlot(scope, window, nowMs, share, this.#prefix)
     const value = await this.#client.get(slot.key)
     return { used: value === null ? 0 : Number(value), resetMs: slot.resetMs, windowId: slot.windowId }
   }

@@ -49,7 +49,12 @@ export interface TenantKey {
   revoked: boolean
   /** Null for secret keys; for restricted keys, the Origin test. */
   allowsOrigin: ((origin: string) => boolean) | null
+  /** Restricted keys: the fraction of the tenant's allowance the key may use; null for secret keys. */
+  allowanceShare: number | null
 }
+
+/** A restricted key may use this share of its tenant's allowance unless the file says otherwise. */
+export const DEFAULT_RESTRICTED_KEY_ALLOWANCE = '10%'
 
 /** The tenants file could not be used; the message names the place in the file. */
 export class TenantsFileError extends Error {
@@ -110,6 +115,7 @@ export class TenantRegistry {
         const origins = key.origins ?? []
         if (key.kind === 'restricted' && origins.length === 0) throw new TenantsFileError(`${keyWhere}/origins: a restricted key needs at least one origin`)
         if (key.kind === 'secret' && origins.length > 0) throw new TenantsFileError(`${keyWhere}/origins: only restricted keys have origins`)
+        if (key.kind === 'secret' && key.allowance !== undefined) throw new TenantsFileError(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
         keysByHash.set(key.sha256, {
           id: key.id,
           kind: key.kind,
@@ -117,7 +123,8 @@ export class TenantRegistry {
           tenant,
           expiresAtMs: key.expiresAt === undefined ? null : Date.parse(key.expiresAt),
           revoked: key.revoked === true,
-          allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null
+          allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
+          allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null
         })
       }
     }
@@ -156,7 +163,7 @@ export class TenantRegistry {
 
 function tenantLimits (entry: Partial<Record<keyof VelocityLimits, string>>): Partial<VelocityLimits> {
   const limits: Partial<VelocityLimits> = {}
-  for (const name of ['recipient', 'source', 'key'] as const) {
+  for (const name of ['source', 'backend', 'recipient', 'key'] as const) {
     const spec = entry[name]
     // The schema's pattern already admits only `max/window`.
     const parsed = spec === undefined ? null : parseRateLimit(spec)

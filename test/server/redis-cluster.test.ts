@@ -148,15 +148,23 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
         const tag = `{${scope}}`
         const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
-        const lockout = { keyPrefix: `lockout:${tag}:`, windowMs: 60_000 }
+        const lockout = { keyPrefix: `lockout:${tag}:`, policy: { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 } }
         const dispatch = async (requestId: string) => await admission.dispatch({
+          audience: 'backend',
           limits,
-          lockout: { key: `lockout:${tag}:ada`, threshold: 3 },
-          quota: { scope, limit: 1000, window: hour, nowMs: Date.now(), description: 'allowance' },
+          // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
+          mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000 },
+          lockoutKey: `lockout:${tag}:ada`,
+          quota: {
+            tenant: { scope, share: null, limit: 1000, window: hour },
+            share: { scope, share: 'rk1', limit: 100, window: hour },
+            nowMs: Date.now(),
+            description: 'allowance'
+          },
           token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>
-          await admission.verify({ limits, tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+          await admission.verify({ audience: 'backend', limits, tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
 
         t.equal((await dispatch('a')).kind, 'issued', scope)
         t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
@@ -168,10 +176,45 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
           t.equal((await verify(requestId, 'k1.wrong')).kind, 'mismatch')
         }
         const locked = await dispatch('b')
-        t.equal(locked.kind, 'locked', 'three wrong guesses lock the recipient')
-        t.ok(locked.kind === 'locked' && locked.lockoutResetMs > 50_000 && locked.lockoutResetMs <= 60_000, 'the first failure set the window')
-        t.equal((await client.get(`lockout:${tag}:ada`)), '3', 'the counter lives beside the tokens of its scope')
+        t.equal(locked.kind, 'locked', 'three wrong guesses in a row lock the recipient')
+        t.ok(locked.kind === 'locked' && locked.lockedForMs > 50_000 && locked.lockedForMs <= 60_000, 'for the first lock\'s length')
+        t.equal((await client.hget(`lockout:${tag}:ada`, 'f')), '3', 'the run lives beside the tokens of its scope')
       }
+    })
+
+    t.test('admission: concurrent dispatches of tenants on different slots are grouped by their keys\' slots', async (t) => {
+      const admission = new RedisAdmission(client)
+      const scopes = Array.from({ length: 12 }, (_, i) => `tenant${i}:live`)
+      const verdicts = await Promise.all(scopes.map(async (scope) => await admission.dispatch({
+        audience: 'backend',
+        limits: [{ name: 'source', bucket: `rl:s:{${scope}}:x`, max: 100, windowMs: 60_000 }],
+        mailbox: null,
+        lockoutKey: `lockout:{${scope}}:ada`,
+        quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
+        token: { key: `otp:{${scope}}:concurrent`, record: 'k1.x|ada', ttlMs: 60_000 }
+      })))
+      t.strictSame(verdicts.map((verdict) => verdict.kind), scopes.map(() => 'issued'))
+    })
+
+    t.test('admission: over the service-wide mailbox cap, an admitted dispatch is undone (its bucket lives in another slot)', async (t) => {
+      const admission = new RedisAdmission(client)
+      const scope = 'capped:live'
+      const tag = `{${scope}}`
+      const quota = new RedisQuotaStore(client)
+      const dispatch = async (requestId: string) => await admission.dispatch({
+        audience: 'backend',
+        limits: [],
+        mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000 },
+        lockoutKey: `lockout:${tag}:capped`,
+        quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
+        token: { key: `otp:${tag}:${requestId}`, record: 'k1.x|capped', ttlMs: 60_000 }
+      })
+      t.equal((await dispatch('first')).kind, 'issued')
+      const capped = await dispatch('second')
+      t.equal(capped.kind === 'limited' && capped.exceeded.limit.name, 'mailbox', 'the second is over the cap')
+      t.equal(await client.get(`otp:${tag}:second`), null, 'its token is gone')
+      t.equal((await quota.usage(scope, hour, Date.now())).used, 1, 'its unit is back')
+      t.equal((await quota.usage(scope, hour, Date.now(), 'rk1')).used, 1, 'and its share\'s')
     })
 
     t.test('sandbox inbox: newest first, capped, per tenant', async (t) => {

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { AdmissionGate, type AdmissionStore } from '../../../lib/admission/gate.js'
 import { MemoryAdmission } from '../../../lib/admission/memory-admission.js'
+import type { LockoutPolicy } from '../../../lib/admission/lockout.js'
 import type { DispatchPlan, LimitHit, LimitName, VerifyPlan } from '../../../lib/admission/plan.js'
 import { RedisAdmission } from '../../../lib/admission/redis-admission.js'
 import { MemoryQuotaStore } from '../../../lib/quota/memory-quota-store.js'
@@ -31,14 +32,23 @@ function limit (name: LimitName, max: number): LimitHit {
   return { name, bucket: `rl:${name}:${TAG}:x`, max, windowMs: 60_000 }
 }
 
-function quota (limit: number): DispatchPlan['quota'] {
-  return { scope: SCOPE, limit, window, nowMs: Date.now(), description: 'live allowance of tier "test"' }
+function quota (limit: number, share: number | null = null): DispatchPlan['quota'] {
+  return {
+    tenant: { scope: SCOPE, share: null, limit, window },
+    share: share === null ? null : { scope: SCOPE, share: 'rk1', limit: share, window },
+    nowMs: Date.now(),
+    description: 'live allowance of tier "test"'
+  }
 }
+
+const LOCKOUT: LockoutPolicy = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 }
 
 function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {}): DispatchPlan {
   return {
+    audience: 'backend',
     limits: [limit('recipient', 100), limit('source', 100)],
-    lockout: { key: `lockout:${TAG}:ada`, threshold: 3 },
+    mailbox: null,
+    lockoutKey: `lockout:${TAG}:ada`,
     quota: quota(100),
     token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 },
     ...overrides
@@ -47,10 +57,11 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
 
 function verifyPlan (requestId: string, storedForms: string[], overrides: Partial<VerifyPlan> = {}): VerifyPlan {
   return {
+    audience: 'backend',
     limits: [limit('source', 100)],
     tokenKey: `otp:${TAG}:${requestId}`,
     storedForms,
-    lockout: { keyPrefix: `lockout:${TAG}:`, windowMs: 60_000 },
+    lockout: { keyPrefix: `lockout:${TAG}:`, policy: LOCKOUT },
     ...overrides
   }
 }
@@ -90,6 +101,53 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal(again.kind === 'limited' && again.exceeded.limit.name, 'recipient', 'the store names the limit it stopped at')
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1, 'no unit taken')
     t.equal(await tokens.take(`otp:${TAG}:b`), null, 'no token')
+  })
+
+  t.test('limits count in order up to the first exceeded: a source past its limit no longer fills shared buckets', async (t) => {
+    const { gate, store } = await makePeers(t)
+    const limits = [limit('source', 2), limit('key', 100)]
+    for (let i = 0; i < 5; i++) await gate.verify(verifyPlan(`v${i}`, [], { limits }))
+    const counted = await store.verify(verifyPlan('last', [], { limits }))
+    t.strictSame(counted.counts.map((count) => count.current), [6], 'the source counted six times, the key only while the source was within its limit')
+    const other = await store.verify(verifyPlan('other', [], { limits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }, limit('key', 100)] }))
+    t.strictSame(other.counts.map((count) => count.current), [1, 3], 'another source still has its whole budget and the key bucket holds two of the first source\'s hits')
+  })
+
+  t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
+    const { gate } = await makePeers(t)
+    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', limits: [limit('source', 10), limit('recipient', 2), limit('key', 5)] })
+    const admitted = await gate.dispatch(browser('a'))
+    t.match(admitted, { kind: 'admitted', headers: { 'ratelimit-limit': '10', 'ratelimit-remaining': '9' } })
+    t.notOk(admitted.kind === 'admitted' && 'quota-limit' in admitted.headers, 'no Quota-* headers')
+    await gate.dispatch(browser('b'))
+    const refused = await gate.dispatch(browser('c'))
+    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests; retry in \d+ s$/ } })
+    t.strictSame(refused.kind === 'refused' && Object.keys(refused.refusal.headers), ['retry-after'], 'the recipient bucket stays unnamed and uncounted')
+    const quotaRefused = await gate.dispatch(dispatchPlan('d', { audience: 'browser', quota: quota(0) }))
+    t.match(quotaRefused, { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message: 'The allowance of this key is used up' } })
+    t.notOk(quotaRefused.kind === 'refused' && Object.keys(quotaRefused.refusal.headers).some((name) => name.startsWith('quota-')), 'a 402 to a page carries no Quota-*')
+  })
+
+  t.test('a restricted key\'s share ends at its own 402; the tenant keeps the rest', async (t) => {
+    const { gate, quota: quotaStore } = await makePeers(t)
+    const shared = (requestId: string): DispatchPlan => dispatchPlan(requestId, { quota: quota(10, 2) })
+    t.equal((await gate.dispatch(shared('a'))).kind, 'admitted')
+    t.equal((await gate.dispatch(shared('b'))).kind, 'admitted')
+    t.match(await gate.dispatch(shared('c')), { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED' } })
+    t.equal((await quotaStore.usage(SCOPE, window, Date.now(), 'rk1')).used, 2, 'the share is used up')
+    t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 2, 'its refusal took nothing from the tenant')
+    t.match(await gate.dispatch(dispatchPlan('backend', { quota: quota(10) })), { kind: 'admitted', headers: { 'quota-remaining': '7' } }, 'the tenant\'s own dispatches go on')
+  })
+
+  t.test('the service-wide mailbox cap counts only dispatches that pass everything else', async (t) => {
+    const { gate, quota: quotaStore } = await makePeers(t)
+    const mailbox: LimitHit = { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 2, windowMs: 60_000 }
+    const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, limits: [limit('source', 100), { ...limit('recipient', recipientMax), bucket: `rl:recipient:${TAG}:${requestId}` }] })
+    t.match(await gate.dispatch(plan('a', 0)), { kind: 'refused', refusal: { message: /recipient/ } }, 'a dispatch refused by its tenant\'s limit')
+    t.equal((await gate.dispatch(plan('b'))).kind, 'admitted')
+    t.equal((await gate.dispatch(plan('c'))).kind, 'admitted', 'the refused one did not count against the mailbox')
+    t.match(await gate.dispatch(plan('d')), { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /mailbox/ } })
+    t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 2, 'nothing charged for the capped one')
   })
 
   t.test('a used-up allowance refuses with 402 and its Quota-* headers, without a token', async (t) => {
@@ -133,24 +191,41 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal((await gate.verify(verifyPlan('kept', ['k1.code-kept']))).kind, 'verified')
   })
 
-  t.test('wrong guesses lock the recipient until a window passes; a right one clears the count', async (t) => {
+  t.test('consecutive wrong guesses lock the recipient; a right one clears the run', async (t) => {
     const { gate } = await makePeers(t)
     for (const requestId of ['w1', 'w2']) {
       await gate.dispatch(dispatchPlan(requestId))
-      t.equal((await gate.verify(verifyPlan(requestId, []))).kind, 'mismatch', 'no stored form (a malformed guess) counts as wrong')
+      t.match(await gate.verify(verifyPlan(requestId, [])), { kind: 'mismatch', lockStartedMs: 0 }, 'no stored form (a malformed guess) counts as wrong')
     }
     await gate.dispatch(dispatchPlan('r1'))
     t.equal((await gate.verify(verifyPlan('r1', ['k1.code-r1']))).kind, 'verified')
-    for (const requestId of ['w3', 'w4', 'w5']) {
-      t.equal((await gate.dispatch(dispatchPlan(requestId))).kind, 'admitted', 'the right guess reset the count')
+    for (const requestId of ['w3', 'w4']) {
+      t.equal((await gate.dispatch(dispatchPlan(requestId))).kind, 'admitted', 'the right guess reset the run')
       await gate.verify(verifyPlan(requestId, ['k1.nope']))
     }
+    await gate.dispatch(dispatchPlan('outstanding'))
+    await gate.dispatch(dispatchPlan('w5'))
+    t.match(await gate.verify(verifyPlan('w5', ['k1.nope'])), { kind: 'mismatch', lockStartedMs: 60_000 }, 'the third in a row starts the first lock')
     const locked = await gate.dispatch(dispatchPlan('after'))
     t.match(locked, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /wrong codes/ } })
     const retry = locked.kind === 'refused' ? Number(locked.refusal.headers['retry-after']) : 0
-    t.ok(retry > 58 && retry <= 60, `until the window that the first failure started ends (retry after ${retry} s)`)
-    const other = await gate.dispatch(dispatchPlan('other', { lockout: { key: `lockout:${TAG}:bob`, threshold: 3 } }))
+    t.ok(retry > 58 && retry <= 60, `dispatch waits for the lock to end (retry after ${retry} s)`)
+    t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'locked', 'a code minted before the lock cannot be tried, even with the right guess')
+    t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'missing', 'and it is used up')
+    const other = await gate.dispatch(dispatchPlan('other', { lockoutKey: `lockout:${TAG}:bob` }))
     t.equal(other.kind, 'admitted', 'another recipient is not locked')
+    t.equal(await gate.clearLockout(`lockout:${TAG}:ada`), true, 'a tenant clears the lock')
+    t.equal((await gate.dispatch(dispatchPlan('cleared'))).kind, 'admitted')
+    t.equal(await gate.clearLockout(`lockout:${TAG}:ada`), false, 'nothing left to clear')
+  })
+
+  t.test('a refused request counts against the caller\'s limits; past them it is a 429', async (t) => {
+    const { gate } = await makePeers(t)
+    const plan = { audience: 'backend' as const, limits: [limit('source', 2), limit('key', 100)] }
+    t.equal(await gate.countRefused(plan), null)
+    t.equal(await gate.countRefused(plan), null)
+    t.match(await gate.countRefused(plan), { code: 'RATE_LIMITED', message: /source/, headers: { 'retry-after': '60' } })
+    t.match(await gate.dispatch(dispatchPlan('a', { limits: [limit('source', 2)] })), { kind: 'refused' }, 'the refusals used the source\'s budget')
   })
 }
 
@@ -158,10 +233,7 @@ function memoryPeers (t: Test, maxTokens = 1000): Peers {
   const tokens = new MemoryTokenStore({ maxTokens })
   const quotaStore = new MemoryQuotaStore()
   const store = new MemoryAdmission(tokens, quotaStore)
-  t.teardown(async () => {
-    store.close()
-    await tokens.close()
-  })
+  t.teardown(async () => { await tokens.close() })
   return { gate: new AdmissionGate(store), store, tokens, quota: quotaStore }
 }
 

@@ -1,4 +1,5 @@
 import t, { type Test } from 'tap'
+import { admissionPolicy } from '../../../lib/admission/plan.js'
 import { createBackend, type Backend } from '../../../lib/backend.js'
 import { parseConfig } from '../../../lib/config.js'
 import { isApiError, type ApiError } from '../../../lib/errors.js'
@@ -52,7 +53,7 @@ function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void
   const mailer = new Mailer(config, backend.sandboxInbox, mail)
   const events: string[] = []
   const service = new OtpService({
-    policy: { limits: config.rateLimits, lockout: config.lockout },
+    policy: admissionPolicy(config),
     signer: new CodeSigner(config.hmacKeys),
     backend,
     mailer,
@@ -60,7 +61,8 @@ function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     observer: {
       dispatched: (_key, result) => { events.push(result === 'sent' ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
-      checked: (_key, result: VerifyResult) => { events.push(result) }
+      checked: (_key, result: VerifyResult) => { events.push(result) },
+      locked: (_key, _requestId, lockMs) => { events.push(`locked:${lockMs}`) }
     }
   })
   t.teardown(async () => { await mailer.close() })
