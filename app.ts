@@ -17,11 +17,13 @@ import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
 import otpPlugin from './plugins/otp.js'
 import redisPlugin from './plugins/redis.js'
+import refusalsPlugin from './plugins/refusals.js'
 import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import healthRoutes from './routes/health.js'
 import otpRoutes from './routes/otp.js'
+import recipientRoutes from './routes/recipients.js'
 import sandboxRoutes from './routes/sandbox.js'
 import usageRoutes from './routes/usage.js'
 
@@ -109,9 +111,11 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     })
     await api.register(abuseGuardPlugin)
     await api.register(authPlugin)
+    await api.register(refusalsPlugin)
     await api.register(idempotencyPlugin)
     await api.register(otpRoutes)
     await api.register(usageRoutes)
+    await api.register(recipientRoutes)
     await api.register(sandboxRoutes)
   })
 }

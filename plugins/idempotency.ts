@@ -20,12 +20,16 @@ const REPLAY_TTL_MS = 24 * 60 * 60 * 1000
 // to an instance that died mid-request, and a retry may take the key over.
 const CLAIM_MS = 60 * 1000
 const KEY_FORMAT = /^[\x21-\x7e]{1,255}$/
-// Headers worth replaying; the rest (dates, request ids) describe the new exchange.
-const REPLAYED_HEADERS = ['quota-limit', 'quota-remaining', 'quota-reset', 'retry-after']
+// Headers worth replaying; the rest (dates, request ids, rate limits) describe the new exchange.
+const REPLAYED_HEADERS = ['quota-limit', 'quota-remaining', 'quota-reset']
 
-/** Answers that describe the executed request and are replayed; others release the key. */
-function isFinal (statusCode: number): boolean {
-  return statusCode === 502 || (statusCode < 500 && statusCode !== 409 && statusCode !== 429)
+/**
+ * Answers kept for replay: those of admitted dispatches, the sent (200) and the undelivered
+ * (502, whose unit was given back). A refusal keeps nothing, so what one caller can store is
+ * bounded by its velocity limits, and a retry of a refused request really runs again.
+ */
+function isAdmitted (statusCode: number): boolean {
+  return statusCode === 200 || statusCode === 502
 }
 
 function toArray<T> (value: T | T[] | undefined): T[] {
@@ -44,8 +48,9 @@ function canonicalJson (value: unknown): string {
  * Stripe's Idempotency-Key semantics for routes with `config.idempotent`: the same key and
  * body within 24 hours gets the first answer again (no second mail, no second charge); the
  * same key with another body gets 422; a duplicate that arrives while the first is still
- * running gets 409 and should retry. Keys are scoped by tenant and mode; stored answers
- * never hold a code (dispatch answers carry only the requestId).
+ * running gets 409 and should retry. Keys are scoped by API key (another key, the tenant's
+ * public one say, can neither replay nor pre-empt them); stored answers never hold a code
+ * (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
   const store = fastify.backend.idempotency
@@ -58,7 +63,7 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
-    const scope = tenantScope(request.auth.tenant.id, request.auth.mode)
+    const scope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
     const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
     if (claim.state === 'mismatch') throw apiError('IDEMPOTENCY_MISMATCH')
@@ -76,7 +81,7 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (claim === null) return payload
     request.idempotency = null
     try {
-      if (isFinal(reply.statusCode) && typeof payload === 'string') {
+      if (isAdmitted(reply.statusCode) && typeof payload === 'string') {
         const headers: Record<string, string> = {}
         for (const name of REPLAYED_HEADERS) {
           const value = reply.getHeader(name)

@@ -97,8 +97,7 @@ export class OtpService {
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
-    // A refused request still counts as a request against the caller's own limits.
-    if (!recipient.ok) throw await this.#counted(caller, recipient.refusal)
+    if (!recipient.ok) throw recipient.refusal
     const { email } = recipient
 
     const recipientTag = signer.tag(email.canonical)
@@ -169,11 +168,13 @@ export class OtpService {
   }
 
   /**
-   * Counts a request refused before admission against the caller's own limits (schema or
-   * address refusals): the 429 instead of `refusal` once that puts the caller past a limit.
+   * Counts a request refused before admission (a malformed body, a bad or disposable address…)
+   * against the caller's own limits, since it was a request all the same: the 429 instead of
+   * `refusal` once that puts the caller past a limit.
    */
   async countRefused (caller: Caller, refusal: ApiError): Promise<ApiError> {
-    return await this.#counted(caller, refusal)
+    const limited = await this.#options.backend.admission.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
+    return limited === null ? refusal : apiError(limited.code, limited.message, limited.headers)
   }
 
   /**
@@ -189,11 +190,6 @@ export class OtpService {
     const cleared = await this.#options.backend.admission.clearLockout(lockoutKeyPrefix(key.tenant.id, key.mode) + tag)
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
-  }
-
-  async #counted (caller: Caller, refusal: ApiError): Promise<ApiError> {
-    const limited = await this.#options.backend.admission.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
-    return limited === null ? refusal : apiError(limited.code, limited.message, limited.headers)
   }
 
   /** The caller's per-source buckets: the end user's when a backend forwards one, and the backend's own. */

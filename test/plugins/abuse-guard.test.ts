@@ -4,14 +4,11 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
-import { send } from '../support/http.js'
+import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 
 async function listen (built: TestApp, host = '127.0.0.1'): Promise<number> {
-  await built.app.listen({ host, port: 0 })
-  const address = built.app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return address.port
+  return await listenApp(built.app, host)
 }
 
 const json = { 'content-type': 'application/json' }

@@ -1,10 +1,18 @@
 import { writeFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
+import { MemoryIdempotencyStore } from '../../lib/idempotency/memory-idempotency-store.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 
 type Env = () => Record<string, string>
+
+/** Idempotency records held, wherever the backend keeps them. */
+async function storedRecords (app: Awaited<ReturnType<typeof buildApp>>['app']): Promise<number> {
+  const { idempotency } = app.backend
+  if (idempotency instanceof MemoryIdempotencyStore) return idempotency.size
+  return (await app.redis?.keys('idem:*'))?.length ?? 0
+}
 
 function dispatch (app: Awaited<ReturnType<typeof buildApp>>['app'], key: string, email: string, headers: Record<string, string> = {}) {
   return app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(key), ...headers }, payload: { email } })
@@ -115,6 +123,32 @@ function quotaSuite (t: Test, env: Env): void {
 
     const invalid = await dispatch(app, keys.acmeLive, 'z@example.com', { 'idempotency-key': 'ü'.repeat(3) })
     t.equal(invalid.statusCode, 400)
+  })
+
+  t.test('Idempotency-Key: scoped per API key; only admitted dispatches are kept', async (t) => {
+    const { path, keys } = writeTenants(t)
+    const { app } = await buildApp(t, { ...env(), TENANTS_FILE: path })
+    const page = { origin: 'https://app.acme.test' }
+    const backend = await dispatch(app, keys.acmeLive, 'owner@example.com', { 'idempotency-key': 'order-7' })
+    t.equal(backend.statusCode, 200)
+    const fromPage = await dispatch(app, keys.acmeBrowser, 'owner@example.com', { ...page, 'idempotency-key': 'order-7' })
+    t.equal(fromPage.statusCode, 200, 'the public key runs its own dispatch')
+    t.notOk(fromPage.headers['idempotent-replayed'], 'it cannot replay the backend\'s answer')
+    t.not(fromPage.json().data.requestId, backend.json().data.requestId, 'nor learn its requestId')
+
+    const seeded = await dispatch(app, keys.acmeBrowser, 'bait@example.com', { ...page, 'idempotency-key': 'order-8' })
+    t.equal(seeded.statusCode, 200)
+    const owner = await dispatch(app, keys.acmeLive, 'real@example.com', { 'idempotency-key': 'order-8' })
+    t.equal(owner.statusCode, 200, 'a key the page used first does not lock the backend out')
+
+    const refused = await dispatch(app, keys.acmeLive, 'not an address', { 'idempotency-key': 'retry-me' })
+    t.equal(refused.statusCode, 400)
+    const retried = await dispatch(app, keys.acmeLive, 'fixed@example.com', { 'idempotency-key': 'retry-me' })
+    t.equal(retried.statusCode, 200, 'a refusal kept nothing: the corrected retry runs')
+
+    const before = await storedRecords(app)
+    for (let i = 0; i < 50; i++) await dispatch(app, keys.acmeLive, `bad${i}@mailinator.com`, { 'idempotency-key': `junk-${i}` })
+    t.equal(await storedRecords(app), before, '50 refused dispatches with fresh keys store nothing')
   })
 
   t.test('/usage needs a secret key', async (t) => {

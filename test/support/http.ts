@@ -1,4 +1,5 @@
 import { request as httpRequest } from 'node:http'
+import type { FastifyInstance } from 'fastify'
 
 export interface RawAnswer {
   status: number
@@ -56,4 +57,12 @@ export async function send (options: RawRequest): Promise<RawAnswer> {
     }
     outgoing.end()
   })
+}
+
+/** Listens on a free port of `host` (loopback by default); returns the port. */
+export async function listenApp (app: FastifyInstance, host = '127.0.0.1'): Promise<number> {
+  await app.listen({ host, port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  return address.port
 }

@@ -1,0 +1,25 @@
+import type { FastifyError } from 'fastify'
+import fp from 'fastify-plugin'
+import type { ErrorCode } from '../schemas/error-catalog.js'
+import { toApiError } from './errors.js'
+import { callerOf } from './otp.js'
+
+/** Answers that come out of the admission step, which has counted the request already. */
+const COUNTED_BY_ADMISSION: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'RATE_LIMITED', 'QUOTA_EXCEEDED', 'CODE_MISMATCH', 'INVALID_CODE_FORMAT', 'DELIVERY_FAILED'
+])
+
+/**
+ * Every authenticated request of the scope counts against the caller's velocity limits, refused
+ * or not: a request turned away before admission (a malformed body, a bad or disposable
+ * address, an idempotency conflict…) is counted here, and answers 429 once the caller is past
+ * a limit. Without it one source could send refused requests without end. The error then goes
+ * on to the root error handler, which renders it.
+ */
+export default fp(async function refusalsPlugin (fastify) {
+  fastify.setErrorHandler(async function countRefusal (error: FastifyError, request) {
+    const refusal = toApiError(error)
+    if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
+    throw await fastify.otp.countRefused(callerOf(request), refusal)
+  })
+}, { name: 'refusals', dependencies: ['otp', 'errors'], fastify: '5.x' })

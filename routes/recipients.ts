@@ -1,0 +1,24 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { callerOf } from '../plugins/otp.js'
+import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { UnlockBody, UnlockReply } from '../schemas/recipients.js'
+
+const recipientRoutes: FastifyPluginAsyncTypebox = async function recipientRoutes (fastify) {
+  fastify.post('/recipients/unlock', {
+    config: { keyKinds: ['secret'] },
+    schema: {
+      operationId: 'unlockRecipient',
+      summary: 'Clear a recipient\'s lock after wrong guesses',
+      description: 'Consecutive wrong guesses lock a recipient mailbox (dispatch answers 429, its outstanding codes no longer verify), for longer with each further one. A tenant that has confirmed its user another way clears the lock and the run of failures here, for the key\'s mode (live or sandbox). Secret keys only.',
+      tags: ['account'],
+      security: [{ bearerAuth: [] }],
+      body: UnlockBody,
+      response: { 200: UnlockReply, ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'KEY_NOT_PERMITTED', 'RATE_LIMITED']) }
+    }
+  }, async function unlock (request) {
+    const cleared = await fastify.otp.clearLockout(callerOf(request), request.body.email)
+    return { success: true as const, message: cleared ? 'The recipient\'s lock is cleared' : 'The recipient had no lock', data: { cleared } }
+  })
+}
+
+export default recipientRoutes
