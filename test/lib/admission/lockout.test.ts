@@ -65,6 +65,19 @@ t.test('the lock a run earns', async (t) => {
   t.ok(earliestMs(21) < 30 * 86_400_000, `the 21st after ${(earliestMs(21) / 86_400_000).toFixed(1)} days`)
   t.ok(earliestMs(22) > 30 * 86_400_000, `the 22nd no sooner than ${(earliestMs(22) / 86_400_000).toFixed(1)} days: at most 21 in 30 days`)
   t.ok(earliestMs(100) > 365 * 86_400_000 * 5, `the 100th (NIST SP 800-63B's ceiling) after ${(earliestMs(100) / 86_400_000 / 365).toFixed(1)} years`)
+
+  // The README's yearly figure: the attacker's best plan makes runs of k wrong guesses, then
+  // waits out the last lock and the quiet period that forgets the run.
+  const yearMs = 365 * 86_400_000
+  let best = 0
+  for (let k = 1; k <= 60; k++) {
+    const cycleMs = earliestMs(k) + lockDurationMs(defaults, k) + defaults.resetAfterMs
+    const cycles = Math.floor(yearMs / cycleMs)
+    let guesses = cycles * k
+    for (let guess = 1; guess <= k && earliestMs(guess) <= yearMs - cycles * cycleMs; guess++) guesses++
+    best = Math.max(best, guesses)
+  }
+  t.equal(best, 204, 'at most 204 guesses a year against one mailbox: P(success) ≤ 204 × 10⁻⁶ ≈ 2.0 × 10⁻⁴')
 })
 
 t.test('in process', async (t) => {
