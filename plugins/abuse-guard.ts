@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { LimitCount, LimitHit } from '../lib/admission/admission.js'
 import { apiError } from '../lib/errors.js'
 import { tenantScope } from '../lib/tenants/api-keys.js'
-import { normalizeAddress, sourceBucket } from '../lib/net/source-address.js'
+import { sourceBucket } from '../lib/net/source-address.js'
 import type { VelocityLimits } from '../lib/admission/velocity.js'
 import type { TenantKey } from '../lib/tenants/registry.js'
 
@@ -54,14 +54,13 @@ export default fp(async function abuseGuardPlugin (fastify) {
 
   if (blocklists.status().length > 0) {
     fastify.addHook('onRequest', (request, _reply, done) => {
-      const source = normalizeAddress(request.ip)
-      done(source !== null && blocklists.match(source) !== null ? apiError('SOURCE_BLOCKED') : undefined)
+      done(blocklists.match(request.clientAddress) !== null ? apiError('SOURCE_BLOCKED') : undefined)
     })
   }
 
   fastify.addHook('preHandler', (request, _reply, done) => {
     const networks = request.auth?.tenant.blockedNetworks
-    done(networks !== null && networks !== undefined && networks.has(request.ip) ? apiError('SOURCE_BLOCKED') : undefined)
+    done(networks !== null && networks !== undefined && networks.has(request.clientAddress) ? apiError('SOURCE_BLOCKED') : undefined)
   })
 
   const limitOf = (key: TenantKey, name: Limiter, bucket: string): LimitHit => {
@@ -69,7 +68,7 @@ export default fp(async function abuseGuardPlugin (fastify) {
     return { name, bucket: VELOCITY_PREFIX + bucket, max, windowMs }
   }
   const sourceAndKey = (request: FastifyRequest, key: TenantKey): LimitHit[] => [
-    limitOf(key, 'source', `s:${scope(key)}:${sourceBucket(request.ip, config.ipv6BucketPrefix) ?? request.ip}`),
+    limitOf(key, 'source', `s:${scope(key)}:${sourceBucket(request.clientAddress, config.ipv6BucketPrefix) ?? request.clientAddress}`),
     limitOf(key, 'key', `k:${scope(key)}:${key.id}`)
   ]
 
@@ -120,4 +119,4 @@ export default fp(async function abuseGuardPlugin (fastify) {
     }
   }
   fastify.decorate('abuseGuard', guard)
-}, { name: 'abuse-guard', dependencies: ['config', 'blocklists'], fastify: '5.x' })
+}, { name: 'abuse-guard', dependencies: ['config', 'blocklists', 'client-address'], fastify: '5.x' })

@@ -25,6 +25,6 @@ export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSc
 
 /** Answers any route can give before its handler runs (body handling, keys, outages). */
 export const commonErrors: readonly ErrorCode[] = [
-  'INVALID_BODY', 'INVALID_JSON', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
+  'INVALID_BODY', 'INVALID_JSON', 'INVALID_FORWARDED_FOR', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
   'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'INTERNAL', 'UNAVAILABLE'
 ]
