@@ -138,7 +138,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
 
   await fastify.register(healthRoutes, { details: 'token' })
   // Metrics are off the public listener unless METRICS_TOKEN guards them (METRICS_PORT serves
-  // them on the internal listener, see internal-app.ts).
+  // them on the internal listener, internalApp below).
   if (options.config.metricsToken !== null) await fastify.register(metricsRoutes, { requireToken: true })
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.

@@ -80,7 +80,7 @@ export function answerErrorsInContractShape (fastify: FastifyInstance, countErro
     if (known !== undefined) return known
     const methods = methodsByPath.get(path)
     if (methods === undefined) return null
-    // OPTIONS: every path answers CORS preflights.
+    // Every known path answers OPTIONS: a CORS preflight, or 204 with this header.
     const header = [...new Set([...methods, 'OPTIONS'])].join(', ')
     allowHeaders.set(path, header)
     return header
