@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
-import type { FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
+import type { Server } from 'node:http'
+import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import cors from '@fastify/cors'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
@@ -10,8 +11,10 @@ import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
 import backendPlugin from './plugins/backend.js'
 import blocklistsPlugin from './plugins/blocklists.js'
+import clientAddressPlugin, { clientAddressOf, trustedProxies } from './plugins/client-address.js'
 import configPlugin from './plugins/config.js'
-import errorsPlugin from './plugins/errors.js'
+import connectionsPlugin from './plugins/connections.js'
+import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
@@ -22,6 +25,7 @@ import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import healthRoutes from './routes/health.js'
+import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
 import recipientRoutes from './routes/recipients.js'
 import sandboxRoutes from './routes/sandbox.js'
@@ -34,32 +38,53 @@ export interface AppOptions {
 }
 
 /**
+ * A log field named `code` is the stable error code (`request rejected` lines, as in the
+ * answer's body); an OTP code is never logged. Should one ever arrive under that name, the
+ * redaction still hides anything that is not a catalogued error code.
+ */
+function redactUnlessErrorCode (value: unknown, path: string[]): unknown {
+  return path.length === 1 && path[0] === 'code' && typeof value === 'string' && Object.hasOwn(errorCatalog, value) ? value : '[redacted]'
+}
+
+/**
  * Fastify's constructor options for a given configuration. server.ts and the tests build
  * the instance with the same options.
  */
-export function serverOptions (config: Config, logStream?: Writable): FastifyServerOptions {
+export function serverOptions (config: Config, logStream?: Writable): FastifyHttpOptions<Server> {
+  const proxies = trustedProxies(config.trustProxy)
   return {
     logger: {
       level: config.logLevel,
       ...(logStream === undefined ? {} : { stream: logStream }),
       // Belt and braces: no serializer below emits these, and nothing may ever log them.
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.body', 'email', 'code', 'userGuess'], censor: '[redacted]' },
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie', 'req.body', 'email', 'code', 'userGuess', '*.userGuess'], censor: redactUnlessErrorCode },
       serializers: {
         // The default request serializer logs the whole URL; query strings may carry addresses.
-        req: (request: { method: string, url: string, ip?: string, id?: string }) => ({
+        req: (request: FastifyRequest) => ({
           method: request.method,
           url: request.url.split('?')[0],
-          remoteAddress: request.ip
+          // Logged before the onRequest hooks that resolve it, hence resolved here as well.
+          remoteAddress: clientAddressOf(request, proxies) ?? request.ip
         })
       }
     },
-    // Errors Fastify raises before routing (a malformed percent-encoding in the path) never
-    // reach setErrorHandler: answer them in the contract's shape here.
-    frameworkErrors: (_error, _request, reply: FastifyReply) => {
-      void reply.code(400).send({ success: false, message: errorCatalog.INVALID_URL.message, code: 'INVALID_URL' })
-    },
+    frameworkErrors: answerFrameworkError,
+    clientErrorHandler: answerClientError,
     bodyLimit: config.bodyLimitBytes,
-    trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
+    // Headers and body together must arrive within REQUEST_TIMEOUT_MS (node's requestTimeout
+    // counts from the request's first byte until its body is complete; Fastify's default of 0
+    // turns it off). Node checks the deadline every connectionsCheckingInterval (30 s by
+    // default, and only settable when the server is created): a quarter of the timeout, at
+    // most a second, closes a slow client within REQUEST_TIMEOUT_MS plus that interval.
+    requestTimeout: config.requestTimeoutMs,
+    http: {
+      headersTimeout: config.requestTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, Math.ceil(config.requestTimeoutMs / 4))
+    },
+    keepAliveTimeout: config.keepAliveTimeoutMs,
+    // The client address is ours (plugins/client-address.ts), from TRUST_PROXY: Fastify's own
+    // trustProxy would hand out any X-Forwarded-For text as request.ip.
+    trustProxy: false,
     // Request ids are ours; a client-chosen id would let callers forge log correlation.
     requestIdHeader: false,
     genReqId: () => randomUUID(),
@@ -76,7 +101,26 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
 
 async function app (fastify: FastifyInstance, options: AppOptions): Promise<void> {
   await fastify.register(configPlugin, { config: options.config })
+  await fastify.register(connectionsPlugin, {
+    maxPerSource: options.config.maxConnectionsPerSource,
+    trustedProxies: trustedProxies(options.config.trustProxy),
+    ipv6BucketPrefix: options.config.ipv6BucketPrefix
+  })
   await fastify.register(securityHeadersPlugin)
+  // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.
+  fastify.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id)
+    done()
+  })
+  // Every hook after this one knows the client's address.
+  await fastify.register(clientAddressPlugin)
+  await fastify.register(redisPlugin)
+  await fastify.register(backendPlugin)
+  await fastify.register(tenantsPlugin)
+  await fastify.register(blocklistsPlugin)
+  await fastify.register(metricsPlugin)
+  // Before any route: a route keeps the error handler in force when it is added.
+  await fastify.register(errorsPlugin)
   await fastify.register(cors, {
     // Preflights are answered for any well-formed origin; the key's allow-list is enforced on
     // the real request, where the key is known.
@@ -84,24 +128,19 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     methods: ['GET', 'POST'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
     exposedHeaders: ['Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Quota-Limit', 'Quota-Remaining', 'Quota-Reset', 'X-Request-Id'],
-    maxAge: 600
+    maxAge: 600,
+    // Strict mode answers an OPTIONS with an Origin but no Access-Control-Request-Method with
+    // its own text/plain 400; it is answered as a preflight instead.
+    strictPreflight: false
   })
-  // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.
-  fastify.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id)
-    done()
-  })
-  await fastify.register(redisPlugin)
-  await fastify.register(backendPlugin)
-  await fastify.register(tenantsPlugin)
-  await fastify.register(blocklistsPlugin)
-  await fastify.register(metricsPlugin)
-  await fastify.register(errorsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(otpPlugin)
   await fastify.register(openapiPlugin)
 
-  await fastify.register(healthRoutes)
+  await fastify.register(healthRoutes, { details: 'token' })
+  // Metrics are off the public listener unless METRICS_TOKEN guards them (METRICS_PORT serves
+  // them on the internal listener, internalApp below).
+  if (options.config.metricsToken !== null) await fastify.register(metricsRoutes, { requireToken: true })
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.
     api.removeContentTypeParser('text/plain')
@@ -122,3 +161,21 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
 
 // Not encapsulated, so that server.ts and the tests reach the decorators (tenants, redis…).
 export default fp(app, { name: 'email-otp', fastify: '5.x' })
+
+export interface InternalAppOptions {
+  /** The service (the app above) whose metrics and readiness this listener reports. */
+  service: FastifyInstance
+}
+
+/**
+ * The internal listener (METRICS_PORT on METRICS_HOST, 127.0.0.1 by default): /metrics,
+ * /readyz with its details, and /healthz, without credentials and without CORS. Being able to
+ * reach it is the credential, so it belongs on a private interface. server.ts runs it as a
+ * Fastify instance of its own beside the service: nothing of the API is reachable through it.
+ */
+export async function internalApp (fastify: FastifyInstance, options: InternalAppOptions): Promise<void> {
+  answerErrorsInContractShape(fastify)
+  await fastify.register(connectionsPlugin, { maxPerSource: 0, trustedProxies: null, ipv6BucketPrefix: 128 })
+  await fastify.register(healthRoutes, { service: options.service, details: 'everyone' })
+  await fastify.register(metricsRoutes, { service: options.service, requireToken: false })
+}

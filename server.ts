@@ -1,6 +1,6 @@
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
-import app, { serverOptions } from './app.js'
+import app, { internalApp, serverOptions } from './app.js'
 import { ConfigError } from './lib/config.js'
 import { TenantsFileError } from './lib/tenants/registry.js'
 import { readConfig } from './plugins/config.js'
@@ -9,6 +9,8 @@ async function main (): Promise<void> {
   const config = readConfig()
   const fastify = Fastify(serverOptions(config))
   await fastify.register(app, { config })
+  const internal = config.metricsListener === null ? null : Fastify(serverOptions(config))
+  if (internal !== null) await internal.register(internalApp, { service: fastify })
 
   closeWithGrace({
     delay: config.shutdownGraceMs,
@@ -18,19 +20,14 @@ async function main (): Promise<void> {
   }, async ({ signal, err }) => {
     if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
     else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
-    const closed = fastify.close()
-    // close() ends the connections idle at that moment; keep-alive connections whose request
-    // was still running would otherwise hold the process until their keep-alive timeout.
-    const sweeper = setInterval(() => { fastify.server.closeIdleConnections() }, 100)
-    try {
-      await closed
-    } finally {
-      clearInterval(sweeper)
-    }
+    // Requests fully received are drained; idle keep-alive connections and requests still
+    // arriving are closed (plugins/connections.ts).
+    await Promise.all([fastify.close(), internal?.close()])
   })
   process.on('SIGHUP', () => { void fastify.tenants.reload() })
 
   await fastify.listen({ host: config.host, port: config.port })
+  if (internal !== null && config.metricsListener !== null) await internal.listen(config.metricsListener)
 }
 
 main().catch((error: unknown) => {

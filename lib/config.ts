@@ -54,6 +54,11 @@ export interface Config {
   mailboxLimit: RateLimit | null
   lockout: LockoutPolicy
   metricsToken: string | null
+  /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
+  metricsListener: { host: string, port: number } | null
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  maxConnectionsPerSource: number
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -99,6 +104,12 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   if (valid.MAIL_TRANSPORT === 'ses' && valid.AWS_REGION === undefined) {
     throw new ConfigError('AWS_REGION', 'is required when MAIL_TRANSPORT=ses')
   }
+  if (valid.METRICS_HOST !== undefined && valid.METRICS_PORT === undefined) {
+    throw new ConfigError('METRICS_HOST', 'is only used with METRICS_PORT')
+  }
+  if (valid.METRICS_PORT !== undefined && valid.METRICS_PORT !== 0 && valid.METRICS_PORT === valid.PORT) {
+    throw new ConfigError('METRICS_PORT', `must differ from PORT (${valid.PORT}): the internal listener is a listener of its own`)
+  }
 
   const lockout: LockoutPolicy = {
     threshold: valid.LOCKOUT_THRESHOLD,
@@ -142,7 +153,11 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     },
     mailboxLimit: valid.RATE_LIMIT_MAILBOX === 'off' ? null : rateLimit('RATE_LIMIT_MAILBOX', valid.RATE_LIMIT_MAILBOX),
     lockout,
-    metricsToken: valid.METRICS_TOKEN ?? null
+    metricsToken: valid.METRICS_TOKEN ?? null,
+    metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },
+    requestTimeoutMs: valid.REQUEST_TIMEOUT_MS,
+    keepAliveTimeoutMs: valid.KEEP_ALIVE_TIMEOUT_MS,
+    maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE
   }
 }
 
@@ -205,10 +220,11 @@ function rateLimit (variable: string, spec: string): RateLimit {
   return parsed
 }
 
-function describe (schema: { type?: unknown, minimum?: number, maximum?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
+function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
   if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((option) => String(option.const)).join(', ')}`
   if (schema.type === 'integer') return `must be an integer from ${schema.minimum} to ${schema.maximum}`
   if (schema.pattern !== undefined) return `must match ${schema.pattern}`
+  if (schema.minLength !== undefined) return `must be at least ${schema.minLength} characters long`
   return 'is not valid'
 }
 

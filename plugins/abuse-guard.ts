@@ -1,6 +1,5 @@
 import fp from 'fastify-plugin'
 import { apiError } from '../lib/errors.js'
-import { normalizeAddress } from '../lib/net/source-address.js'
 
 /**
  * Network block lists in the API scope, cheapest first: the global lists (Tor exits, proxy
@@ -13,13 +12,12 @@ export default fp(async function abuseGuardPlugin (fastify) {
 
   if (blocklists.status().length > 0) {
     fastify.addHook('onRequest', (request, _reply, done) => {
-      const source = normalizeAddress(request.ip)
-      done(source !== null && blocklists.match(source) !== null ? apiError('SOURCE_BLOCKED') : undefined)
+      done(blocklists.match(request.clientAddress) !== null ? apiError('SOURCE_BLOCKED') : undefined)
     })
   }
 
   fastify.addHook('preHandler', (request, _reply, done) => {
     const networks = request.auth?.tenant.blockedNetworks
-    done(networks !== null && networks !== undefined && networks.has(request.ip) ? apiError('SOURCE_BLOCKED') : undefined)
+    done(networks !== null && networks !== undefined && networks.has(request.clientAddress) ? apiError('SOURCE_BLOCKED') : undefined)
   })
-}, { name: 'abuse-guard', dependencies: ['config', 'blocklists'], fastify: '5.x' })
+}, { name: 'abuse-guard', dependencies: ['config', 'blocklists', 'client-address'], fastify: '5.x' })

@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin'
 import { apiError, type ApiError } from '../lib/errors.js'
+import { headerCount } from '../lib/net/http-headers.js'
 import { bearerToken, type KeyKind } from '../lib/tenants/api-keys.js'
 import type { TenantKey } from '../lib/tenants/registry.js'
 
@@ -34,7 +35,9 @@ export default fp(async function authPlugin (fastify) {
   fastify.decorateRequest('auth', null)
   // Synchronous, as it is on every request: an async hook costs a promise and a microtask.
   fastify.addHook('preValidation', function authenticate (request, _reply, done) {
-    const presented = bearerToken(request.headers.authorization)
+    // Two Authorization headers name two callers: node reads the first, a proxy in front may
+    // have read the last. Neither is taken; the answer is every 401's.
+    const presented = headerCount(request.raw.rawHeaders, 'authorization') > 1 ? null : bearerToken(request.headers.authorization)
     const key = presented === null ? null : fastify.tenants.current.authenticate(presented, Date.now())
     if (key === null) {
       done(apiError('UNAUTHORIZED', undefined, unauthorized))

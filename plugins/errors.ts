@@ -1,5 +1,7 @@
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
-import type { FastifyError, FastifyReply } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { apiError, isApiError, type ApiError } from '../lib/errors.js'
 import { errorCatalog, type ErrorCode } from '../schemas/error-catalog.js'
 import { StoreFullError, StoreUnavailableError } from '../lib/store-errors.js'
@@ -46,10 +48,15 @@ function describeValidation (error: FastifyError): string {
   return `${where}${field === '' ? '' : `.${field}`} ${first.message ?? 'is invalid'}`
 }
 
-export default fp(async function errorsPlugin (fastify) {
+/**
+ * Answers every error of an instance in the contract's shape: the error handler, the 404
+ * handler, and 405 with `Allow` for a known path asked with another method. Routes take the
+ * error handler in force when they are registered, so this runs before any route is added.
+ */
+export function answerErrorsInContractShape (fastify: FastifyInstance, countError: (code: ErrorCode) => void = () => {}): void {
   fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply) {
     const mapped = toApiError(error)
-    fastify.metrics.errors.inc({ code: mapped.code })
+    countError(mapped.code)
     if (mapped.statusCode >= 500) {
       request.log.error({ err: error }, 'request failed')
     } else if (mapped.code === 'INVALID_BODY' || mapped.code === 'INVALID_JSON') {
@@ -57,7 +64,82 @@ export default fp(async function errorsPlugin (fastify) {
     }
     return send(reply, mapped)
   })
-  fastify.setNotFoundHandler(function notFound (request, reply) {
-    return send(reply, apiError('NOT_FOUND', `No route for ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`))
+
+  // The methods of each fixed path (wildcard routes such as /docs/* and CORS's OPTIONS * are
+  // left out: they answer every path under them).
+  const methodsByPath = new Map<string, Set<string>>()
+  fastify.addHook('onRoute', (route) => {
+    if (route.url.includes('*') || route.url.includes(':')) return
+    const methods = methodsByPath.get(route.url) ?? new Set<string>()
+    for (const method of Array.isArray(route.method) ? route.method : [route.method]) methods.add(method)
+    methodsByPath.set(route.url, methods)
   })
+  const allowHeaders = new Map<string, string>()
+  const allowHeaderOf = (path: string): string | null => {
+    const known = allowHeaders.get(path)
+    if (known !== undefined) return known
+    const methods = methodsByPath.get(path)
+    if (methods === undefined) return null
+    // Every known path answers OPTIONS: a CORS preflight, or 204 with this header.
+    const header = [...new Set([...methods, 'OPTIONS'])].join(', ')
+    allowHeaders.set(path, header)
+    return header
+  }
+
+  fastify.setNotFoundHandler(function notFound (request: FastifyRequest, reply) {
+    const path = request.url.split('?')[0] ?? ''
+    const allow = allowHeaderOf(path)
+    if (allow === null) {
+      countError('NOT_FOUND')
+      return send(reply, apiError('NOT_FOUND', `No route for ${request.method} ${path.slice(0, 200)}`))
+    }
+    reply.header('allow', allow)
+    // An OPTIONS that is not a CORS preflight asks what the path supports.
+    if (request.method === 'OPTIONS') return reply.code(204).send()
+    countError('METHOD_NOT_ALLOWED')
+    return send(reply, apiError('METHOD_NOT_ALLOWED', `${request.method} is not allowed on ${path}; allowed: ${allow}`))
+  })
+}
+
+/** What a client error on the raw connection means, in the catalog's words. */
+function clientErrorCode (error: NodeJS.ErrnoException): ErrorCode {
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return 'REQUEST_TIMEOUT'
+  if (error.code === 'HPE_HEADER_OVERFLOW') return 'HEADERS_TOO_LARGE'
+  return 'MALFORMED_REQUEST'
+}
+
+/**
+ * Fastify's `clientErrorHandler`: errors node raises on the connection itself, before or while
+ * a request is read (malformed HTTP, headers over the size limit, a request that did not
+ * arrive within REQUEST_TIMEOUT_MS). They never reach the error handler; this answers them in
+ * the contract's shape and closes the connection. Called with the Fastify instance as `this`.
+ */
+export function answerClientError (this: FastifyInstance, error: NodeJS.ErrnoException, socket: Socket): void {
+  // A reset connection has nobody to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const code = clientErrorCode(error)
+  this.log.debug({ code, reason: error.code }, 'connection closed on a client error')
+  if (this.hasDecorator('metrics')) this.metrics.errors.inc({ code })
+  // As node does on its own: no answer once a response has started on this connection (it
+  // would land inside it).
+  const response = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage
+  if (socket.writable && response?.headersSent !== true) {
+    const { status, message } = errorCatalog[code]
+    const body = JSON.stringify({ success: false, message, code })
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${body}`)
+  }
+  socket.destroy(error)
+}
+
+/**
+ * Fastify's `frameworkErrors`: errors Fastify raises before routing (a malformed
+ * percent-encoding in the path) never reach the error handler.
+ */
+export function answerFrameworkError (_error: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+  void send(reply, apiError('INVALID_URL'))
+}
+
+export default fp(async function errorsPlugin (fastify) {
+  answerErrorsInContractShape(fastify, (code) => { fastify.metrics.errors.inc({ code }) })
 }, { name: 'errors', dependencies: ['metrics'], fastify: '5.x' })

@@ -1,7 +1,8 @@
 import fp from 'fastify-plugin'
+import type { FastifyRequest } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { timingSafeEqual } from 'node:crypto'
-import { apiError } from '../lib/errors.js'
+import { headerCount } from '../lib/net/http-headers.js'
 
 export interface Metrics {
   readonly registry: Registry
@@ -10,6 +11,12 @@ export interface Metrics {
   readonly deliveryFailures: Counter<'kind'>
   readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
+  /**
+   * Whether the request carries METRICS_TOKEN as its one `Authorization: Bearer` header:
+   * what the public listener asks before it shows metrics or readiness details. Always false
+   * when no token is configured.
+   */
+  presentsToken (request: FastifyRequest): boolean
 }
 
 declare module 'fastify' {
@@ -25,8 +32,9 @@ function tokenMatches (header: string | undefined, token: string): boolean {
 }
 
 /**
- * Prometheus metrics on GET /metrics (behind METRICS_TOKEN when set). One registry per app,
- * so tests and several apps in one process never share counters.
+ * Prometheus metrics: the registry, the service's counters and latency histogram. One
+ * registry per app, so tests and several apps in one process never share counters. Where
+ * they are served (routes/metrics.ts) is the app's and the server's choice.
  */
 export default fp(async function metricsPlugin (fastify) {
   const registry = new Registry()
@@ -45,7 +53,11 @@ export default fp(async function metricsPlugin (fastify) {
     verifications: new Counter({ name: 'email_otp_verifications_total', help: 'Verify outcomes: verified, mismatch, malformed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
     lockouts: new Counter({ name: 'email_otp_lockouts_total', help: 'Recipient mailboxes locked by a run of wrong guesses.', labelNames: ['mode'] as const, registers: [registry] }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
-    errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] })
+    errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
+    presentsToken (request) {
+      const token = fastify.config.metricsToken
+      return token !== null && headerCount(request.raw.rawHeaders, 'authorization') === 1 && tokenMatches(request.headers.authorization, token)
+    }
   }
   // Gauges read their value at scrape time, so the request path pays nothing for them.
   const { redis } = fastify
@@ -82,11 +94,5 @@ export default fp(async function metricsPlugin (fastify) {
     const route = request.routeOptions.url ?? 'unmatched'
     requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
     done()
-  })
-
-  const token = fastify.config.metricsToken
-  fastify.get('/metrics', { schema: { hide: true } }, async (request, reply) => {
-    if (token !== null && !tokenMatches(request.headers.authorization, token)) throw apiError('UNAUTHORIZED')
-    return await reply.type(registry.contentType).send(await registry.metrics())
   })
 }, { name: 'metrics', dependencies: ['config', 'redis', 'blocklists'], fastify: '5.x' })

@@ -23,8 +23,13 @@ export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSc
   return Object.fromEntries([...byStatus].map(([status, group]) => [status, errorBody(group)]))
 }
 
-/** Answers any route can give before its handler runs (body handling, keys, outages). */
+/**
+ * Answers any route can give before its handler runs (the connection, body handling, keys,
+ * outages). The connection's own (MALFORMED_REQUEST, REQUEST_TIMEOUT, HEADERS_TOO_LARGE) are
+ * written by the client error handler, listed here so the document names them.
+ */
 export const commonErrors: readonly ErrorCode[] = [
-  'INVALID_BODY', 'INVALID_JSON', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
+  'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE',
+  'INVALID_BODY', 'INVALID_JSON', 'INVALID_FORWARDED_FOR', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
   'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'INTERNAL', 'UNAVAILABLE'
 ]

@@ -12,8 +12,12 @@ const BlockListStatus = Type.Object({
 
 export const ReadyReply = Type.Object({
   ready: Type.Boolean(),
-  checks: Type.Object({ tokenStore: Check, mailer: Check }),
-  blocklists: Type.Array(BlockListStatus, { description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version.' })
+  checks: Type.Optional(Type.Object({ tokenStore: Check, mailer: Check }, {
+    description: 'Only for callers with METRICS_TOKEN, and on the internal listener.'
+  })),
+  blocklists: Type.Optional(Type.Array(BlockListStatus, {
+    description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version. Only for callers with METRICS_TOKEN, and on the internal listener.'
+  }))
 })
 
 export const LiveReply = Type.Object({ ok: Type.Literal(true) })

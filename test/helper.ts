@@ -51,9 +51,18 @@ export interface TestApp {
  */
 export const RELAXED_LIMITS = { RATE_LIMIT_RECIPIENT: '100000/1m', RATE_LIMIT_SOURCE: '100000/1m', RATE_LIMIT_KEY: '100000/1m' }
 
+/** The operators' token of every test app (METRICS_TOKEN): it unlocks /metrics and /readyz details. */
+export const TEST_METRICS_TOKEN = 'metrics-token-for-tests-0123456789'
+
+/** GET /readyz as an operator sees it (with METRICS_TOKEN): the status and the details. */
+export async function readiness (app: FastifyInstance): Promise<{ status: number, body: any }> {
+  const answer = await app.inject({ method: 'GET', url: '/readyz', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+  return { status: answer.statusCode, body: answer.json() }
+}
+
 /** A fresh app per test, closed when the test ends. It does not listen unless asked to. */
 export async function buildApp (t: Test, env: Record<string, string> = {}): Promise<TestApp> {
-  const config = parseConfig({ LOG_LEVEL: 'info', ...RELAXED_LIMITS, ...env })
+  const config = parseConfig({ LOG_LEVEL: 'info', METRICS_TOKEN: TEST_METRICS_TOKEN, ...RELAXED_LIMITS, ...env })
   const mail = new MailCapture()
   const logs = new Capture()
   const fastify = Fastify(serverOptions(config, logs))

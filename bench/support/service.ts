@@ -56,6 +56,8 @@ export function benchTenant (dir: string): BenchTenant {
     RATE_LIMIT_SOURCE: NO_LIMIT,
     RATE_LIMIT_KEY: NO_LIMIT,
     LOCKOUT_THRESHOLD: NO_LOCKOUT,
+    // The load generator is one source address opening up to 200 connections.
+    MAX_CONNECTIONS_PER_SOURCE: '0',
     SHUTDOWN_GRACE_MS: '2000'
   }
   return { env, liveKey, hmacSecret, document }

@@ -57,8 +57,41 @@ function parseUnwrapped (raw: string): ipaddr.IPv4 | ipaddr.IPv6 | null {
   return address instanceof ipaddr.IPv6 && address.isIPv4MappedAddress() ? address.toIPv4Address() : address
 }
 
+const MAPPED_PREFIX = '::ffff:'
+
+/**
+ * The dotted quad of an IPv4-mapped address as a dual-stack socket reports an IPv4 peer
+ * ("::ffff:192.0.2.7"), without a parse; null for any other spelling (left to ipaddr.js).
+ */
+function mappedIPv4 (raw: string): string | null {
+  if (!raw.startsWith(MAPPED_PREFIX)) return null
+  const tail = raw.slice(MAPPED_PREFIX.length)
+  return isIPv4(tail) ? tail : null
+}
+
+/** The value of a dotted quad that node's isIPv4 accepted (canonical: no shorthand, no padding). */
+function canonicalIPv4Value (raw: string): number {
+  let value = 0
+  let octet = 0
+  for (let index = 0; index < raw.length; index++) {
+    const char = raw.charCodeAt(index)
+    if (char === 46) {
+      value = value * 256 + octet
+      octet = 0
+    } else {
+      octet = octet * 10 + char - 48
+    }
+  }
+  return value * 256 + octet
+}
+
 /** Parses an IPv4 or IPv6 address as a socket or proxy-addr reports it; null for anything else. */
 export function parseAddress (raw: string): ParsedAddress | null {
+  // The common case (an IPv4 peer, a forwarded IPv4 client) without ipaddr.js's regular
+  // expressions: a block list or trust check runs on every request.
+  if (isIPv4(raw)) return { kind: 'ipv4', value: canonicalIPv4Value(raw) }
+  const mapped = mappedIPv4(raw)
+  if (mapped !== null) return { kind: 'ipv4', value: canonicalIPv4Value(mapped) }
   const address = parseUnwrapped(raw)
   if (address === null) return null
   return address instanceof ipaddr.IPv4 ? { kind: 'ipv4', value: ipv4Value(address) } : { kind: 'ipv6', parts: address.parts }
@@ -69,6 +102,9 @@ export function parseAddress (raw: string): ParsedAddress | null {
  * RFC 5952 for IPv6 (lower case, longest zero run compressed, no zone id). Null for garbage.
  */
 export function normalizeAddress (raw: string): string | null {
+  if (isIPv4(raw)) return raw
+  const mapped = mappedIPv4(raw)
+  if (mapped !== null) return mapped
   const address = parseUnwrapped(raw)
   if (address === null) return null
   return address instanceof ipaddr.IPv4 ? address.toString() : address.toRFC5952String()
@@ -86,6 +122,8 @@ export function sourceBucket (raw: string, ipv6PrefixLength = 64): string | null
   // What a socket reports for an IPv4 peer: already canonical (node's check refuses the
   // shorthand and octal forms), so it is its own bucket without a parse.
   if (isIPv4(raw)) return raw
+  const mapped = mappedIPv4(raw)
+  if (mapped !== null) return mapped
   const address = parseUnwrapped(raw)
   if (address === null) return null
   if (address instanceof ipaddr.IPv4) return address.toString()

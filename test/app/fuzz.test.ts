@@ -166,10 +166,8 @@ function checkAnswer (request: FuzzRequest, answer: LightMyRequestResponse, logs
     throw new Error(`unexpected ${status}: ${describe(request, answer, logs)}`)
   }
 
-  const path = request.url.split('?')[0] ?? ''
-  // HEAD has no body, OPTIONS is the CORS preflight, /docs serves Swagger UI's HTML and files.
-  const bodyless = request.method === 'HEAD' || request.method === 'OPTIONS' || path.startsWith('/docs')
-  if (status >= 400 && !bodyless) {
+  // HEAD answers carry an error's headers, not its body.
+  if (status >= 400 && request.method !== 'HEAD') {
     if (!String(answer.headers['content-type']).startsWith('application/json')) {
       throw new Error(`error answer is not JSON: ${describe(request, answer, logs)}`)
     }
@@ -180,6 +178,7 @@ function checkAnswer (request: FuzzRequest, answer: LightMyRequestResponse, logs
     // The README's table ties each code to one status; clients branch on either.
     const catalogued = (errorCatalog as Record<string, { status: number } | undefined>)[code]
     if (catalogued?.status !== status) throw new Error(`code ${code} does not belong to status ${status}: ${describe(request, answer, logs)}`)
+    if (status === 405 && answer.headers.allow === undefined) throw new Error(`405 without Allow: ${describe(request, answer, logs)}`)
     if (/\bat .+\.(ts|js):\d+/.test(message)) throw new Error(`a stack trace leaked: ${describe(request, answer, logs)}`)
   }
   assertPrototypeIntact()

@@ -26,3 +26,21 @@ t.test('logs carry no key, code or address', async (t) => {
   t.notMatch(text, new RegExp(`\\b${code}\\b`), 'no code')
   t.notMatch(text, /authorization/i, 'no authorization header')
 })
+
+t.test('rejected requests log their error code; an OTP code under that name is still redacted', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const { app, logs } = await buildApp(t, { TENANTS_FILE: path })
+  await app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(keys.acmeLive), 'content-type': 'application/json' }, payload: '{"email": ' })
+  await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: 'otp_x', userGuess: '123456', extra: 1 } })
+  const rejected = logs.lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'request rejected')
+  t.same(rejected.map((line) => line.code), ['INVALID_JSON', 'INVALID_BODY'], 'the stable error code is logged')
+  t.notMatch(logs.text, /\[redacted\]/, 'nothing was redacted on the way')
+
+  app.log.info({ code: '042917', nested: { userGuess: '042917' }, userGuess: '042917' }, 'a careless line')
+  app.log.info({ code: 'NOT_A_CATALOG_CODE' }, 'another careless line')
+  const careless = logs.lines.map((line) => JSON.parse(line)).filter((line) => /careless/.test(line.msg))
+  t.same(careless.map((line) => line.code), ['[redacted]', '[redacted]'], 'only catalogued error codes pass under `code`')
+  t.equal(careless[0].userGuess, '[redacted]')
+  t.equal(careless[0].nested.userGuess, '[redacted]')
+  t.notMatch(logs.text, /042917/, 'no OTP code or guess in any line')
+})

@@ -51,13 +51,15 @@ t.test('an oversized body answers 413 without a key', async (t) => {
   t.equal(answer.json().code, 'PAYLOAD_TOO_LARGE')
 })
 
-t.test('unknown routes and methods answer 404 in the same shape', async (t) => {
+t.test('unknown routes answer 404, known paths asked with another method 405 with Allow, in the same shape', async (t) => {
   const { app } = await buildApp(t)
-  for (const [method, url] of [['GET', '/nope'], ['GET', '/otp/request'], ['DELETE', '/otp/verify']] as const) {
+  const cases = [['GET', '/nope', 404, 'NOT_FOUND', undefined], ['GET', '/otp/request', 405, 'METHOD_NOT_ALLOWED', 'POST, OPTIONS'], ['DELETE', '/otp/verify', 405, 'METHOD_NOT_ALLOWED', 'POST, OPTIONS'], ['POST', '/healthz', 405, 'METHOD_NOT_ALLOWED', 'GET, HEAD, OPTIONS']] as const
+  for (const [method, url, status, code, allow] of cases) {
     const answer = await app.inject({ method, url, headers: auth })
-    t.equal(answer.statusCode, 404)
+    t.equal(answer.statusCode, status, `${method} ${url}`)
     t.same(Object.keys(answer.json()).sort(), ['code', 'message', 'success'])
-    t.equal(answer.json().code, 'NOT_FOUND')
+    t.equal(answer.json().code, code)
+    t.equal(answer.headers.allow, allow)
   }
 })
 

@@ -3,7 +3,7 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
+import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 
@@ -45,7 +45,7 @@ t.test('block lists: IP CIDR files and the Tor list refuse sources before the ke
 
   const health = await send({ port, localAddress: '127.0.0.2', method: 'GET', path: '/healthz' })
   t.equal(health.status, 200, 'health checks are not behind the block lists')
-  const ready = (await built.app.inject({ method: 'GET', url: '/readyz' })).json()
+  const ready = (await readiness(built.app)).body
   t.match(ready.blocklists, [{ name: 'ip', entries: 2, lastError: null }, { name: 'tor', entries: 1 }])
 })
 
@@ -55,7 +55,7 @@ t.test('large lists load: 10k Tor exits, 500k CIDR prefixes', async (t) => {
   const dir = t.testdir({ 'tor.txt': tor, 'cidrs.txt': cidrs + '\n127.0.0.2\n' })
   const built = await buildApp(t, { IP_BLOCKLISTS: join(dir, 'cidrs.txt'), TOR_EXIT_LIST: join(dir, 'tor.txt') })
   const port = await listen(built)
-  const ready = (await built.app.inject({ method: 'GET', url: '/readyz' })).json()
+  const ready = (await readiness(built.app)).body
   t.match(ready.blocklists, [{ name: 'ip', entries: 500_001 }, { name: 'tor', entries: 10_000 }])
   t.equal((await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status, 403)
   t.equal((await send({ port, localAddress: '127.0.0.9', path: '/otp/request', headers: json, body: '{}' })).status, 401)
@@ -73,7 +73,7 @@ t.test('a refresh that fails or looks wrong keeps the last good list', async (t)
   const built = await buildApp(t, { IP_BLOCKLISTS: `http://127.0.0.1:${address.port}/list.txt`, BLOCKLIST_REFRESH_SECONDS: '1' })
   const port = await listen(built)
   const blocked = async (): Promise<boolean> => (await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status === 403
-  const listStatus = async () => (await built.app.inject({ method: 'GET', url: '/readyz' })).json().blocklists[0]
+  const listStatus = async () => (await readiness(built.app)).body.blocklists[0]
   t.ok(await blocked())
 
   status = 500

@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import t from 'tap'
 import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
 import { generateKey } from '../../lib/tenants/api-keys.js'
@@ -92,4 +94,44 @@ t.test('the demo tenant works with the documented keys and no configuration', as
   t.equal(verified.statusCode, 200)
   const browser = await app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(DEMO_RESTRICTED_KEY), origin: 'http://localhost:8080' }, payload })
   t.equal(browser.statusCode, 200, 'the restricted demo key works from localhost')
+})
+
+/** One request written byte for byte, so that repeated headers reach the service as sent. */
+async function rawRequest (port: number, lines: string[], body: string): Promise<{ status: number, headers: string, body: any }> {
+  const socket = connect(port, '127.0.0.1')
+  let text = ''
+  socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
+  socket.write([...lines, 'Connection: close', `Content-Length: ${Buffer.byteLength(body)}`, '', body].join('\r\n'))
+  await once(socket, 'close')
+  const [head = '', rest = ''] = text.split('\r\n\r\n')
+  return { status: Number(head.slice(9, 12)), headers: head, body: JSON.parse(rest) }
+}
+
+t.test('more than one Authorization header is refused with the one 401, over a real socket', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const { app, mail } = await buildApp(t, { TENANTS_FILE: path })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  const dispatch = async (authorizations: string[]) => await rawRequest(address.port, [
+    'POST /otp/request HTTP/1.1', 'Host: x', 'Content-Type: application/json', ...authorizations
+  ], JSON.stringify(payload))
+
+  const single = await dispatch([`Authorization: Bearer ${keys.acmeLive}`])
+  t.equal(single.status, 200, 'one header: the key is used')
+  const cases: Record<string, string[]> = {
+    "tenant A's key, then tenant B's": [`Authorization: Bearer ${keys.acmeLive}`, `Authorization: Bearer ${keys.globexTest}`],
+    "tenant B's key, then tenant A's": [`Authorization: Bearer ${keys.globexTest}`, `Authorization: Bearer ${keys.acmeLive}`],
+    'the same key twice': [`Authorization: Bearer ${keys.acmeLive}`, `Authorization: Bearer ${keys.acmeLive}`],
+    'a valid key, then an empty header': [`Authorization: Bearer ${keys.acmeLive}`, 'Authorization: '],
+    'spelled in different cases': [`authorization: Bearer ${keys.acmeLive}`, `AUTHORIZATION: Bearer ${keys.acmeLive}`],
+    'three headers': [`Authorization: Bearer ${keys.acmeLive}`, `Authorization: Bearer ${keys.acmeLive}`, `Authorization: Bearer ${keys.acmeLive}`]
+  }
+  for (const [name, headers] of Object.entries(cases)) {
+    const answer = await dispatch(headers)
+    t.equal(answer.status, 401, name)
+    t.same(answer.body, UNAUTHORIZED, `${name}: the same body as every 401`)
+    t.match(answer.headers, /\r\nwww-authenticate: Bearer realm="email-otp"\r\n/i)
+  }
+  t.equal(mail.count, 1, 'only the single-header request sent a code')
 })

@@ -1,5 +1,41 @@
-import t from 'tap'
-import { bearer, buildApp, writeTenants } from '../helper.js'
+import { once } from 'node:events'
+import { connect } from 'node:net'
+import Fastify, { type FastifyInstance } from 'fastify'
+import t, { type Test } from 'tap'
+import { internalApp, serverOptions } from '../../app.js'
+import { ConfigError, parseConfig } from '../../lib/config.js'
+import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
+import { send } from '../support/http.js'
+import { freePort } from '../support/redis.js'
+import { startServer } from '../support/service-process.js'
+
+const ORIGIN = 'https://app.acme.test'
+
+async function listen (app: FastifyInstance): Promise<number> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  return address.port
+}
+
+/** The internal listener of a service app, as server.ts builds it. */
+async function internalListener (t: Test, service: FastifyInstance): Promise<number> {
+  const config = parseConfig({ LOG_LEVEL: 'silent' })
+  const internal = Fastify(serverOptions(config))
+  await internal.register(internalApp, { service })
+  t.teardown(async () => { await internal.close() })
+  return await listen(internal)
+}
+
+/** Two Authorization headers in one request, which only a raw socket can send. */
+async function withTwoAuthorizations (port: number, path: string, first: string, second: string): Promise<string> {
+  const socket = connect(port, '127.0.0.1')
+  let text = ''
+  socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: ${first}\r\nAuthorization: ${second}\r\n\r\n`)
+  await once(socket, 'close')
+  return text
+}
 
 t.test('GET /metrics exposes request, outcome and rejection metrics in Prometheus format', async (t) => {
   const { path, keys } = writeTenants(t)
@@ -10,7 +46,7 @@ t.test('GET /metrics exposes request, outcome and rejection metrics in Prometheu
   await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeTest), payload: { email: 'fail@simulator.invalid' } })
   await app.inject({ method: 'POST', url: '/otp/request', payload: { email: 'm@example.com' } })
 
-  const answer = await app.inject({ method: 'GET', url: '/metrics' })
+  const answer = await app.inject({ method: 'GET', url: '/metrics', headers: bearer(TEST_METRICS_TOKEN) })
   t.equal(answer.statusCode, 200)
   t.match(answer.headers['content-type'], /text\/plain/)
   const text = answer.body
@@ -26,10 +62,106 @@ t.test('GET /metrics exposes request, outcome and rejection metrics in Prometheu
   t.notMatch(text, /m@example\.com/, 'no address in any label')
 })
 
-t.test('METRICS_TOKEN protects the endpoint', async (t) => {
-  const token = 'metrics-token-0123456789'
-  const { app } = await buildApp(t, { METRICS_TOKEN: token })
-  t.equal((await app.inject({ method: 'GET', url: '/metrics' })).statusCode, 401)
-  t.equal((await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: 'Bearer wrong-token-0123456789' } })).statusCode, 401)
-  t.equal((await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${token}` } })).statusCode, 200)
+t.test('by default /metrics is not on the public listener, and /readyz says only ready or not', async (t) => {
+  // An empty variable is an unset one: no METRICS_TOKEN, no METRICS_PORT.
+  const { app } = await buildApp(t, { METRICS_TOKEN: '' })
+  const port = await listen(app)
+  const metrics = await send({ port, method: 'GET', path: '/metrics', headers: { origin: ORIGIN } })
+  t.same([metrics.status, metrics.body.code], [404, 'NOT_FOUND'])
+
+  const ready = await send({ port, method: 'GET', path: '/readyz', headers: { origin: ORIGIN } })
+  t.equal(ready.status, 200)
+  t.same(ready.body, { ready: true }, 'no store kinds, list sizes, ages or errors')
+  t.equal(ready.headers['access-control-allow-origin'], undefined, 'no CORS')
+  const guessed = await send({ port, method: 'GET', path: '/readyz', headers: bearer('metrics-token-guessed-0123456789') })
+  t.same(guessed.body, { ready: true }, 'no token configured: no token unlocks the details')
+})
+
+t.test('METRICS_TOKEN: /metrics and /readyz details for the token holder only, never with CORS', async (t) => {
+  const blocklist = t.testdir({ 'tor.txt': '192.0.2.1\n' })
+  const { app } = await buildApp(t, { TOR_EXIT_LIST: `${blocklist}/tor.txt` })
+  const port = await listen(app)
+  const get = async (path: string, headers: Record<string, string> = {}) => await send({ port, method: 'GET', path, headers: { origin: ORIGIN, ...headers } })
+
+  for (const [name, headers] of [['no token', {}], ['a wrong token', bearer('wrong-token-0123456789abcdefghij')], ['the token without Bearer', { authorization: TEST_METRICS_TOKEN }]] as const) {
+    const answer = await get('/metrics', headers)
+    t.same([answer.status, answer.body.code], [401, 'UNAUTHORIZED'], `/metrics with ${name}`)
+    t.same(Object.keys(answer.body).sort(), ['code', 'message', 'success'])
+    t.same((await get('/readyz', headers)).body, { ready: true }, `/readyz with ${name}`)
+  }
+  const doubled = await withTwoAuthorizations(port, '/metrics', `Bearer ${TEST_METRICS_TOKEN}`, 'Bearer other')
+  t.match(doubled, /^HTTP\/1\.1 401 /, 'two Authorization headers, the first one right: 401')
+  t.match(await withTwoAuthorizations(port, '/readyz', `Bearer ${TEST_METRICS_TOKEN}`, `Bearer ${TEST_METRICS_TOKEN}`), /\{"ready":true\}$/, 'and no details')
+
+  const metrics = await get('/metrics', bearer(TEST_METRICS_TOKEN))
+  t.equal(metrics.status, 200)
+  t.match(metrics.body, /email_otp_nodejs_version_info/)
+  t.equal(metrics.headers['access-control-allow-origin'], undefined, 'no CORS on /metrics')
+  t.equal(metrics.headers['cache-control'], 'no-store')
+  const ready = await get('/readyz', bearer(TEST_METRICS_TOKEN))
+  t.match(ready.body, { ready: true, checks: { tokenStore: { ok: true, kind: 'memory' }, mailer: { ok: true, kind: 'log' } }, blocklists: [{ name: 'tor', entries: 1 }] })
+  t.equal(ready.headers['access-control-allow-origin'], undefined, 'no CORS on /readyz')
+
+  for (const path of ['/metrics', '/readyz']) {
+    const preflight = await send({ port, method: 'OPTIONS', path, headers: { origin: ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' } })
+    t.equal(preflight.status, 204, `OPTIONS ${path}`)
+    t.equal(preflight.headers['access-control-allow-origin'], undefined, `no preflight is granted for ${path}`)
+    t.match(preflight.headers.allow, /GET/)
+  }
+  const api = await send({ port, method: 'OPTIONS', path: '/otp/request', headers: { origin: ORIGIN, 'access-control-request-method': 'POST' } })
+  t.equal(api.headers['access-control-allow-origin'], ORIGIN, 'the API itself still answers preflights')
+})
+
+t.test('the internal listener serves metrics and readiness details without credentials, and nothing else', async (t) => {
+  const { app } = await buildApp(t, { METRICS_TOKEN: '' })
+  const publicPort = await listen(app)
+  const port = await internalListener(t, app)
+  await app.inject({ method: 'POST', url: '/otp/request', payload: {} })
+
+  const metrics = await send({ port, method: 'GET', path: '/metrics', headers: { origin: ORIGIN } })
+  t.equal(metrics.status, 200)
+  t.match(metrics.body, /email_otp_errors_total\{code="UNAUTHORIZED"\} 1/, "the service's own counters")
+  t.equal(metrics.headers['access-control-allow-origin'], undefined)
+  const ready = await send({ port, method: 'GET', path: '/readyz' })
+  t.match(ready.body, { ready: true, checks: { tokenStore: { ok: true, kind: 'memory' } }, blocklists: [] })
+  t.same((await send({ port, method: 'GET', path: '/healthz' })).body, { ok: true })
+
+  const api = await send({ port, path: '/otp/request', headers: { 'content-type': 'application/json' }, body: '{}' })
+  t.same([api.status, api.body.code], [404, 'NOT_FOUND'], 'the API is not reachable through it')
+  const wrongMethod = await send({ port, method: 'POST', path: '/metrics' })
+  t.same([wrongMethod.status, wrongMethod.body.code, wrongMethod.headers.allow], [405, 'METHOD_NOT_ALLOWED', 'GET, HEAD, OPTIONS'])
+  t.equal((await send({ port: publicPort, method: 'GET', path: '/metrics' })).status, 404, 'and the public listener still has no /metrics')
+})
+
+t.test('a real process with METRICS_PORT: metrics on the internal listener only', async (t) => {
+  const metricsPort = await freePort()
+  const server = await startServer(t, { METRICS_PORT: String(metricsPort) })
+  t.equal((await fetch(`${server.base}/metrics`)).status, 404, 'not on the public listener')
+  const internal = await fetch(`http://127.0.0.1:${metricsPort}/metrics`)
+  t.equal(internal.status, 200)
+  t.match(await internal.text(), /email_otp_http_request_duration_seconds/)
+  t.same(await (await fetch(`${server.base}/readyz`)).json(), { ready: true })
+  t.match(await (await fetch(`http://127.0.0.1:${metricsPort}/readyz`)).json(), { ready: true, checks: { mailer: { kind: 'log' } } })
+
+  const exited = once(server.child, 'exit')
+  server.child.kill('SIGTERM')
+  t.same(await exited, [0, null], 'SIGTERM closes both listeners and exits cleanly')
+})
+
+t.test('METRICS_* configuration rules', async (t) => {
+  t.same(parseConfig({}).metricsListener, null, 'no internal listener unless METRICS_PORT is set')
+  t.same(parseConfig({ METRICS_PORT: '9464' }).metricsListener, { host: '127.0.0.1', port: 9464 }, 'on loopback unless METRICS_HOST says otherwise')
+  t.same(parseConfig({ METRICS_PORT: '9464', METRICS_HOST: '10.0.0.5' }).metricsListener, { host: '10.0.0.5', port: 9464 })
+  const cases: Array<[Record<string, string>, string, RegExp]> = [
+    [{ METRICS_HOST: '0.0.0.0' }, 'METRICS_HOST', /^Invalid configuration: METRICS_HOST is only used with METRICS_PORT$/],
+    [{ METRICS_PORT: '3000' }, 'METRICS_PORT', /^Invalid configuration: METRICS_PORT must differ from PORT \(3000\)/],
+    [{ METRICS_PORT: '70000' }, 'METRICS_PORT', /^Invalid configuration: METRICS_PORT must be an integer from 0 to 65535 \(got "?70000"?\)$/],
+    [{ METRICS_TOKEN: 'short' }, 'METRICS_TOKEN', /^Invalid configuration: METRICS_TOKEN must be at least 16 characters long$/]
+  ]
+  for (const [env, variable, message] of cases) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.equal(error.variable, variable)
+    t.match(error.message, message)
+    t.notMatch(error.message, /short/, 'the token is never echoed')
+  }
 })

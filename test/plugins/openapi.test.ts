@@ -15,8 +15,8 @@ t.test('GET /openapi.json is a valid OpenAPI 3 document listing every answer', a
 
   const dispatch = document.paths['/otp/request'].post
   const verify = document.paths['/otp/verify'].post
-  t.same(Object.keys(dispatch.responses).sort(), ['200', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500', '502', '503'])
-  t.same(Object.keys(verify.responses).sort(), ['200', '400', '401', '403', '413', '415', '429', '500', '503'])
+  t.same(Object.keys(dispatch.responses).sort(), ['200', '400', '401', '402', '403', '408', '409', '413', '415', '422', '429', '431', '500', '502', '503'])
+  t.same(Object.keys(verify.responses).sort(), ['200', '400', '401', '403', '408', '413', '415', '429', '431', '500', '503'])
   t.same(dispatch.security, [{ bearerAuth: [] }])
   t.equal(document.components.securitySchemes.bearerAuth.scheme, 'bearer')
 

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { sesStore, startSesLocal, startSilentPeer, startSmtp } from '../support/mail-peers.js'
 import { freePort, redisTestOptions, startRedis } from '../support/redis.js'
 
@@ -14,8 +14,8 @@ t.test('SES: a live key delivers through SES v2; the code from the mail verifies
   const ses = await startSesLocal(t)
   const { path, keys } = writeTenants(t, (file) => { file.tenants[0]!.brand = { name: 'Acme', from: 'codes@acme.test', replyTo: 'help@acme.test' } })
   const { app } = await buildApp(t, { TENANTS_FILE: path, MAIL_TRANSPORT: 'ses', AWS_REGION: 'eu-west-1', AWS_ENDPOINT_URL_SESV2: ses, MAIL_FROM: 'no-reply@otp.test' })
-  const ready = await app.inject({ method: 'GET', url: '/readyz' })
-  t.same(ready.json().checks.mailer, { ok: true, kind: 'ses' }, '/readyz names the transport')
+  const ready = await readiness(app)
+  t.same(ready.body.checks.mailer, { ok: true, kind: 'ses' }, '/readyz names the transport')
 
   const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'Kim@Example.com', locale: 'fr' } })
   t.equal(sent.statusCode, 200)

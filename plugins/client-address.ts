@@ -1,0 +1,47 @@
+import fp from 'fastify-plugin'
+import type { FastifyRequest } from 'fastify'
+import { apiError } from '../lib/errors.js'
+import { clientAddress } from '../lib/net/client-address.js'
+import { IpRangeSet } from '../lib/net/ip-ranges.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * The client this request speaks for, in canonical form (see lib/net/client-address):
+     * what block lists, per-source buckets and logs use. Set by the first onRequest hook.
+     * `request.ip` stays the socket's peer.
+     */
+    clientAddress: string
+  }
+}
+
+/** The proxies whose X-Forwarded-For is read (TRUST_PROXY); null when none is trusted. */
+export function trustedProxies (cidrs: readonly string[]): IpRangeSet | null {
+  return cidrs.length === 0 ? null : IpRangeSet.fromEntries(cidrs).set
+}
+
+/** The client address of a request, for callers that run before the onRequest hook (log serializers). */
+export function clientAddressOf (request: Pick<FastifyRequest, 'socket' | 'headers'>, proxies: IpRangeSet | null): string | null {
+  const forwardedFor = request.headers['x-forwarded-for']
+  // node joins repeated X-Forwarded-For headers into one list, as proxies expect.
+  return clientAddress(request.socket?.remoteAddress, Array.isArray(forwardedFor) ? forwardedFor.join(',') : forwardedFor, proxies)
+}
+
+/**
+ * Resolves the client address once per request, first thing. A request whose
+ * X-Forwarded-For (from a trusted proxy) names no address is refused with 400
+ * INVALID_FORWARDED_FOR before anything else runs: it has no address to check or to count.
+ */
+export default fp(async function clientAddressPlugin (fastify) {
+  const proxies = trustedProxies(fastify.config.trustProxy)
+  fastify.decorateRequest('clientAddress', '')
+  fastify.addHook('onRequest', (request, _reply, done) => {
+    const address = clientAddressOf(request, proxies)
+    if (address === null) {
+      done(apiError('INVALID_FORWARDED_FOR'))
+      return
+    }
+    request.clientAddress = address
+    done()
+  })
+}, { name: 'client-address', dependencies: ['config'], fastify: '5.x' })

@@ -1,0 +1,87 @@
+import { STATUS_CODES, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import fp from 'fastify-plugin'
+import { errorCatalog } from '../schemas/error-catalog.js'
+import { sourceBucket } from '../lib/net/source-address.js'
+import type { IpRangeSet } from '../lib/net/ip-ranges.js'
+
+export interface ConnectionsOptions {
+  /** Open connections one source may hold (MAX_CONNECTIONS_PER_SOURCE); 0 for no limit. */
+  maxPerSource: number
+  /** Proxies in front (TRUST_PROXY): every client arrives through them, so they have no limit. */
+  trustedProxies: IpRangeSet | null
+  /** IPv6 peers share a limit per prefix of this length, as they share a velocity bucket. */
+  ipv6BucketPrefix: number
+}
+
+function refusal (): string {
+  const { status } = errorCatalog.RATE_LIMITED
+  const body = JSON.stringify({ success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+    `Retry-After: 1\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${body}`
+}
+
+/**
+ * The connections of the listening server, beyond what REQUEST_TIMEOUT_MS (serverOptions)
+ * bounds for each one:
+ *
+ * - How many one source holds at once. Every connection costs a file descriptor and a few
+ *   KiB while its request trickles in; without a cap one address could hold thousands within
+ *   one request timeout and leave no descriptor for anyone else. A connection over the cap is
+ *   answered 429 at once and closed, before any of its bytes is read.
+ * - Shutdown. Node stops checking request deadlines once the server closes, so a slow upload
+ *   would hold the drain until the grace period kills the process. From the moment the app
+ *   closes, every connection that is not serving a fully received request (an upload still
+ *   arriving, a request line not yet sent, an idle keep-alive) is closed, again and again
+ *   until the requests in flight are done; those are drained.
+ */
+export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify, options) {
+  const { server } = fastify
+  const sockets = new Map<Socket, ServerResponse | null>()
+  const perSource = new Map<string, number>()
+  const overCap = options.maxPerSource > 0 ? refusal() : ''
+
+  server.on('connection', (socket: Socket) => {
+    const peer = socket.remoteAddress
+    let source: string | null = null
+    if (options.maxPerSource > 0 && peer !== undefined && options.trustedProxies?.has(peer) !== true) {
+      source = sourceBucket(peer, options.ipv6BucketPrefix) ?? peer
+      const open = perSource.get(source) ?? 0
+      if (open >= options.maxPerSource) {
+        if (fastify.hasDecorator('metrics')) fastify.metrics.errors.inc({ code: 'RATE_LIMITED' })
+        socket.pause()
+        socket.end(overCap, () => { socket.destroy() })
+        return
+      }
+      perSource.set(source, open + 1)
+    }
+    sockets.set(socket, null)
+    socket.once('close', () => {
+      sockets.delete(socket)
+      if (source === null) return
+      const open = (perSource.get(source) ?? 1) - 1
+      if (open === 0) perSource.delete(source)
+      else perSource.set(source, open)
+    })
+  })
+  server.on('request', (request, response: ServerResponse) => {
+    if (sockets.has(request.socket)) sockets.set(request.socket, response)
+  })
+
+  let sweeper: NodeJS.Timeout | undefined
+  const closeAllButServing = (): void => {
+    for (const [socket, response] of sockets) {
+      const serving = response !== null && response.req.complete && !response.writableFinished
+      if (!serving) socket.destroy()
+    }
+  }
+  fastify.addHook('preClose', (done) => {
+    closeAllButServing()
+    sweeper = setInterval(closeAllButServing, 100)
+    done()
+  })
+  fastify.addHook('onClose', (_instance, done) => {
+    clearInterval(sweeper)
+    done()
+  })
+}, { name: 'connections', fastify: '5.x' })
