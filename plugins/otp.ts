@@ -13,11 +13,12 @@ declare module 'fastify' {
 
 /**
  * The caller of an authenticated request, as the OTP service takes it. Routes of the API
- * scope run after the auth hook, which has set `request.auth` or answered 401.
+ * scope run after the auth hook, which has set `request.auth` or answered 401, and after the
+ * abuse guard, which has read End-User-IP.
  */
 export function callerOf (request: FastifyRequest): Caller {
   if (request.auth === null) throw apiError('UNAUTHORIZED')
-  return { key: request.auth, address: request.clientAddress, log: request.log }
+  return { key: request.auth, address: request.clientAddress, endUserAddress: request.endUserAddress, log: request.log }
 }
 
 /** The OTP service (lib/otp/service.ts) over the backend and the mailer, with its metrics. */

@@ -16,7 +16,7 @@ export function errorBody (codes: readonly ErrorCode[]): TSchema {
 /** Response schemas for the given error codes, grouped by their HTTP status. */
 export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSchema> {
   const byStatus = new Map<number, ErrorCode[]>()
-  for (const code of codes) {
+  for (const code of new Set(codes)) {
     const status = errorCatalog[code].status
     byStatus.set(status, [...(byStatus.get(status) ?? []), code])
   }
@@ -31,5 +31,8 @@ export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSc
 export const commonErrors: readonly ErrorCode[] = [
   'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE',
   'INVALID_BODY', 'INVALID_JSON', 'INVALID_FORWARDED_FOR', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
+  'INVALID_END_USER_IP', 'END_USER_IP_NOT_ALLOWED', 'END_USER_IP_REQUIRED',
+  // Every authenticated request counts against its caller's limits, refused or not.
+  'RATE_LIMITED',
   'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'INTERNAL', 'UNAVAILABLE'
 ]

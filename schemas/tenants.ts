@@ -56,6 +56,7 @@ export const TenantSchema = Type.Object({
   ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'Overrides OTP_TTL_SECONDS for this tenant.' })),
   quota: Type.Optional(Type.Partial(TierSchema, { description: 'Overrides fields of the tier for this tenant.' })),
   limits: Type.Optional(TenantLimitsSchema),
+  requireEndUserIp: Type.Optional(Type.Boolean({ description: 'Requests with this tenant\'s secret keys must send `End-User-IP` (400 END_USER_IP_REQUIRED otherwise), so that every end user gets their own per-source limits and block-list check.' })),
   restrictedKeyAllowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Share of the allowance each restricted key may use per window unless the key sets its own `allowance` (default `10%`): abuse of a public key ends at its own 402, never at the tenant\'s.' })),
   recipients: Type.Optional(RecipientPolicySchema),
   blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' }))

@@ -38,6 +38,8 @@ export interface Tenant {
   recipientPolicy: RecipientPolicy
   /** Networks this tenant refuses requests from, or null. */
   blockedNetworks: IpRangeSet | null
+  /** Its secret keys must say which end user they call for (End-User-IP). */
+  requireEndUserIp: boolean
 }
 
 export interface TenantKey {
@@ -103,7 +105,8 @@ export class TenantRegistry {
           denyDomains: entry.recipients?.denyDomains ?? [],
           allowDomains: entry.recipients?.allowDomains ?? []
         }),
-        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)
+        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`),
+        requireEndUserIp: entry.requireEndUserIp === true
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
