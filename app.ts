@@ -2,17 +2,18 @@ import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
-import cors from '@fastify/cors'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
 import { errorCatalog } from './schemas/error-catalog.js'
-import { parseOrigin } from './lib/tenants/registry.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
 import backendPlugin from './plugins/backend.js'
 import blocklistsPlugin from './plugins/blocklists.js'
 import clientAddressPlugin, { clientAddressOf, trustedProxies } from './plugins/client-address.js'
 import configPlugin from './plugins/config.js'
+import corsPlugin from './plugins/external/cors.js'
+import helmetPlugin from './plugins/external/helmet.js'
+import rateLimitPlugin from './plugins/external/rate-limit.js'
 import connectionsPlugin from './plugins/connections.js'
 import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
@@ -21,7 +22,6 @@ import openapiPlugin from './plugins/openapi.js'
 import otpPlugin from './plugins/otp.js'
 import redisPlugin from './plugins/redis.js'
 import refusalsPlugin from './plugins/refusals.js'
-import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import healthRoutes from './routes/health.js'
@@ -106,7 +106,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     trustedProxies: trustedProxies(options.config.trustProxy),
     ipv6BucketPrefix: options.config.ipv6BucketPrefix
   })
-  await fastify.register(securityHeadersPlugin)
+  await fastify.register(helmetPlugin)
   // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.
   fastify.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
@@ -119,20 +119,10 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(tenantsPlugin)
   await fastify.register(blocklistsPlugin)
   await fastify.register(metricsPlugin)
+  await fastify.register(rateLimitPlugin)
   // Before any route: a route keeps the error handler in force when it is added.
   await fastify.register(errorsPlugin)
-  await fastify.register(cors, {
-    // Preflights are answered for any well-formed origin; the key's allow-list is enforced on
-    // the real request, where the key is known.
-    origin: (origin, callback) => { callback(null, origin !== undefined && parseOrigin(origin) !== null) },
-    methods: ['GET', 'POST'],
-    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
-    exposedHeaders: ['Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Quota-Limit', 'Quota-Remaining', 'Quota-Reset', 'X-Request-Id'],
-    maxAge: 600,
-    // Strict mode answers an OPTIONS with an Origin but no Access-Control-Request-Method with
-    // its own text/plain 400; it is answered as a preflight instead.
-    strictPreflight: false
-  })
+  await fastify.register(corsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(otpPlugin)
   await fastify.register(openapiPlugin)

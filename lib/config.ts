@@ -52,6 +52,8 @@ export interface Config {
   rateLimits: VelocityLimits
   /** The service-wide cap per mailbox across tenants; null when switched off. */
   mailboxLimit: RateLimit | null
+  /** Limits of the routes outside the OTP admission step: per key (account), per client (public). */
+  routeLimits: { account: RateLimit, public: RateLimit }
   lockout: LockoutPolicy
   metricsToken: string | null
   /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
@@ -152,6 +154,10 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       key: rateLimit('RATE_LIMIT_KEY', valid.RATE_LIMIT_KEY)
     },
     mailboxLimit: valid.RATE_LIMIT_MAILBOX === 'off' ? null : rateLimit('RATE_LIMIT_MAILBOX', valid.RATE_LIMIT_MAILBOX),
+    routeLimits: {
+      account: rateLimit('RATE_LIMIT_ACCOUNT', valid.RATE_LIMIT_ACCOUNT),
+      public: rateLimit('RATE_LIMIT_PUBLIC', valid.RATE_LIMIT_PUBLIC)
+    },
     lockout,
     metricsToken: valid.METRICS_TOKEN ?? null,
     metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },

@@ -1,10 +1,11 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify'
 import { apiError, isApiError, type ApiError } from '../lib/errors.js'
 import { errorCatalog, type ErrorCode } from '../schemas/error-catalog.js'
 import { StoreFullError, StoreUnavailableError } from '../lib/store-errors.js'
+import { perSource } from './external/rate-limit.js'
 
 // Fastify's own errors (body parsing, limits) mapped to the contract's codes.
 const fastifyCodes: Record<string, ErrorCode> = {
@@ -53,7 +54,7 @@ function describeValidation (error: FastifyError): string {
  * handler, and 405 with `Allow` for a known path asked with another method. Routes take the
  * error handler in force when they are registered, so this runs before any route is added.
  */
-export function answerErrorsInContractShape (fastify: FastifyInstance, countError: (code: ErrorCode) => void = () => {}): void {
+export function answerErrorsInContractShape (fastify: FastifyInstance, countError: (code: ErrorCode) => void = () => {}, notFoundPreHandler?: preHandlerAsyncHookHandler): void {
   fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply) {
     const mapped = toApiError(error)
     countError(mapped.code)
@@ -86,7 +87,7 @@ export function answerErrorsInContractShape (fastify: FastifyInstance, countErro
     return header
   }
 
-  fastify.setNotFoundHandler(function notFound (request: FastifyRequest, reply) {
+  fastify.setNotFoundHandler(notFoundPreHandler === undefined ? {} : { preHandler: notFoundPreHandler }, function notFound (request: FastifyRequest, reply) {
     const path = request.url.split('?')[0] ?? ''
     const allow = allowHeaderOf(path)
     if (allow === null) {
@@ -141,5 +142,6 @@ export function answerFrameworkError (_error: FastifyError, _request: FastifyReq
 }
 
 export default fp(async function errorsPlugin (fastify) {
-  answerErrorsInContractShape(fastify, (code) => { fastify.metrics.errors.inc({ code }) })
-}, { name: 'errors', dependencies: ['metrics'], fastify: '5.x' })
+  // Scanners probing unknown paths are slowed down like any public caller.
+  answerErrorsInContractShape(fastify, (code) => { fastify.metrics.errors.inc({ code }) }, fastify.rateLimit(perSource(fastify.config.routeLimits.public)))
+}, { name: 'errors', dependencies: ['config', 'metrics', 'rate-limit'], fastify: '5.x' })

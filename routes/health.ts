@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { perSource } from '../plugins/external/rate-limit.js'
 import { LiveReply, ReadyReply } from '../schemas/health.js'
 
 export interface HealthRoutesOptions {
@@ -25,7 +26,8 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
   }, async () => ({ ok: true as const }))
 
   fastify.get('/readyz', {
-    config: { cors: false },
+    // Each probe pings the stores: strangers are held to the public routes' limit.
+    config: { cors: false, rateLimit: perSource(service.config.routeLimits.public) },
     schema: {
       summary: 'Readiness: the token store and the mailer are usable',
       description: 'Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.',

@@ -1,11 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { perKey } from '../plugins/external/rate-limit.js'
 import { callerOf } from '../plugins/otp.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
 import { UnlockBody, UnlockReply } from '../schemas/recipients.js'
 
 const recipientRoutes: FastifyPluginAsyncTypebox = async function recipientRoutes (fastify) {
   fastify.post('/recipients/unlock', {
-    config: { keyKinds: ['secret'] },
+    config: { keyKinds: ['secret'], rateLimit: perKey(fastify.config.routeLimits.account) },
     schema: {
       operationId: 'unlockRecipient',
       summary: 'Clear a recipient\'s lock after wrong guesses',

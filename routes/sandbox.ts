@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { perKey } from '../plugins/external/rate-limit.js'
 import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
 import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
@@ -10,6 +11,7 @@ const simulated = Object.entries(SIMULATED_RECIPIENTS).map(([address, { descript
 
 const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (fastify) {
   fastify.get('/sandbox/messages', {
+    config: { rateLimit: perKey(fastify.config.routeLimits.account) },
     schema: {
       operationId: 'listSandboxMessages',
       summary: 'Read the sandbox inbox of an address',

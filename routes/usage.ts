@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { perKey } from '../plugins/external/rate-limit.js'
 import { UsageReply } from '../schemas/usage.js'
 import { apiError } from '../lib/errors.js'
 import { usageReport } from '../lib/quota/allowance.js'
@@ -7,7 +8,7 @@ import { commonErrors, errorResponses } from '../schemas/errors.js'
 
 const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fastify) {
   fastify.get('/usage', {
-    config: { keyKinds: ['secret'] },
+    config: { keyKinds: ['secret'], rateLimit: perKey(fastify.config.routeLimits.account) },
     schema: {
       operationId: 'getUsage',
       summary: "The tenant's billing tier and its live and sandbox allowance in the current window",

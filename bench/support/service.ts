@@ -55,6 +55,9 @@ export function benchTenant (dir: string): BenchTenant {
     RATE_LIMIT_RECIPIENT: NO_LIMIT,
     RATE_LIMIT_SOURCE: NO_LIMIT,
     RATE_LIMIT_KEY: NO_LIMIT,
+    RATE_LIMIT_MAILBOX: NO_LIMIT,
+    RATE_LIMIT_ACCOUNT: NO_LIMIT,
+    RATE_LIMIT_PUBLIC: NO_LIMIT,
     LOCKOUT_THRESHOLD: NO_LOCKOUT,
     // The load generator is one source address opening up to 200 connections.
     MAX_CONNECTIONS_PER_SOURCE: '0',

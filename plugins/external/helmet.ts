@@ -32,7 +32,7 @@ function recordHeaders (middleware: Middleware): Record<string, string> {
  * the Fastify wrapper (@fastify/helmet), which also rebuilds the middleware each time, 40% of
  * a small route's throughput (see bench/README.md).
  */
-export default fp(async function securityHeadersPlugin (fastify) {
+export default fp(async function helmetPlugin (fastify) {
   const headers = recordHeaders(helmet({
     // A JSON API loads nothing; /docs sets its own policy for the Swagger UI assets.
     contentSecurityPolicy: { directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } }
@@ -41,4 +41,4 @@ export default fp(async function securityHeadersPlugin (fastify) {
     reply.headers(headers)
     done()
   })
-}, { name: 'security-headers', fastify: '5.x' })
+}, { name: 'helmet', fastify: '5.x' })

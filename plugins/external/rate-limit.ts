@@ -1,0 +1,43 @@
+import type { FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
+import { apiError } from '../../lib/errors.js'
+
+/**
+ * @fastify/rate-limit, for the routes outside the OTP admission step: account routes (usage,
+ * the sandbox inbox, unlocking a recipient) per API key, and public ones (documentation,
+ * readiness, unknown paths) per client address. The OTP routes do not use it: their limits
+ * are counted in the admission script, with the quota and the token, in one Redis round trip
+ * (lib/admission), where the plugin would add one of its own.
+ *
+ * Its counters are in Redis when a topology is configured, so every instance shares them. They
+ * protect the service's capacity, not a secret: when Redis cannot answer they let requests
+ * through (skipOnError), and the routes that need Redis answer 503 by themselves.
+ */
+export default fp(async function rateLimitPlugin (fastify) {
+  await fastify.register(rateLimit, {
+    global: false,
+    ...(fastify.redis === null ? {} : { redis: fastify.redis }),
+    nameSpace: 'rl:route:',
+    skipOnError: true,
+    // RateLimit-* and Retry-After, as the OTP routes answer them.
+    enableDraftSpec: true,
+    keyGenerator: (request) => request.clientAddress,
+    errorResponseBuilder: (_request, context) => apiError('RATE_LIMITED', `Too many requests; retry in ${Math.max(1, Math.ceil(context.ttl / 1000))} s`)
+  })
+}, { name: 'rate-limit', dependencies: ['config', 'redis', 'client-address'], fastify: '5.x' })
+
+/** A route's limit per API key (the route runs after authentication). */
+export function perKey (limit: { max: number, windowMs: number }): RateLimitOptions {
+  return {
+    max: limit.max,
+    timeWindow: limit.windowMs,
+    hook: 'preHandler',
+    keyGenerator: (request: FastifyRequest) => request.auth === null ? request.clientAddress : `${request.auth.tenant.id}:${request.auth.mode}:${request.auth.id}`
+  }
+}
+
+/** A route's limit per client address. */
+export function perSource (limit: { max: number, windowMs: number }): RateLimitOptions {
+  return { max: limit.max, timeWindow: limit.windowMs }
+}
