@@ -38,34 +38,33 @@ export interface BackendOptions {
 }
 
 export function createBackend (redis: RedisClient | null, options: BackendOptions): Backend {
-  if (redis !== null) {
-    const tokens = new RedisTokenStore(redis)
+  if (redis === null) {
+    const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
+    const quota = new MemoryQuotaStore()
+    const idempotency = new MemoryIdempotencyStore()
     return {
-      kind: 'redis',
+      kind: 'memory',
       tokens,
-      admission: new AdmissionGate(new RedisAdmission(redis)),
-      quota: new RedisQuotaStore(redis),
-      idempotency: new RedisIdempotencyStore(redis),
-      sandboxInbox: new RedisSandboxInbox(redis),
+      admission: new AdmissionGate(new MemoryAdmission(tokens, quota)),
+      quota,
+      idempotency,
+      sandboxInbox: new MemorySandboxInbox(),
       ready: async () => await tokens.ready(),
-      close: async () => {}
+      close: async () => {
+        idempotency.close()
+        await tokens.close()
+      }
     }
   }
-  const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
-  const quota = new MemoryQuotaStore()
-  const admission = new MemoryAdmission(tokens, quota)
-  const idempotency = new MemoryIdempotencyStore()
+  const tokens = new RedisTokenStore(redis)
   return {
-    kind: 'memory',
+    kind: 'redis',
     tokens,
-    admission: new AdmissionGate(admission),
-    quota,
-    idempotency,
-    sandboxInbox: new MemorySandboxInbox(),
+    admission: new AdmissionGate(new RedisAdmission(redis)),
+    quota: new RedisQuotaStore(redis),
+    idempotency: new RedisIdempotencyStore(redis),
+    sandboxInbox: new RedisSandboxInbox(redis),
     ready: async () => await tokens.ready(),
-    close: async () => {
-      idempotency.close()
-      await tokens.close()
-    }
+    close: async () => {}
   }
 }

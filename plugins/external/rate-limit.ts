@@ -17,7 +17,8 @@ import { apiError } from '../../lib/errors.js'
 export default fp(async function rateLimitPlugin (fastify) {
   await fastify.register(rateLimit, {
     global: false,
-    ...(fastify.redis === null ? {} : { redis: fastify.redis }),
+    // Its Redis store with the service's connection when there is one, its in-memory one otherwise.
+    redis: fastify.redis ?? undefined,
     nameSpace: 'rl:route:',
     skipOnError: true,
     // RateLimit-* and Retry-After, as the OTP routes answer them.
