@@ -5,6 +5,7 @@ import cors from '@fastify/cors'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
 import { errorCatalog } from './schemas/error-catalog.js'
+import { responseHeaderNames } from './schemas/headers.js'
 import { parseOrigin } from './lib/tenants/registry.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import admissionPlugin from './plugins/admission.js'
@@ -54,8 +55,8 @@ export function serverOptions (config: Config, logStream?: Writable): FastifySer
     },
     // Errors Fastify raises before routing (a malformed percent-encoding in the path) never
     // reach setErrorHandler: answer them in the contract's shape here.
-    frameworkErrors: (_error, _request, reply: FastifyReply) => {
-      void reply.code(400).send({ success: false, message: errorCatalog.INVALID_URL.message, code: 'INVALID_URL' })
+    frameworkErrors: (_error, request, reply: FastifyReply) => {
+      void reply.code(400).header('x-request-id', request.id).send({ success: false, message: errorCatalog.INVALID_URL.message, code: 'INVALID_URL' })
     },
     bodyLimit: config.bodyLimitBytes,
     trustProxy: config.trustProxy.length > 0 ? config.trustProxy : false,
@@ -82,7 +83,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     origin: (origin, callback) => { callback(null, origin !== undefined && parseOrigin(origin) !== null) },
     methods: ['GET', 'POST'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
-    exposedHeaders: ['Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Quota-Limit', 'Quota-Remaining', 'Quota-Reset', 'X-Request-Id'],
+    exposedHeaders: responseHeaderNames,
     maxAge: 600
   })
   // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.

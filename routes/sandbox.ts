@@ -4,6 +4,7 @@ import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { ref } from '../schemas/ref.js'
 import { SandboxMessagesReply, SandboxQuery } from '../schemas/sandbox.js'
 
 const simulated = Object.entries(SIMULATED_RECIPIENTS).map(([address, { description }]) => `\`${address}\`: ${description}.`).join(' ')
@@ -18,7 +19,7 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
       security: [{ bearerAuth: [] }],
       querystring: SandboxQuery,
       response: {
-        200: SandboxMessagesReply,
+        200: ref(SandboxMessagesReply, { description: 'The messages sandbox keys of this tenant sent to the address in the last hour, newest first (empty when none).' }),
         ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
       }
     }

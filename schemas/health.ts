@@ -14,6 +14,6 @@ export const ReadyReply = Type.Object({
   ready: Type.Boolean(),
   checks: Type.Object({ tokenStore: Check, mailer: Check }),
   blocklists: Type.Array(BlockListStatus, { description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version.' })
-})
+}, { $id: 'ReadyReply', description: 'Whether the token store and the mailer are usable, and the state of the block lists.' })
 
-export const LiveReply = Type.Object({ ok: Type.Literal(true) })
+export const LiveReply = Type.Object({ ok: Type.Literal(true) }, { $id: 'LiveReply', description: 'The process answers.' })

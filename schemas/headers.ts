@@ -1,0 +1,96 @@
+import { Type, type TSchema } from '@sinclair/typebox'
+import type { ErrorCode } from './error-catalog.js'
+
+interface ResponseHeader {
+  description: string
+  schema: TSchema
+  /** Sent on every answer it is documented on. */
+  required?: boolean
+  example?: string
+}
+
+const Seconds = Type.Integer({ minimum: 0 })
+const Count = Type.Integer({ minimum: 0 })
+
+/**
+ * Every response header the API promises, with its type and meaning. Each becomes
+ * `#/components/headers/<name>` in the OpenAPI document and is exposed to browsers by CORS.
+ */
+export const responseHeaders = {
+  'X-Request-Id': {
+    description: 'Identifies this answer in the service\'s logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored.',
+    schema: Type.String({ format: 'uuid' }),
+    required: true
+  },
+  'Retry-After': {
+    description: 'Seconds to wait before sending the request again (RFC 9110).',
+    schema: Seconds
+  },
+  'RateLimit-Limit': {
+    description: 'Requests allowed in the window of the tightest velocity limit this request counted against (per recipient, per source or per key).',
+    schema: Count
+  },
+  'RateLimit-Remaining': {
+    description: 'Requests left in that window before 429 `RATE_LIMITED`.',
+    schema: Count
+  },
+  'RateLimit-Reset': {
+    description: 'Seconds until that window resets.',
+    schema: Seconds
+  },
+  'Quota-Limit': {
+    description: 'Dispatches allowed per window by the tenant\'s billing tier (the live or the sandbox allowance, after the key\'s mode).',
+    schema: Count
+  },
+  'Quota-Remaining': {
+    description: 'Dispatches left in the current window before 402 `QUOTA_EXCEEDED`.',
+    schema: Count
+  },
+  'Quota-Reset': {
+    description: 'Seconds until the current window ends and the allowance returns.',
+    schema: Seconds
+  },
+  'Idempotent-Replayed': {
+    description: 'Present when this is the stored answer of an earlier request with the same `Idempotency-Key` and body: nothing was sent or charged again.',
+    schema: Type.Unsafe<'true'>({ type: 'string', enum: ['true'] })
+  },
+  'WWW-Authenticate': {
+    description: 'The authentication scheme to use: `Bearer` (RFC 6750).',
+    schema: Type.String(),
+    example: 'Bearer realm="email-otp"'
+  }
+} as const satisfies Record<string, ResponseHeader>
+
+export type ResponseHeaderName = keyof typeof responseHeaders
+
+export const responseHeaderNames = Object.keys(responseHeaders) as ResponseHeaderName[]
+
+/**
+ * Which answers carry which headers. A row applies to the answers that match all of its
+ * filters; a filter left out matches everything: `operations` by operationId, `statuses`,
+ * and `codes` (error answers listing one of these codes). A new header is one entry above
+ * and one row here; a new route that carries a header is its operationId added to a row.
+ */
+export interface HeaderPlacement {
+  headers: readonly ResponseHeaderName[]
+  operations?: readonly string[]
+  statuses?: readonly number[]
+  codes?: readonly ErrorCode[]
+}
+
+const rateLimit = ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'] as const
+const quota = ['Quota-Limit', 'Quota-Remaining', 'Quota-Reset'] as const
+
+export const responseHeaderPlacements: readonly HeaderPlacement[] = [
+  { headers: ['X-Request-Id'] },
+  { headers: ['WWW-Authenticate'], codes: ['UNAUTHORIZED'] },
+  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE'] },
+  // Answers given after the velocity limits were counted carry the tightest limit's state.
+  { headers: rateLimit, codes: ['RATE_LIMITED'] },
+  { headers: rateLimit, operations: ['dispatchCode'], statuses: [200, 402, 502] },
+  { headers: rateLimit, operations: ['verifyCode'], statuses: [200, 400] },
+  // Answers given after the allowance was counted carry its state.
+  { headers: quota, operations: ['dispatchCode'], statuses: [200, 402, 502] },
+  // Answers an Idempotency-Key can replay: those given after the key was claimed.
+  { headers: ['Idempotent-Replayed'], operations: ['dispatchCode'], statuses: [200, 400, 402, 403, 502] }
+]
