@@ -33,17 +33,17 @@ function readManifest (): Manifest {
   return { name: manifest.name, version: manifest.version, license: manifest.license }
 }
 
-/** The headers the placement table gives one answer of one operation. */
-function headersOf (operationId: string | undefined, status: number, codes: readonly string[] | null): ResponseHeaderName[] {
-  const names = new Set<ResponseHeaderName>()
+/** The headers the placement table gives one answer of one operation, and whether each is always sent. */
+function headersOf (operationId: string | undefined, status: number, codes: readonly string[] | null): Map<ResponseHeaderName, boolean> {
+  const required = new Map<ResponseHeaderName, boolean>()
   for (const placement of responseHeaderPlacements) {
     if (placement.operations !== undefined && (operationId === undefined || !placement.operations.includes(operationId))) continue
     if (placement.statuses !== undefined && !placement.statuses.includes(status)) continue
     if (placement.codes !== undefined && !placement.codes.some((code) => codes?.includes(code) === true)) continue
-    for (const name of placement.headers) names.add(name)
+    for (const name of placement.headers) required.set(name, required.get(name) === true || placement.required === true)
   }
   // In the order of the header list, whatever the order of the rows.
-  return responseHeaderNames.filter((name) => names.has(name))
+  return new Map(responseHeaderNames.filter((name) => required.has(name)).map((name) => [name, required.get(name) === true]))
 }
 
 interface DocumentResponse {
@@ -55,25 +55,25 @@ interface DocumentOperation {
   responses?: Record<string, DocumentResponse>
 }
 interface Document {
-  components?: Record<string, unknown>
   paths?: Record<string, Record<string, DocumentOperation> | undefined>
 }
 
-/** Publishes the response headers as components and refers to them from every answer that carries them. */
+/**
+ * Describes the response headers on every answer that carries them. Inline rather than as
+ * shared components: whether a header is always sent depends on the answer, and generated
+ * clients read that from each answer's own `required`.
+ */
 function documentResponseHeaders<T extends Document> (document: T): T {
-  document.components = {
-    ...document.components,
-    headers: Object.fromEntries(responseHeaderNames.map((name) => {
-      const { schema, ...header }: { schema: unknown, description: string, required?: boolean, example?: string } = responseHeaders[name]
-      return [name, { ...header, schema: JSON.parse(JSON.stringify(schema)) as unknown }]
-    }))
-  }
   for (const pathItem of Object.values(document.paths ?? {})) {
     for (const operation of Object.values(pathItem ?? {})) {
       for (const [status, response] of Object.entries(operation.responses ?? {})) {
         const codes = documentedErrorCodes(response.content?.['application/json']?.schema)
-        const names = headersOf(operation.operationId, Number(status), codes)
-        if (names.length > 0) response.headers = Object.fromEntries(names.map((name) => [name, { $ref: `#/components/headers/${name}` }]))
+        const headers = headersOf(operation.operationId, Number(status), codes)
+        if (headers.size === 0) continue
+        response.headers = Object.fromEntries([...headers].map(([name, required]) => {
+          const { description, schema, ...rest }: { description: string, schema: unknown, example?: string } = responseHeaders[name]
+          return [name, { description, ...(required ? { required } : {}), schema: JSON.parse(JSON.stringify(schema)) as unknown, ...rest }]
+        }))
       }
     }
   }

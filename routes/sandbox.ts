@@ -3,7 +3,7 @@ import { describeEmailRejection, validateEmail } from '../lib/recipients/address
 import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
-import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { commonErrors, errorResponses, inputErrors } from '../schemas/errors.js'
 import { ref } from '../schemas/ref.js'
 import { SandboxMessagesReply, SandboxQuery } from '../schemas/sandbox.js'
 
@@ -20,7 +20,7 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
       querystring: SandboxQuery,
       response: {
         200: ref(SandboxMessagesReply, { description: 'The messages sandbox keys of this tenant sent to the address in the last hour, newest first (empty when none).' }),
-        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
+        ...errorResponses([...commonErrors, ...inputErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
       }
     }
   }, async function listSandboxMessages (request) {

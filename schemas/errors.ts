@@ -36,7 +36,8 @@ function errorAnswer (codes: readonly ErrorCode[]): TSchema {
 /** Response schemas for the given error codes, grouped by their HTTP status. */
 export function errorResponses (codes: readonly ErrorCode[]): Record<number, TSchema> {
   const byStatus = new Map<number, ErrorCode[]>()
-  for (const code of new Set(codes)) {
+  // In the catalog's order, whatever the order of the list.
+  for (const code of errorCodes.filter((code) => codes.includes(code))) {
     const status = errorCatalog[code].status
     byStatus.set(status, [...(byStatus.get(status) ?? []), code])
   }
@@ -56,10 +57,13 @@ export function documentedErrorCodes (mediaSchema: unknown): ErrorCode[] | null 
 /** A malformed percent-encoding in the path answers this before any route is chosen. */
 export const urlErrors: readonly ErrorCode[] = ['INVALID_URL']
 
-/** Answers any keyed route can give before its handler runs (URL, input validation, keys, outages). */
+/** Answers any keyed route can give before its handler runs (URL, keys, outages). */
 export const commonErrors: readonly ErrorCode[] = [
-  ...urlErrors, 'INVALID_BODY', 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED', 'INTERNAL', 'UNAVAILABLE'
+  ...urlErrors, 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED', 'INTERNAL', 'UNAVAILABLE'
 ]
 
+/** Answers of a route whose body, query string or headers have a schema. */
+export const inputErrors: readonly ErrorCode[] = ['INVALID_BODY']
+
 /** Answers about the request body, on the routes that read one (GET bodies are never read). */
-export const bodyErrors: readonly ErrorCode[] = ['INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE']
+export const bodyErrors: readonly ErrorCode[] = [...inputErrors, 'INVALID_JSON', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE']

@@ -4,8 +4,6 @@ import type { ErrorCode } from './error-catalog.js'
 interface ResponseHeader {
   description: string
   schema: TSchema
-  /** Sent on every answer it is documented on. */
-  required?: boolean
   example?: string
 }
 
@@ -13,14 +11,13 @@ const Seconds = Type.Integer({ minimum: 0 })
 const Count = Type.Integer({ minimum: 0 })
 
 /**
- * Every response header the API promises, with its type and meaning. Each becomes
- * `#/components/headers/<name>` in the OpenAPI document and is exposed to browsers by CORS.
+ * Every response header the API promises, with its type and meaning. The OpenAPI document
+ * describes each on the answers that carry it, and CORS exposes each to browsers.
  */
 export const responseHeaders = {
   'X-Request-Id': {
     description: 'Identifies this answer in the service\'s logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored.',
-    schema: Type.String({ format: 'uuid' }),
-    required: true
+    schema: Type.String({ format: 'uuid' })
   },
   'Retry-After': {
     description: 'Seconds to wait before sending the request again (RFC 9110).',
@@ -68,29 +65,34 @@ export const responseHeaderNames = Object.keys(responseHeaders) as ResponseHeade
 /**
  * Which answers carry which headers. A row applies to the answers that match all of its
  * filters; a filter left out matches everything: `operations` by operationId, `statuses`,
- * and `codes` (error answers listing one of these codes). A new header is one entry above
- * and one row here; a new route that carries a header is its operationId added to a row.
+ * and `codes` (error answers listing one of these codes). `required`: every such answer
+ * carries the headers (generated clients then type them as always present); otherwise some
+ * do. A new header is one entry above and one row here; a new route that carries a header is
+ * its operationId added to a row.
  */
 export interface HeaderPlacement {
   headers: readonly ResponseHeaderName[]
   operations?: readonly string[]
   statuses?: readonly number[]
   codes?: readonly ErrorCode[]
+  required?: boolean
 }
 
 const rateLimit = ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'] as const
 const quota = ['Quota-Limit', 'Quota-Remaining', 'Quota-Reset'] as const
 
 export const responseHeaderPlacements: readonly HeaderPlacement[] = [
-  { headers: ['X-Request-Id'] },
-  { headers: ['WWW-Authenticate'], codes: ['UNAUTHORIZED'] },
-  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE'] },
-  // Answers given after the velocity limits were counted carry the tightest limit's state.
+  { headers: ['X-Request-Id'], required: true },
+  { headers: ['WWW-Authenticate'], codes: ['UNAUTHORIZED'], required: true },
+  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE'], required: true },
+  // Answers given after the velocity limits were counted carry the tightest limit's state (a
+  // lockout's 429 and a replayed answer do not).
   { headers: rateLimit, codes: ['RATE_LIMITED'] },
   { headers: rateLimit, operations: ['dispatchCode'], statuses: [200, 402, 502] },
-  { headers: rateLimit, operations: ['verifyCode'], statuses: [200, 400] },
-  // Answers given after the allowance was counted carry its state.
-  { headers: quota, operations: ['dispatchCode'], statuses: [200, 402, 502] },
+  { headers: rateLimit, operations: ['verifyCode'], statuses: [200], required: true },
+  { headers: rateLimit, operations: ['verifyCode'], statuses: [400] },
+  // Answers given after the allowance was counted carry its state, replayed ones included.
+  { headers: quota, operations: ['dispatchCode'], statuses: [200, 402, 502], required: true },
   // Answers an Idempotency-Key can replay: those given after the key was claimed.
   { headers: ['Idempotent-Replayed'], operations: ['dispatchCode'], statuses: [200, 400, 402, 403, 502] }
 ]
