@@ -137,7 +137,9 @@ export function answerClientError (this: FastifyInstance, error: NodeJS.ErrnoExc
  * Fastify's `frameworkErrors`: errors Fastify raises before routing (a malformed
  * percent-encoding in the path) never reach the error handler.
  */
-export function answerFrameworkError (_error: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+export function answerFrameworkError (_error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  // Before routing, so before the hook that sets it on every other answer.
+  reply.header('x-request-id', request.id)
   void send(reply, apiError('INVALID_URL'))
 }
 

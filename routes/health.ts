@@ -1,7 +1,9 @@
 import type { FastifyInstance } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perSource } from '../plugins/external/rate-limit.js'
+import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { LiveReply, ReadyReply } from '../schemas/health.js'
+import { ref } from '../schemas/ref.js'
 
 export interface HealthRoutesOptions {
   /** The service whose readiness is reported: the internal listener reports on the public app. */
@@ -19,9 +21,14 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
 
   fastify.get('/healthz', {
     schema: {
+      operationId: 'getLiveness',
       summary: 'Liveness: the process answers',
       tags: ['operations'],
-      response: { 200: LiveReply }
+      security: [],
+      response: {
+        200: ref(LiveReply, { description: 'The process is up. Nothing else is checked: an outage of Redis or of the mailer does not fail it.' }),
+        ...errorResponses(connectionErrors)
+      }
     }
   }, async () => ({ ok: true as const }))
 
@@ -29,10 +36,16 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
     // Each probe pings the stores: strangers are held to the public routes' limit.
     config: { cors: false, rateLimit: perSource(service.config.routeLimits.public) },
     schema: {
+      operationId: 'getReadiness',
       summary: 'Readiness: the token store and the mailer are usable',
       description: 'Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.',
       tags: ['operations'],
-      response: { 200: ReadyReply, 503: ReadyReply }
+      security: [],
+      response: {
+        200: ref(ReadyReply, { description: 'Ready: the token store and the mailer are usable.' }),
+        503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this.' }),
+        ...errorResponses(connectionErrors)
+      }
     }
   }, async (request, reply) => {
     const { backend, mailer, blocklists, metrics } = service

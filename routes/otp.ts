@@ -1,7 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { callerOf } from '../plugins/otp.js'
-import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
 import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyReply } from '../schemas/otp.js'
+import { ref } from '../schemas/ref.js'
 
 const security = [{ bearerAuth: [] }]
 
@@ -15,10 +16,10 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       tags: ['otp'],
       security,
       headers: IdempotencyHeaders,
-      body: DispatchBody,
+      body: ref(DispatchBody),
       response: {
-        200: DispatchReply,
-        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
+        200: ref(DispatchReply, { description: 'The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify.' }),
+        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {
@@ -38,10 +39,10 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       description: 'Every call consumes the code of its requestId, right or wrong: a code can be tried once. Unknown, expired, used, other-tenant and wrong guesses all answer the same 400 `CODE_MISMATCH`.',
       tags: ['otp'],
       security,
-      body: VerifyBody,
+      body: ref(VerifyBody),
       response: {
-        200: VerifyReply,
-        ...errorResponses([...commonErrors, 'CODE_MISMATCH', 'INVALID_CODE_FORMAT', 'RATE_LIMITED'])
+        200: ref(VerifyReply, { description: 'The guess matched: the person controls the address. The code is used up.' }),
+        ...errorResponses([...commonErrors, ...bodyErrors, 'CODE_MISMATCH', 'INVALID_CODE_FORMAT', 'RATE_LIMITED'])
       }
     }
   }, async function verify (request, reply) {

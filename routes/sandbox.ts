@@ -4,7 +4,8 @@ import { describeEmailRejection, validateEmail } from '../lib/recipients/address
 import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
-import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { commonErrors, errorResponses, inputErrors } from '../schemas/errors.js'
+import { ref } from '../schemas/ref.js'
 import { SandboxMessagesReply, SandboxQuery } from '../schemas/sandbox.js'
 
 const simulated = Object.entries(SIMULATED_RECIPIENTS).map(([address, { description }]) => `\`${address}\`: ${description}.`).join(' ')
@@ -20,8 +21,8 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
       security: [{ bearerAuth: [] }],
       querystring: SandboxQuery,
       response: {
-        200: SandboxMessagesReply,
-        ...errorResponses([...commonErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
+        200: ref(SandboxMessagesReply, { description: 'The messages sandbox keys of this tenant sent to the address in the last hour, newest first (empty when none).' }),
+        ...errorResponses([...commonErrors, ...inputErrors, 'INVALID_EMAIL', 'NOT_FOUND'])
       }
     }
   }, async function listSandboxMessages (request) {

@@ -5,6 +5,7 @@ import { apiError } from '../lib/errors.js'
 import { usageReport } from '../lib/quota/allowance.js'
 import { storeCall } from '../lib/store-errors.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
+import { ref } from '../schemas/ref.js'
 
 const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fastify) {
   fastify.get('/usage', {
@@ -15,7 +16,10 @@ const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fasti
       description: 'Secret keys only (a restricted key gets 403 KEY_NOT_PERMITTED). Sandbox dispatches count against the separate sandbox allowance, never the live one.',
       tags: ['account'],
       security: [{ bearerAuth: [] }],
-      response: { 200: UsageReply, ...errorResponses([...commonErrors, 'KEY_NOT_PERMITTED']) }
+      response: {
+        200: ref(UsageReply, { description: 'The tier, and for live and sandbox traffic the allowance, what was charged and when the window ends.' }),
+        ...errorResponses([...commonErrors, 'KEY_NOT_PERMITTED'])
+      }
     }
   }, async function usage (request) {
     const key = request.auth

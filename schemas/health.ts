@@ -18,6 +18,6 @@ export const ReadyReply = Type.Object({
   blocklists: Type.Optional(Type.Array(BlockListStatus, {
     description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version. Only for callers with METRICS_TOKEN, and on the internal listener.'
   }))
-})
+}, { $id: 'ReadyReply', description: 'Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each and of the block lists.' })
 
-export const LiveReply = Type.Object({ ok: Type.Literal(true) })
+export const LiveReply = Type.Object({ ok: Type.Literal(true) }, { $id: 'LiveReply', description: 'The process answers.' })

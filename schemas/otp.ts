@@ -13,7 +13,7 @@ export const DispatchBody = Type.Object({
     description: 'Language of the mail (BCP 47, e.g. `fr` or `de-CH`): en, fr, de and es are available. Unset or unavailable: from Accept-Language, else English.',
     examples: ['fr']
   }))
-}, { additionalProperties: false })
+}, { $id: 'DispatchRequest', additionalProperties: false })
 
 export const DispatchReply = Type.Object({
   success: Type.Literal(true),
@@ -21,17 +21,17 @@ export const DispatchReply = Type.Object({
   data: Type.Object({
     requestId: Type.String({ description: 'Opaque id of this code; send it back on verify. 128 random bits, URL-safe.', examples: ['otp_3q2-7wX0aH4vQm1sT9bK8c'] })
   })
-})
+}, { $id: 'DispatchReply', description: 'A code was mailed; `data.requestId` identifies it on verify.' })
 
 export const VerifyBody = Type.Object({
   requestId: Type.String({ pattern: REQUEST_ID_PATTERN, description: 'The requestId returned by dispatch.' }),
   userGuess: Type.String({ minLength: 1, maxLength: 64, description: 'The code typed by the user. Surrounding whitespace is trimmed; it must then be exactly 6 ASCII digits.', examples: ['042917'] })
-}, { additionalProperties: false })
+}, { $id: 'VerifyRequest', additionalProperties: false })
 
 export const VerifyReply = Type.Object({
   success: Type.Literal(true),
   message: Type.String()
-})
+}, { $id: 'VerifyReply', description: 'The guess matched the code of the requestId: the person controls the address. The code is used up.' })
 
 export type DispatchBodyType = Static<typeof DispatchBody>
 export type VerifyBodyType = Static<typeof VerifyBody>

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 
 export const UnlockBody = Type.Object({
   email: Type.String({ minLength: 1, maxLength: 1024, description: 'The recipient whose lock to clear; every spelling of its mailbox is the same one.', examples: ['ada@example.com'] })
-}, { additionalProperties: false })
+}, { $id: 'UnlockRequest', additionalProperties: false })
 
 export const UnlockReply = Type.Object({
   success: Type.Literal(true),
@@ -10,4 +10,4 @@ export const UnlockReply = Type.Object({
   data: Type.Object({
     cleared: Type.Boolean({ description: 'Whether the mailbox had a lock or a run of wrong guesses to forget.' })
   })
-})
+}, { $id: 'UnlockReply' })

@@ -13,4 +13,4 @@ const SandboxMessage = Type.Object({
 
 export const SandboxQuery = Type.Object({ email: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false })
 
-export const SandboxMessagesReply = Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) })
+export const SandboxMessagesReply = Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) }, { $id: 'SandboxMessagesReply', description: 'The sandbox messages to one address, newest first.' })

@@ -16,4 +16,4 @@ export const UsageReply = Type.Object({
     live: Allowance,
     sandbox: Allowance
   })
-})
+}, { $id: 'UsageReply', description: "The tenant's billing tier and its live and sandbox allowance in the current window." })

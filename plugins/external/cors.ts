@@ -1,6 +1,7 @@
 import cors from '@fastify/cors'
 import fp from 'fastify-plugin'
 import { parseOrigin } from '../../lib/tenants/registry.js'
+import { responseHeaderNames } from '../../schemas/headers.js'
 
 /**
  * @fastify/cors. Preflights are answered for any well-formed origin (browsers send them
@@ -12,7 +13,8 @@ export default fp(async function corsPlugin (fastify) {
     origin: (origin, callback) => { callback(null, origin !== undefined && parseOrigin(origin) !== null) },
     methods: ['GET', 'POST'],
     allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
-    exposedHeaders: ['Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'Quota-Limit', 'Quota-Remaining', 'Quota-Reset', 'X-Request-Id', 'Idempotent-Replayed'],
+    // Every header the OpenAPI document says an answer carries is readable by the page.
+    exposedHeaders: responseHeaderNames,
     maxAge: 600,
     // Strict mode answers an OPTIONS with an Origin but no Access-Control-Request-Method with
     // its own text/plain 400; it is answered as a preflight instead.

@@ -1,0 +1,19 @@
+import type { TSchema } from '@sinclair/typebox'
+import { ErrorBody, ErrorCodeSchema } from './errors.js'
+import { LiveReply, ReadyReply } from './health.js'
+import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from './otp.js'
+import { UnlockBody, UnlockReply } from './recipients.js'
+import { SandboxMessagesReply } from './sandbox.js'
+import { UsageReply } from './usage.js'
+
+/**
+ * The named schemas, registered once with Fastify and published as
+ * `#/components/schemas/<$id>`. Routes use them through ref(); a schema that a route refers
+ * to but that is missing here stops the service at start-up.
+ */
+export const namedSchemas: readonly TSchema[] = [
+  ErrorCodeSchema, ErrorBody,
+  DispatchBody, DispatchReply, VerifyBody, VerifyReply,
+  UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply,
+  LiveReply, ReadyReply
+]

@@ -1,0 +1,104 @@
+import { Type, type TSchema } from '@sinclair/typebox'
+import type { ErrorCode } from './error-catalog.js'
+
+interface ResponseHeader {
+  description: string
+  schema: TSchema
+  example?: string
+}
+
+const Seconds = Type.Integer({ minimum: 0 })
+const Count = Type.Integer({ minimum: 0 })
+
+/**
+ * Every response header the API promises, with its type and meaning. The OpenAPI document
+ * describes each on the answers that carry it, and CORS exposes each to browsers.
+ */
+export const responseHeaders = {
+  'X-Request-Id': {
+    description: 'Identifies this answer in the service\'s logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored.',
+    schema: Type.String({ format: 'uuid' })
+  },
+  'Retry-After': {
+    description: 'Seconds to wait before sending the request again (RFC 9110).',
+    schema: Seconds
+  },
+  'RateLimit-Limit': {
+    description: 'Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source\'s). On account and public routes, their own per-key or per-source limit.',
+    schema: Count
+  },
+  'RateLimit-Remaining': {
+    description: 'Requests left in that window before 429 `RATE_LIMITED`.',
+    schema: Count
+  },
+  'RateLimit-Reset': {
+    description: 'Seconds until that window resets.',
+    schema: Seconds
+  },
+  'Quota-Limit': {
+    description: 'Dispatches allowed per window by the tenant\'s billing tier (the live or the sandbox allowance, after the key\'s mode). Sent to secret keys only: a page never sees the tenant\'s volume.',
+    schema: Count
+  },
+  'Quota-Remaining': {
+    description: 'Dispatches left in the current window before 402 `QUOTA_EXCEEDED`.',
+    schema: Count
+  },
+  'Quota-Reset': {
+    description: 'Seconds until the current window ends and the allowance returns.',
+    schema: Seconds
+  },
+  'Idempotent-Replayed': {
+    description: 'Present when this is the stored answer of an earlier request with the same `Idempotency-Key` and body: nothing was sent or charged again.',
+    schema: Type.Unsafe<'true'>({ type: 'string', enum: ['true'] })
+  },
+  'WWW-Authenticate': {
+    description: 'The authentication scheme to use: `Bearer` (RFC 6750).',
+    schema: Type.String(),
+    example: 'Bearer realm="email-otp"'
+  }
+} as const satisfies Record<string, ResponseHeader>
+
+export type ResponseHeaderName = keyof typeof responseHeaders
+
+export const responseHeaderNames = Object.keys(responseHeaders) as ResponseHeaderName[]
+
+/**
+ * Which answers carry which headers. A row applies to the answers that match all of its
+ * filters; a filter left out matches everything: `operations` by operationId, `statuses`,
+ * and `codes` (error answers listing one of these codes). `required`: every such answer
+ * carries the headers (generated clients then type them as always present); otherwise some
+ * do. A new header is one entry above and one row here; a new route that carries a header is
+ * its operationId added to a row.
+ */
+export interface HeaderPlacement {
+  headers: readonly ResponseHeaderName[]
+  operations?: readonly string[]
+  statuses?: readonly number[]
+  codes?: readonly ErrorCode[]
+  required?: boolean
+}
+
+const rateLimit = ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'] as const
+const quota = ['Quota-Limit', 'Quota-Remaining', 'Quota-Reset'] as const
+
+export const responseHeaderPlacements: readonly HeaderPlacement[] = [
+  { headers: ['X-Request-Id'], required: true },
+  { headers: ['WWW-Authenticate'], codes: ['UNAUTHORIZED'], required: true },
+  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE'], required: true },
+  // Answers given after the velocity limits were counted carry the tightest limit's state (a
+  // lockout's 429 and a replayed answer do not).
+  { headers: rateLimit, codes: ['RATE_LIMITED'] },
+  { headers: rateLimit, operations: ['dispatchCode'], statuses: [200, 402, 502] },
+  // The routes outside the OTP admission step (@fastify/rate-limit): the account routes count
+  // after authentication, readiness on arrival.
+  { headers: rateLimit, operations: ['getUsage'], statuses: [200, 503] },
+  { headers: rateLimit, operations: ['unlockRecipient'], statuses: [200, 400, 503] },
+  { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },
+  { headers: rateLimit, operations: ['getReadiness'], statuses: [200, 503], required: true },
+  { headers: rateLimit, operations: ['verifyCode'], statuses: [200], required: true },
+  { headers: rateLimit, operations: ['verifyCode'], statuses: [400] },
+  // Answers to secret keys given after the allowance was counted carry its state, replayed ones included.
+  { headers: quota, operations: ['dispatchCode'], statuses: [200, 402, 502] },
+  // The answers an Idempotency-Key keeps: those of admitted dispatches.
+  { headers: ['Idempotent-Replayed'], operations: ['dispatchCode'], statuses: [200, 502] }
+]

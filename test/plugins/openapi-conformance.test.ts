@@ -1,0 +1,209 @@
+import t from 'tap'
+import type { InjectOptions, LightMyRequestResponse } from 'fastify'
+import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { freePort } from '../support/redis.js'
+
+/**
+ * Real answers against the document: every answer of a documented operation has a
+ * documented status, an error code listed under that status, and only documented headers;
+ * every header documented on an answer was seen on it at least once.
+ */
+
+interface DocumentResponse {
+  headers?: Record<string, { required?: boolean }>
+  content?: Record<string, { schema: { allOf?: Array<{ properties?: { code?: { enum?: string[] } } }> } }>
+}
+interface Document {
+  paths: Record<string, Record<string, { operationId: string, responses: Record<string, DocumentResponse> }>>
+}
+
+// HTTP's own headers, the CORS headers and the security headers every answer carries: they
+// are not part of the API, and the document leaves them out.
+const notTheApi = new Set([
+  'content-type', 'content-length', 'date', 'connection', 'keep-alive', 'transfer-encoding', 'vary', 'cache-control',
+  'access-control-allow-origin', 'access-control-allow-credentials', 'access-control-expose-headers',
+  'content-security-policy', 'cross-origin-opener-policy', 'cross-origin-resource-policy', 'origin-agent-cluster',
+  'referrer-policy', 'strict-transport-security', 'x-content-type-options', 'x-dns-prefetch-control',
+  'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
+])
+
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'getLiveness', 'getReadiness']
+const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
+
+// Documented answers no request here can provoke, and why.
+const notExercised = new Map([
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
+  ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`]
+])
+
+interface Exchange { operationId: string, what: string, answer: LightMyRequestResponse }
+
+t.test('every answer the service sends is the one the document describes', async (t) => {
+  const exchanges: Exchange[] = []
+  const { path, keys } = writeTenants(t, (file) => {
+    file.tenants[0]!.blockedNetworks = ['192.0.2.0/24']
+    // globex's sandbox allowance is one dispatch: the second answers 402.
+    file.tenants[1]!.quota = { sandboxAllowance: 1 }
+  })
+  const main = await buildApp(t, { TENANTS_FILE: path })
+  const json = { 'content-type': 'application/json' }
+  async function exchange (app: typeof main.app, operationId: string, what: string, options: InjectOptions): Promise<LightMyRequestResponse> {
+    const answer = await app.inject(options)
+    exchanges.push({ operationId, what, answer })
+    return answer
+  }
+  const dispatch = async (what: string, key: string | null, email: string, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, 'dispatchCode', what, { method: 'POST', url: '/otp/request', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: { email } })
+  const verify = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, 'verifyCode', what, { method: 'POST', url: '/otp/verify', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
+  const get = async (operationId: string, what: string, url: string, key: string | null, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, operationId, what, { method: 'GET', url, headers: { ...(key === null ? {} : bearer(key)), ...headers } })
+
+  // Dispatch: every status, and the replay of the answers an Idempotency-Key keeps (those of
+  // admitted dispatches; a refusal runs again).
+  await dispatch('sent', keys.acmeLive, 'ada@example.com')
+  const withKey: Array<[string, string, string, boolean]> = [
+    ['sent', keys.acmeLive, 'bob@example.com', true],
+    ['refused address', keys.acmeLive, 'not an address', false],
+    ['disposable domain', keys.acmeLive, 'x@mailinator.com', false],
+    ['delivery failed', keys.acmeTest, 'fail@simulator.invalid', true],
+    ['allowance left', keys.globexTest, 'one@example.com', true],
+    ['allowance used up', keys.globexTest, 'two@example.com', false]
+  ]
+  for (const [index, [what, key, email, kept]] of withKey.entries()) {
+    const idempotencyKey = { 'idempotency-key': `replay-${index}` }
+    await dispatch(what, key, email, idempotencyKey)
+    const again = await dispatch(`${what}, again`, key, email, idempotencyKey)
+    t.equal(again.headers['idempotent-replayed'], kept ? 'true' : undefined, `${what}: ${kept ? 'replayed' : 'run again'}`)
+  }
+  await dispatch('same Idempotency-Key, other body', keys.acmeLive, 'carol@example.com', { 'idempotency-key': 'replay-0' })
+  await exchange(main.app, 'dispatchCode', 'missing field', { method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: {} })
+  await exchange(main.app, 'dispatchCode', 'broken JSON', { method: 'POST', url: '/otp/request', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{"email":' })
+  await exchange(main.app, 'dispatchCode', 'malformed URL', { method: 'POST', url: '/otp/request%zz', headers: bearer(keys.acmeLive), payload: { email: 'a@example.com' } })
+  await exchange(main.app, 'dispatchCode', 'too large', { method: 'POST', url: '/otp/request', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
+  await exchange(main.app, 'dispatchCode', 'not JSON', { method: 'POST', url: '/otp/request', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'a@example.com' })
+  await dispatch('no key', null, 'a@example.com')
+  await dispatch('revoked key', keys.acmeRevoked, 'a@example.com')
+  await dispatch('origin not allowed', keys.acmeBrowser, 'a@example.com', { origin: 'https://evil.example' })
+  await dispatch('secret key in a browser', keys.acmeLive, 'a@example.com', { origin: 'https://app.acme.test' })
+  await exchange(main.app, 'dispatchCode', 'blocked network', { method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'a@example.com' }, remoteAddress: '192.0.2.7' })
+
+  // Verify.
+  await dispatch('sent', keys.acmeTest, 'vera@example.com')
+  const [message] = (await get('listSandboxMessages', 'inbox', '/sandbox/messages?email=vera@example.com', keys.acmeTest)).json().data.messages
+  await verify('right code', keys.acmeTest, { requestId: message.requestId, userGuess: message.code })
+  await verify('used code', keys.acmeTest, { requestId: message.requestId, userGuess: message.code })
+  await verify('not 6 digits', keys.acmeTest, { requestId: message.requestId, userGuess: 'abc' })
+  await verify('missing field', keys.acmeTest, { requestId: message.requestId })
+  await exchange(main.app, 'verifyCode', 'broken JSON', { method: 'POST', url: '/otp/verify', headers: { ...bearer(keys.acmeTest), ...json }, payload: '{' })
+  await exchange(main.app, 'verifyCode', 'malformed URL', { method: 'POST', url: '/otp/verify%', headers: bearer(keys.acmeTest), payload: {} })
+  await exchange(main.app, 'verifyCode', 'too large', { method: 'POST', url: '/otp/verify', headers: { ...bearer(keys.acmeTest), ...json }, payload: JSON.stringify({ requestId: 'a'.repeat(5000), userGuess: '1' }) })
+  await exchange(main.app, 'verifyCode', 'not JSON', { method: 'POST', url: '/otp/verify', headers: { ...bearer(keys.acmeTest), 'content-type': 'text/plain' }, payload: 'x' })
+  await verify('no key', null, { requestId: 'x', userGuess: '123456' })
+  await verify('origin not allowed', keys.acmeBrowser, { requestId: 'x', userGuess: '123456' }, { origin: 'https://evil.example' })
+
+  // Usage, sandbox inbox, health.
+  await get('getUsage', 'usage', '/usage', keys.acmeLive)
+  await get('getUsage', 'restricted key', '/usage', keys.acmeBrowser, { origin: 'https://app.acme.test' })
+  await get('getUsage', 'no key', '/usage', null)
+  await get('getUsage', 'malformed URL', '/usage%zz', keys.acmeLive)
+  await get('listSandboxMessages', 'live key', '/sandbox/messages?email=vera@example.com', keys.acmeLive)
+  await get('listSandboxMessages', 'no address', '/sandbox/messages', keys.acmeTest)
+  await get('listSandboxMessages', 'refused address', '/sandbox/messages?email=nope', keys.acmeTest)
+  await get('listSandboxMessages', 'no key', '/sandbox/messages?email=vera@example.com', null)
+  await get('listSandboxMessages', 'secret key in a browser', '/sandbox/messages?email=vera@example.com', keys.acmeTest, { origin: 'https://app.acme.test' })
+  await get('getLiveness', 'alive', '/healthz', null)
+  await get('getLiveness', 'malformed URL', '/healthz%zz', null)
+  await get('getReadiness', 'ready', '/readyz', null)
+  await get('getReadiness', 'malformed URL', '/readyz%', null)
+  const unlock = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, 'unlockRecipient', what, { method: 'POST', url: '/recipients/unlock', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
+  await unlock('unlocked', keys.acmeLive, { email: 'ada@example.com' })
+  await unlock('refused address', keys.acmeLive, { email: 'nope' })
+  await unlock('restricted key', keys.acmeBrowser, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
+  await unlock('no key', null, { email: 'ada@example.com' })
+  await unlock('secret key in a browser', keys.acmeLive, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
+  await unlock('unknown field', keys.acmeLive, { email: 'ada@example.com', extra: 1 })
+  await exchange(main.app, 'unlockRecipient', 'broken JSON', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
+  await exchange(main.app, 'unlockRecipient', 'malformed URL', { method: 'POST', url: '/recipients/unlock%zz', headers: bearer(keys.acmeLive), payload: {} })
+  await exchange(main.app, 'unlockRecipient', 'too large', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
+  await exchange(main.app, 'unlockRecipient', 'not JSON', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
+  await dispatch('End-User-IP from a restricted key', keys.acmeBrowser, 'a@example.com', { origin: 'https://app.acme.test', 'end-user-ip': '198.51.100.1' })
+
+  // Velocity limits: 429 with the limit's state. The second dispatch stops at its recipient's
+  // bucket, so the key's counts the first dispatch and the two verifies.
+  const limited = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_RECIPIENT: '1/1m', RATE_LIMIT_KEY: '2/1m', RATE_LIMIT_ACCOUNT: '1/1m', RATE_LIMIT_PUBLIC: '1/1m' })
+  await dispatch('first', keys.acmeLive, 'dora@example.com', {}, limited.app)
+  await dispatch('recipient limit', keys.acmeLive, 'dora@example.com', {}, limited.app)
+  await verify('wrong code', keys.acmeLive, { requestId: 'abc', userGuess: '000000' }, {}, limited.app)
+  await verify('key limit', keys.acmeLive, { requestId: 'abc', userGuess: '000000' }, {}, limited.app)
+  for (const what of ['first', 'account limit']) {
+    await get('getUsage', what, '/usage', keys.acmeTest, {}, limited.app)
+    await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)
+    await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
+    await get('getReadiness', what === 'first' ? what : 'public limit', '/readyz', null, {}, limited.app)
+  }
+
+  // A duplicate while the first is still delivering: 409.
+  const slow = await buildApp(t, { TENANTS_FILE: path, MAIL_TIMEOUT_MS: '3000' })
+  const inFlight = { 'idempotency-key': 'slow-one' }
+  const first = dispatch('slow delivery', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
+  const conflicts = (): number => exchanges.filter(({ answer }) => answer.statusCode === 409).length
+  for (let attempt = 0; conflicts() === 0 && attempt < 100; attempt++) {
+    await dispatch('duplicate in flight', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  await first
+
+  // The memory store full: 503.
+  const full = await buildApp(t, { TENANTS_FILE: path, MEMORY_STORE_MAX_TOKENS: '1' })
+  await dispatch('fills the store', keys.acmeLive, 'eve@example.com', {}, full.app)
+  await dispatch('store full', keys.acmeLive, 'fay@example.com', {}, full.app)
+
+  // Redis unreachable: every keyed operation answers 503, the service is not ready.
+  const down = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: `redis://127.0.0.1:${await freePort()}`, OTP_HMAC_KEYS: TEST_HMAC_KEYS, REDIS_COMMAND_TIMEOUT_MS: '200' })
+  await dispatch('store down', keys.acmeTest, 'gus@example.com', {}, down.app)
+  await verify('store down', keys.acmeTest, { requestId: 'abc', userGuess: '123456' }, {}, down.app)
+  await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
+  await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
+  await get('listSandboxMessages', 'store down', '/sandbox/messages?email=gus@example.com', keys.acmeTest, {}, down.app)
+  await get('getReadiness', 'store down', '/readyz', null, {}, down.app)
+
+  const document = (await main.app.inject({ method: 'GET', url: '/openapi.json' })).json<Document>()
+  const operations = new Map(Object.values(document.paths).flatMap((item) => Object.values(item)).map((operation) => [operation.operationId, operation]))
+  const seen = new Map<string, Set<string>>()
+  for (const { operationId, what, answer } of exchanges) {
+    const status = String(answer.statusCode)
+    const where = `${operationId} ${status} (${what})`
+    const documented = operations.get(operationId)?.responses[status]
+    if (documented === undefined) {
+      t.fail(`${where}: the status is not documented`, { body: answer.body })
+      continue
+    }
+    const listed = documented.content?.['application/json']?.schema.allOf?.[1]?.properties?.code?.enum
+    if (listed !== undefined) t.ok(listed.includes(answer.json().code), `${where}: ${String(answer.json().code)} is listed`)
+    const documentedHeaders = Object.keys(documented.headers ?? {})
+    const sent = Object.keys(answer.headers).filter((name) => !notTheApi.has(name))
+    const undocumented = sent.filter((name) => !documentedHeaders.some((header) => header.toLowerCase() === name))
+    t.same(undocumented, [], `${where}: every header sent is documented`)
+    for (const [header, { required }] of Object.entries(documented.headers ?? {})) {
+      if (required === true) t.ok(answer.headers[header.toLowerCase()], `${where}: ${header} is always sent`)
+    }
+    seen.set(`${operationId} ${status}`, new Set([...seen.get(`${operationId} ${status}`) ?? [], ...sent]))
+  }
+
+  for (const [operationId, operation] of operations) {
+    for (const [status, response] of Object.entries(operation.responses)) {
+      const answers = seen.get(`${operationId} ${status}`)
+      if (answers === undefined) {
+        t.ok(notExercised.has(`${operationId} ${status}`), `${operationId} ${status} was exercised (or is listed as out of reach, with why)`)
+        continue
+      }
+      for (const header of Object.keys(response.headers ?? {})) {
+        t.ok(answers.has(header.toLowerCase()), `${operationId} ${status}: ${header}, documented, was sent at least once`)
+      }
+    }
+  }
+  for (const [answer, why] of notExercised) t.notOk(seen.has(answer), `${answer} is out of reach (${why}): if a test reaches it now, take it off the list`)
+})
