@@ -4,6 +4,7 @@ import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
+import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
@@ -165,6 +166,8 @@ export interface InternalAppOptions {
  */
 export async function internalApp (fastify: FastifyInstance, options: InternalAppOptions): Promise<void> {
   answerErrorsInContractShape(fastify)
+  // The health routes answer the named schemas the public app's OpenAPI plugin registers.
+  for (const schema of namedSchemas) fastify.addSchema(schema)
   await fastify.register(connectionsPlugin, { maxPerSource: 0, trustedProxies: null, ipv6BucketPrefix: 128 })
   await fastify.register(healthRoutes, { service: options.service, details: 'everyone' })
   await fastify.register(metricsRoutes, { service: options.service, requireToken: false })

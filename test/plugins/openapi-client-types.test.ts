@@ -20,9 +20,9 @@ type ApiError = components['schemas']['Error']
 type DispatchAnswers = operations['dispatchCode']['responses']
 
 /** How many dispatches this caller may still make: a replayed answer does not say. */
-export function remainingDispatches (headers: DispatchAnswers[200]['headers']): { velocity: number | undefined, quota: number, replayed: boolean } {
+export function remainingDispatches (headers: DispatchAnswers[200]['headers']): { velocity: number | undefined, quota: number | undefined, replayed: boolean } {
   const velocity: number | undefined = headers['RateLimit-Remaining']
-  const quota: number = headers['Quota-Remaining']
+  const quota: number | undefined = headers['Quota-Remaining']
   return { velocity, quota, replayed: headers['Idempotent-Replayed'] === 'true' }
 }
 
