@@ -2,12 +2,13 @@
  * Memory per live code, in process (MemoryTokenStore) and in Redis, for 1,000,000 codes.
  * `npm run bench:memory` (node --expose-gc); see bench/README.md.
  */
-import { randomBytes } from 'node:crypto'
+import { createSecretKey, randomBytes } from 'node:crypto'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { CodeSigner } from '../lib/otp/signer.js'
 import { issueCode } from '../lib/otp/codes.js'
+import { addressHash } from '../lib/receipts/address-hash.js'
 import { MemoryTokenStore } from '../lib/tokens/memory-token-store.js'
 import { startRedis } from '../test/support/redis.js'
 import { Resources } from './support/children.js'
@@ -53,10 +54,11 @@ async function main (resources: Resources): Promise<void> {
   // references to their parts), not just the right lengths.
   const signer = new CodeSigner([{ id: 'k1', secret: randomBytes(32) }])
   const scope = { tenantId: 'bench', mode: 'live' as const }
+  const addressKey = createSecretKey(randomBytes(32))
   rows.push({
     what: 'MemoryTokenStore heap, keys and records from issueCode',
     bytes: await heapPerToken(async (store) => {
-      for (let i = 0; i < TOKENS; i++) await issueCode(store, signer, scope, signer.tag(`bench.user${i}@example.com`), TOKEN_TTL_MS)
+      for (let i = 0; i < TOKENS; i++) await issueCode(store, signer, scope, signer.tag(`bench.user${i}@example.com`), addressHash(addressKey, `bench.user${i}@example.com`), TOKEN_TTL_MS)
     }),
     target: TARGETS.heapBytes
   })

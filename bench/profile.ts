@@ -11,12 +11,14 @@
  * written into Redis by the service's own issueCode with the service's HMAC key, so the
  * verify profile holds no dispatch traffic.
  */
+import { createSecretKey, randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { CodeSigner } from '../lib/otp/signer.js'
 import { issueCode } from '../lib/otp/codes.js'
+import { addressHash } from '../lib/receipts/address-hash.js'
 import { RedisTokenStore } from '../lib/tokens/redis-token-store.js'
 import { startRedis } from '../test/support/redis.js'
 import { Resources } from './support/children.js'
@@ -141,8 +143,12 @@ async function main (resources: Resources): Promise<void> {
       const store = new RedisTokenStore(client)
       const signer = new CodeSigner([{ id: 'k1', secret: tenant.hmacSecret }])
       const scope = { tenantId: 'bench', mode: 'live' as const }
+      const addressKey = createSecretKey(randomBytes(32))
       const seed = async (count: number): Promise<Token[]> => await Promise.all(
-        Array.from({ length: count }, async () => await issueCode(store, signer, scope, signer.tag(nextAddress()), TOKEN_TTL_MS))
+        Array.from({ length: count }, async () => {
+          const address = nextAddress()
+          return await issueCode(store, signer, scope, signer.tag(address), addressHash(addressKey, address), TOKEN_TTL_MS)
+        })
       )
       const verify = async (tokens: Token[]): Promise<LoadResult> => await runLoad({
         url: service.child.url, path: '/otp/verify', headers, connections: CONNECTIONS, amount: tokens.length, next: verifyRequests(tokens)

@@ -54,8 +54,13 @@ export type VerifyVerdict =
   | { kind: 'limited', counts: LimitCount[] }
   /** No such token (never issued, expired, used, another tenant's): nothing else changed. */
   | { kind: 'missing', counts: LimitCount[] }
-  | { kind: 'mismatch', counts: LimitCount[] }
-  | { kind: 'verified', counts: LimitCount[] }
+  /**
+   * `failures`: the recipient's wrong guesses in the lockout window, this one included, and
+   * `lockoutResetMs` the milliseconds until that window ends. `addressHash`: the record's, null
+   * for a record written without one.
+   */
+  | { kind: 'mismatch', counts: LimitCount[], addressHash: string | null, failures: number, lockoutResetMs: number }
+  | { kind: 'verified', counts: LimitCount[], addressHash: string | null }
 
 /**
  * Runs a request's whole admission as one atomic step: one script and one round trip on
@@ -66,8 +71,14 @@ export interface Admission {
   verify (plan: VerifyPlan): Promise<VerifyVerdict>
 }
 
-/** The last `|` separates a token record's code hash from its recipient tag. */
-export function splitRecord (record: string): { storedForm: string, recipientTag: string } {
-  const separator = record.lastIndexOf('|')
-  return { storedForm: record.slice(0, separator), recipientTag: record.slice(separator + 1) }
+/**
+ * A token record is `storedForm|recipientTag|addressHash` (none of the three contains `|`);
+ * a record without the address hash (`storedForm|recipientTag`) reads with a null one.
+ */
+export function splitRecord (record: string): { storedForm: string, recipientTag: string, addressHash: string | null } {
+  const first = record.indexOf('|')
+  const second = record.indexOf('|', first + 1)
+  return second === -1
+    ? { storedForm: record.slice(0, first), recipientTag: record.slice(first + 1), addressHash: null }
+    : { storedForm: record.slice(0, first), recipientTag: record.slice(first + 1, second), addressHash: record.slice(second + 1) }
 }

@@ -58,14 +58,18 @@ export class MemoryAdmission implements Admission {
     if (exceeded) return { kind: 'limited', counts }
     const record = await this.#tokens.take(plan.tokenKey)
     if (record === null) return { kind: 'missing', counts }
-    const { storedForm, recipientTag } = splitRecord(record)
+    const { storedForm, recipientTag, addressHash } = splitRecord(record)
     let verified = false
     // Every form is compared, so timing does not tell which key matched.
     for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
     const lockoutKey = plan.lockout.keyPrefix + recipientTag
-    if (verified) this.#guesses.reset(lockoutKey)
-    else this.#guesses.recordFailure(lockoutKey, plan.lockout.windowMs)
-    return { kind: verified ? 'verified' : 'mismatch', counts }
+    if (verified) {
+      this.#guesses.reset(lockoutKey)
+      return { kind: 'verified', counts, addressHash }
+    }
+    this.#guesses.recordFailure(lockoutKey, plan.lockout.windowMs)
+    const failures = this.#guesses.failures(lockoutKey)
+    return { kind: 'mismatch', counts, addressHash, failures: failures.count, lockoutResetMs: failures.resetMs }
   }
 
   close (): void {

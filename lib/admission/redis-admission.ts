@@ -58,7 +58,8 @@ return reply
  * KEYS: token, then one bucket per limit.
  * ARGV: lockout key prefix, lockout window ms, number of stored forms n, the n stored forms,
  * then max and window ms per limit.
- * Reply: { verdict, then count and ms left per limit }.
+ * Reply: { verdict, recipient failures, lockout ms left, address hash (or ''), then count and
+ * ms left per limit }; failures and ms left are 0 but after a wrong guess.
  *
  * The comparison is plain string equality on keyed hashes: its timing could only tell how
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
@@ -66,7 +67,7 @@ return reply
  */
 const VERIFY_LUA = `${HIT_LIMIT_LUA}${LOCKOUT_LUA}
 local forms = tonumber(ARGV[3])
-local reply = { ${VERIFY.limited} }
+local reply = { ${VERIFY.limited}, 0, 0, '' }
 local exceeded = false
 for i = 2, #KEYS do
   local max = tonumber(ARGV[forms + 2 * i])
@@ -81,19 +82,21 @@ if not record then
   reply[1] = ${VERIFY.missing}
   return reply
 end
-local stored, tag = string.match(record, '^(.*)|([^|]*)$')
+local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|?([^|]*)$')
 local verified = false
 for f = 1, forms do
   if ARGV[3 + f] == stored then verified = true end
 end
 reply[1] = ${VERIFY.mismatch}
 if tag == nil then return reply end
+reply[4] = hash
 local lockoutKey = ARGV[1] .. tag
 if verified then
   redis.call('DEL', lockoutKey)
   reply[1] = ${VERIFY.verified}
 else
-  recordFailure(lockoutKey, ARGV[2])
+  reply[2] = recordFailure(lockoutKey, ARGV[2])
+  reply[3] = redis.call('PTTL', lockoutKey)
 end
 return reply
 `
@@ -164,13 +167,18 @@ export class RedisAdmission implements Admission {
       keys.push(limit.bucket)
       args.push(String(limit.max), String(limit.windowMs))
     }
-    const reply = numbers(await storeCall('verify admission', async () => await this.#commands[VERIFY_COMMAND](String(keys.length), ...keys, ...args)), 'verify')
-    const hits = counts(reply, 1)
+    const raw = await storeCall('verify admission', async () => await this.#commands[VERIFY_COMMAND](String(keys.length), ...keys, ...args))
+    // The fourth element is the address hash, a string: checked apart from the numbers.
+    const hash = Array.isArray(raw) ? raw[3] as unknown : undefined
+    if (typeof hash !== 'string') throw new Error(`unexpected reply from the verify script: ${JSON.stringify(raw)}`)
+    const reply = numbers([...(raw as unknown[]).slice(0, 3), ...(raw as unknown[]).slice(4)], 'verify')
+    const hits = counts(reply, 3)
+    const addressHash = hash === '' ? null : hash
     switch (reply[0]) {
       case VERIFY.limited: return { kind: 'limited', counts: hits }
       case VERIFY.missing: return { kind: 'missing', counts: hits }
-      case VERIFY.verified: return { kind: 'verified', counts: hits }
-      default: return { kind: 'mismatch', counts: hits }
+      case VERIFY.verified: return { kind: 'verified', counts: hits, addressHash }
+      default: return { kind: 'mismatch', counts: hits, addressHash, failures: reply[1] ?? 0, lockoutResetMs: reply[2] ?? 0 }
     }
   }
 }

@@ -26,19 +26,21 @@ export function storeKey (scope: TokenScope, requestId: string): string {
 }
 
 export interface MintedCode extends IssuedCode {
-  /** What the store keeps: the code's keyed hash and the recipient's tag. */
+  /** What the store keeps: the code's keyed hash, the recipient's tag and its address hash. */
   record: string
 }
 
 /**
  * A new code, its requestId and its store record, not yet stored. The record carries the
- * recipient's tag so that wrong guesses can be counted per recipient.
+ * recipient's tag so that wrong guesses can be counted per recipient, and the tenant's keyed
+ * hash of the address (lib/receipts/address-hash.ts) for the receipt and the events of its
+ * verify, which knows only the requestId. Both are keyed hashes, never the address.
  */
-export function mintCode (signer: CodeSigner, scope: TokenScope, recipientTag: string): MintedCode {
+export function mintCode (signer: CodeSigner, scope: TokenScope, recipientTag: string, addressHash: string): MintedCode {
   const requestId = generateRequestId()
   const code = generateCode()
   const codeScope: CodeScope = { tenantId: scope.tenantId, mode: scope.mode, requestId }
-  return { requestId, code, storeKey: storeKey(scope, requestId), record: `${signer.sign(codeScope, code)}|${recipientTag}` }
+  return { requestId, code, storeKey: storeKey(scope, requestId), record: `${signer.sign(codeScope, code)}|${recipientTag}|${addressHash}` }
 }
 
 /** 128 random bits make a collision practically impossible; this many fresh tries turn one into a retry. */
@@ -46,11 +48,11 @@ export const MINT_ATTEMPTS = 3
 
 /** Creates a code and stores its keyed hash, bound to tenant, mode and requestId. */
 export async function issueCode (
-  store: TokenStore, signer: CodeSigner, scope: TokenScope, recipientTag: string, ttlMs: number
+  store: TokenStore, signer: CodeSigner, scope: TokenScope, recipientTag: string, addressHash: string, ttlMs: number
 ): Promise<IssuedCode> {
   // NX turns a collision into a retry instead of a silent overwrite of somebody else's code.
   for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-    const minted = mintCode(signer, scope, recipientTag)
+    const minted = mintCode(signer, scope, recipientTag, addressHash)
     if (await store.put(minted.storeKey, minted.record, ttlMs)) {
       return { requestId: minted.requestId, code: minted.code, storeKey: minted.storeKey }
     }
