@@ -15,14 +15,17 @@ import errorsPlugin from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
+import receiptsPlugin from './plugins/receipts.js'
 import redisPlugin from './plugins/redis.js'
 import securityHeadersPlugin from './plugins/security-headers.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantQuotaPlugin from './plugins/tenant-quota.js'
 import tenantsPlugin from './plugins/tenants.js'
 import tokenStorePlugin from './plugins/token-store.js'
+import webhooksPlugin from './plugins/webhooks.js'
 import healthRoutes from './routes/health.js'
 import otpRoutes from './routes/otp.js'
+import receiptRoutes, { jwksRoutes } from './routes/receipts.js'
 import sandboxRoutes from './routes/sandbox.js'
 import usageRoutes from './routes/usage.js'
 
@@ -99,8 +102,11 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(errorsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(openapiPlugin)
+  await fastify.register(receiptsPlugin)
+  await fastify.register(webhooksPlugin)
 
   await fastify.register(healthRoutes)
+  await fastify.register(jwksRoutes)
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.
     api.removeContentTypeParser('text/plain')
@@ -114,6 +120,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(idempotencyPlugin)
     await api.register(otpRoutes)
     await api.register(usageRoutes)
+    await api.register(receiptRoutes)
     await api.register(sandboxRoutes)
   })
 }

@@ -4,6 +4,7 @@ import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
+import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -51,6 +52,19 @@ export interface Config {
   rateLimits: VelocityLimits
   lockout: { threshold: number, windowMs: number }
   metricsToken: string | null
+  receipts: {
+    /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
+    signingKeys: ReceiptKeyMaterial[] | null
+    issuer: string
+    ttlSeconds: number
+  }
+  webhooks: {
+    timeoutMs: number
+    concurrencyPerEndpoint: number
+    retry: { baseMs: number, maxDelayMs: number, forMs: number }
+    allowHttpLoopback: boolean
+    allowedNetworks: string[]
+  }
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -86,6 +100,14 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
+  }
+  let receiptSigningKeys: ReceiptKeyMaterial[] | null = null
+  if (valid.RECEIPT_SIGNING_KEYS !== undefined) {
+    try {
+      receiptSigningKeys = parseReceiptSigningKeys(valid.RECEIPT_SIGNING_KEYS)
+    } catch (error) {
+      throw new ConfigError('RECEIPT_SIGNING_KEYS', (error as Error).message)
+    }
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
@@ -129,7 +151,19 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       key: rateLimit('RATE_LIMIT_KEY', valid.RATE_LIMIT_KEY)
     },
     lockout: { threshold: valid.LOCKOUT_THRESHOLD, windowMs: rateLimit('LOCKOUT_WINDOW', `1/${valid.LOCKOUT_WINDOW}`).windowMs },
-    metricsToken: valid.METRICS_TOKEN ?? null
+    metricsToken: valid.METRICS_TOKEN ?? null,
+    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: valid.RECEIPT_TTL_SECONDS },
+    webhooks: {
+      timeoutMs: valid.WEBHOOK_TIMEOUT_MS,
+      concurrencyPerEndpoint: valid.WEBHOOK_CONCURRENCY_PER_ENDPOINT,
+      retry: {
+        baseMs: valid.WEBHOOK_RETRY_BASE_MS,
+        maxDelayMs: Math.max(valid.WEBHOOK_RETRY_BASE_MS, valid.WEBHOOK_RETRY_MAX_DELAY_MS),
+        forMs: rateLimit('WEBHOOK_RETRY_FOR', `1/${valid.WEBHOOK_RETRY_FOR}`).windowMs
+      },
+      allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
+      allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
+    }
   }
 }
 

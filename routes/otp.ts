@@ -10,7 +10,7 @@ import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyRepl
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
-  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, admission, metrics } = fastify
+  const { config, tokenStore, codeSigner, mailer, quota, abuseGuard, admission, metrics, receipts, webhooks } = fastify
 
   fastify.post('/otp/request', {
     config: { idempotent: true },
@@ -36,8 +36,9 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     const { tenant } = key
     abuseGuard.checkRecipient(key, checked.email.domain)
     const recipientTag = codeSigner.tag(checked.email.canonical)
+    const addressHash = receipts.addressHash(tenant, checked.email.address)
     const ttlSeconds = tenant.ttlSeconds ?? config.otpTtlSeconds
-    const issued = await admission.dispatch(request, reply, key, recipientTag, ttlSeconds * 1000)
+    const issued = await admission.dispatch(request, reply, key, recipientTag, addressHash, ttlSeconds * 1000)
     reply.headers(issued.reservation.headers)
     try {
       await mailer.send(composeVerificationMessage({
@@ -63,6 +64,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
       metrics.deliveryFailures.inc({ kind: error.kind })
       request.log.warn({ tenant: tenant.id, kind: error.kind, domain: checked.email.domain }, 'delivery failed')
+      webhooks.emit(tenant, key.mode, 'delivery.failed', { requestId: issued.requestId, addressHash, reason: error.kind })
       throw apiError('DELIVERY_FAILED')
     }
     metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
@@ -74,7 +76,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     schema: {
       operationId: 'verifyCode',
       summary: 'Check a guess against the code of a requestId',
-      description: 'Every call consumes the code of its requestId, right or wrong: a code can be tried once. Unknown, expired, used, other-tenant and wrong guesses all answer the same 400 `CODE_MISMATCH`.',
+      description: 'Every call consumes the code of its requestId, right or wrong: a code can be tried once. Unknown, expired, used, other-tenant and wrong guesses all answer the same 400 `CODE_MISMATCH`. A right guess answers a signed receipt for the backend (see POST /otp/receipts/redeem).',
       tags: ['otp'],
       security,
       body: VerifyBody,
@@ -86,12 +88,20 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
   }, async function verify (request, reply) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    const result = await admission.verify(request, reply, key, request.body.requestId, request.body.userGuess)
+    const { requestId } = request.body
+    const { result, addressHash, lockedUntilMs } = await admission.verify(request, reply, key, requestId, request.body.userGuess)
     metrics.verifications.inc({ mode: key.mode, result })
-    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId: request.body.requestId, result }, 'code checked')
+    request.log.info({ tenant: key.tenant.id, mode: key.mode, requestId, result }, 'code checked')
+    if (addressHash !== null && result !== 'verified') {
+      webhooks.emit(key.tenant, key.mode, 'verification.failed', { requestId, addressHash, reason: result === 'malformed' ? 'malformed_code' : 'wrong_code' })
+      if (lockedUntilMs !== null) webhooks.emit(key.tenant, key.mode, 'recipient.locked', { requestId, addressHash, lockedUntil: new Date(lockedUntilMs).toISOString() })
+    }
     if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT')
-    if (result === 'mismatch') throw apiError('CODE_MISMATCH')
-    return { success: true as const, message: 'Code verified' }
+    if (result === 'mismatch' || addressHash === null) throw apiError('CODE_MISMATCH')
+    webhooks.emit(key.tenant, key.mode, 'verification.succeeded', { requestId, addressHash })
+    // Signed on success only: a wrong guess costs no signature.
+    const receipt = await receipts.issue(key, requestId, addressHash)
+    return { success: true as const, message: 'Code verified', data: { receipt } }
   })
 }
 

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { REQUEST_ID_PATTERN } from './patterns.js'
+import { Receipt } from './receipts.js'
 
 export const DispatchBody = Type.Object({
   email: Type.String({
@@ -30,7 +31,8 @@ export const VerifyBody = Type.Object({
 
 export const VerifyReply = Type.Object({
   success: Type.Literal(true),
-  message: Type.String()
+  message: Type.String(),
+  data: Type.Object({ receipt: Receipt })
 })
 
 export type DispatchBodyType = Static<typeof DispatchBody>

@@ -1,7 +1,10 @@
+import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type TenantsFile, type TierEntry } from '../../schemas/tenants.js'
+import { TenantsFileSchema, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
+import type { WebhookEventType } from '../../schemas/webhooks.js'
+import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
@@ -38,6 +41,17 @@ export interface Tenant {
   recipientPolicy: RecipientPolicy
   /** Networks this tenant refuses requests from, or null. */
   blockedNetworks: IpRangeSet | null
+  /** The key receipts and webhook events hash the recipient address under; null: a derived one. */
+  addressHashKey: KeyObject | null
+  webhooks: readonly WebhookEndpoint[]
+}
+
+/** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
+export interface WebhookEndpoint {
+  url: string
+  /** `whsec_…`, as the Standard Webhooks libraries take it. */
+  secret: string
+  events: ReadonlySet<WebhookEventType>
 }
 
 export interface TenantKey {
@@ -98,7 +112,9 @@ export class TenantRegistry {
           denyDomains: entry.recipients?.denyDomains ?? [],
           allowDomains: entry.recipients?.allowDomains ?? []
         }),
-        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)
+        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`),
+        addressHashKey: addressHashKey(entry.addressHashKey, `${where}/addressHashKey`),
+        webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
@@ -170,6 +186,26 @@ function blockedNetworks (entries: string[] | undefined, where: string): IpRange
   const { set, rejected } = IpRangeSet.fromEntries(entries)
   if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
   return set
+}
+
+function addressHashKey (value: string | undefined, where: string): KeyObject | null {
+  if (value === undefined) return null
+  const secret = Buffer.from(value, 'base64')
+  if (secret.length < 32) throw new TenantsFileError(`${where} must be base64 of at least 32 bytes (openssl rand -base64 32)`)
+  return createSecretKey(secret)
+}
+
+function webhookEndpoints (entries: readonly WebhookEndpointEntry[], where: string): WebhookEndpoint[] {
+  const seen = new Set<string>()
+  return entries.map((entry, index) => {
+    const checked = checkEndpointUrl(entry.url)
+    if (!checked.ok) throw new TenantsFileError(`${where}/${index}/url ${checked.problem}`)
+    if (seen.has(checked.url.href)) throw new TenantsFileError(`${where}/${index}/url appears twice in this tenant`)
+    seen.add(checked.url.href)
+    const secretBytes = Buffer.from(entry.secret.slice('whsec_'.length), 'base64').length
+    if (secretBytes < 24 || secretBytes > 64) throw new TenantsFileError(`${where}/${index}/secret must be whsec_ and the base64 of 24 to 64 bytes`)
+    return { url: checked.url.href, secret: entry.secret, events: new Set(entry.events) }
+  })
 }
 
 /** Sender addresses go into mail headers: they pass the same policy as recipients. */
