@@ -17,6 +17,7 @@ const STREAM = `${PREFIX}stream`
 const RETRY = `${PREFIX}retry`
 const DEAD = `${PREFIX}dead`
 const GROUP = 'workers'
+const STREAM_ID = /^[0-9]{1,20}-[0-9]{1,20}$/
 /** Due retries moved back to the stream per claim. */
 const PROMOTE_BATCH = 100
 
@@ -179,6 +180,7 @@ export class RedisWebhookQueue implements WebhookQueue {
     let replayed = 0
     if (ids !== null) {
       for (const id of ids) {
+        if (!STREAM_ID.test(id)) continue
         const [entry] = entries(await this.#client.xrange(DEAD, id, id))
         if (entry !== undefined) replayed += await this.#move(entry)
       }
