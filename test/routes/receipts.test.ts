@@ -154,3 +154,16 @@ t.test('redis', redisTestOptions(), async (t) => {
     t.match(decodeJwt(oldReceipts[1] ?? ''), { tenant: 'acme' })
   })
 })
+
+t.test('the OpenAPI document describes the receipt, the JWKS and redeem', async (t) => {
+  const { app } = await buildApp(t)
+  const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+  const verified = document.paths['/otp/verify'].post.responses['200'].content['application/json'].schema
+  t.match(verified.properties.data.properties.receipt, { type: 'string', pattern: String })
+  t.ok(document.paths['/.well-known/jwks.json'].get.responses['200'])
+  t.notOk(document.paths['/.well-known/jwks.json'].get.security, 'no key for the JWKS')
+  const redeemRoute = document.paths['/otp/receipts/redeem'].post
+  t.same(Object.keys(redeemRoute.responses).sort(), ['200', '400', '401', '403', '409', '413', '415', '500', '503'])
+  t.match(JSON.stringify(redeemRoute.responses['400']), /RECEIPT_INVALID.*RECEIPT_EXPIRED.*RECEIPT_ADDRESS_MISMATCH/)
+  t.match(JSON.stringify(redeemRoute.responses['409']), /RECEIPT_ALREADY_REDEEMED/)
+})

@@ -10,6 +10,8 @@ export interface ReceivedWebhook {
   /** The body as verified by the Standard Webhooks reference library. */
   payload: any
   headers: IncomingHttpHeaders
+  /** What the receiver answered (or was about to, when the sender gave up first). */
+  status: number
 }
 
 /** What the receiver does with the n-th request (0-based): answer a status, after a delay. */
@@ -53,8 +55,8 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
         response.writeHead(400).end()
         return
       }
-      verified.push({ id: String(request.headers['webhook-id']), timestamp: Number(request.headers['webhook-timestamp']), payload, headers: request.headers })
       const { status, delayMs = 0 } = behave(attempt)
+      verified.push({ id: String(request.headers['webhook-id']), timestamp: Number(request.headers['webhook-timestamp']), payload, headers: request.headers, status })
       pending.add(response)
       setTimeout(() => {
         pending.delete(response)

@@ -63,7 +63,12 @@ t.test('the connection\'s own DNS lookup refuses what a name resolves to', async
 const secret = webhookSecret()
 const endpointFor = (url: string): WebhookEndpoint => ({ url, secret, events: new Set(['verification.succeeded']) })
 const deliveryTo = (url: string): Delivery => ({
-  messageId: 'msg_test', tenant: 'acme', url, type: 'verification.succeeded', createdAtMs: Date.now(), attempts: 0,
+  messageId: 'msg_test',
+  tenant: 'acme',
+  url,
+  type: 'verification.succeeded',
+  createdAtMs: Date.now(),
+  attempts: 0,
   body: JSON.stringify({ type: 'verification.succeeded', timestamp: new Date().toISOString(), data: { tenant: 'acme' } })
 })
 const loopbackPolicy = new AddressPolicy({ allowLoopback: true, allowedNetworks: null })
@@ -131,4 +136,11 @@ t.test('quota thresholds: the unit that reaches 80% and the one that reaches 100
   t.same(reachedQuotaThresholds(1, 1), [80, 100])
   t.same(reachedQuotaThresholds(800, 999), [80], '80% of 999 is reached at 800')
   t.same(reachedQuotaThresholds(0, 0), [])
+})
+
+t.test('the published payload schema is the one the service builds from', async (t) => {
+  const { readFileSync } = await import('node:fs')
+  const { webhooksJsonSchema } = await import('../../../lib/cli/webhooks.js')
+  const published = readFileSync(new URL('../../../schemas/webhooks.schema.json', import.meta.url), 'utf8')
+  t.equal(published, webhooksJsonSchema(), 'schemas/webhooks.schema.json is stale: run npm run schema')
 })
