@@ -49,7 +49,8 @@ export class WebhookWorker {
   #inFlight = 0
   #timer: NodeJS.Timeout | null = null
   #timerDueMs = Infinity
-  #ticking = false
+  /** The claim under way, if any: one at a time. */
+  #ticking: Promise<void> | null = null
   #again = false
   #closed = false
   #failing = false
@@ -65,7 +66,7 @@ export class WebhookWorker {
   /** Looks at the queue now (a local event was queued), or at `atMs` (a retry falls due). */
   wake (atMs = Date.now()): void {
     if (this.#closed) return
-    if (this.#ticking && atMs <= Date.now()) {
+    if (this.#ticking !== null && atMs <= Date.now()) {
       this.#again = true
       return
     }
@@ -75,22 +76,29 @@ export class WebhookWorker {
     this.#timer = setTimeout(() => {
       this.#timer = null
       this.#timerDueMs = Infinity
-      void this.#tick()
+      if (this.#ticking !== null) {
+        this.#again = true
+        return
+      }
+      this.#ticking = this.#tick().finally(() => { this.#ticking = null })
     }, Math.max(0, atMs - Date.now()))
     this.#timer.unref()
   }
 
-  /** Stops claiming, interrupts the attempts in flight and waits until they are settled. */
+  /**
+   * Stops claiming, interrupts the attempts in flight (they go back to the queue, no attempt
+   * counted) and waits until every claimed delivery is settled.
+   */
   async close (): Promise<void> {
     this.#closed = true
     if (this.#timer !== null) clearTimeout(this.#timer)
     this.#abort.abort()
+    await this.#ticking
     while (this.#running.size > 0) await Promise.allSettled([...this.#running])
   }
 
   async #tick (): Promise<void> {
     if (this.#closed) return
-    this.#ticking = true
     this.#again = false
     let claimedAll = false
     try {
@@ -105,13 +113,12 @@ export class WebhookWorker {
     } catch (error) {
       if (!this.#failing) this.#options.log.error({ err: error }, 'webhook queue unavailable; retrying')
       this.#failing = true
-    } finally {
-      this.#ticking = false
     }
     if (this.#closed) return
     // More may be waiting when the batch was full; a slot freed by a settled attempt also wakes.
-    if (this.#again || claimedAll) this.wake()
-    else this.wake(Date.now() + this.#options.pollMs)
+    // Scheduled on the next turn, once this claim no longer counts as under way.
+    const again = this.#again || claimedAll
+    setImmediate(() => { this.wake(again ? Date.now() : Date.now() + this.#options.pollMs) })
   }
 
   #track (work: Promise<void>): void {
