@@ -21,14 +21,17 @@ import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
 import otpPlugin from './plugins/otp.js'
+import receiptsPlugin from './plugins/receipts.js'
 import redisPlugin from './plugins/redis.js'
 import refusalsPlugin from './plugins/refusals.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
+import webhooksPlugin from './plugins/webhooks.js'
 import healthRoutes from './routes/health.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
 import recipientRoutes from './routes/recipients.js'
+import receiptRoutes, { jwksRoutes } from './routes/receipts.js'
 import sandboxRoutes from './routes/sandbox.js'
 import usageRoutes from './routes/usage.js'
 
@@ -125,6 +128,8 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(errorsPlugin)
   await fastify.register(corsPlugin)
   await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
+  await fastify.register(receiptsPlugin)
+  await fastify.register(webhooksPlugin)
   await fastify.register(otpPlugin)
   await fastify.register(openapiPlugin)
 
@@ -132,6 +137,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   // Metrics are off the public listener unless METRICS_TOKEN guards them (METRICS_PORT serves
   // them on the internal listener, internalApp below).
   if (options.config.metricsToken !== null) await fastify.register(metricsRoutes, { requireToken: true })
+  await fastify.register(jwksRoutes)
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.
     api.removeContentTypeParser('text/plain')
@@ -146,6 +152,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(otpRoutes)
     await api.register(usageRoutes)
     await api.register(recipientRoutes)
+    await api.register(receiptRoutes)
     await api.register(sandboxRoutes)
   })
 }

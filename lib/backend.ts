@@ -7,11 +7,17 @@ import { RedisIdempotencyStore } from './idempotency/redis-idempotency-store.js'
 import { MemoryQuotaStore } from './quota/memory-quota-store.js'
 import type { QuotaStore } from './quota/quota-store.js'
 import { RedisQuotaStore } from './quota/redis-quota-store.js'
+import { MemoryRedemptionStore } from './receipts/memory-redemption-store.js'
+import type { RedemptionStore } from './receipts/redemption-store.js'
+import { RedisRedemptionStore } from './receipts/redis-redemption-store.js'
 import type { RedisClient } from './redis/client.js'
 import { MemorySandboxInbox, RedisSandboxInbox, type SandboxInbox } from './sandbox/inbox.js'
 import { MemoryTokenStore } from './tokens/memory-token-store.js'
 import { RedisTokenStore } from './tokens/redis-token-store.js'
 import type { TokenStore } from './tokens/token-store.js'
+import { MemoryWebhookQueue } from './webhooks/memory-queue.js'
+import type { WebhookQueue } from './webhooks/queue.js'
+import { RedisWebhookQueue } from './webhooks/redis-queue.js'
 
 /**
  * Every store the service keeps state in, from one place: in this process (the embedded
@@ -26,6 +32,13 @@ export interface Backend {
   readonly quota: QuotaStore
   readonly idempotency: IdempotencyStore
   readonly sandboxInbox: SandboxInbox
+  /** Receipts already redeemed (each redeems once). */
+  readonly redemptions: RedemptionStore
+  /**
+   * Webhook deliveries waiting or being retried, and the dead letters: a Redis stream shared by
+   * every instance and durable across their restarts; in memory, lost when the process stops.
+   */
+  readonly webhookQueue: WebhookQueue
   /** The stores can answer (Redis reachable; the in-memory token store below its cap). */
   ready (): Promise<boolean>
   /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
@@ -42,6 +55,8 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
     const quota = new MemoryQuotaStore()
     const idempotency = new MemoryIdempotencyStore()
+    const redemptions = new MemoryRedemptionStore()
+    const webhookQueue = new MemoryWebhookQueue()
     return {
       kind: 'memory',
       tokens,
@@ -49,10 +64,12 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
       quota,
       idempotency,
       sandboxInbox: new MemorySandboxInbox(),
+      redemptions,
+      webhookQueue,
       ready: async () => await tokens.ready(),
       close: async () => {
         idempotency.close()
-        await tokens.close()
+        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
       }
     }
   }
@@ -64,6 +81,8 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     quota: new RedisQuotaStore(redis),
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),
+    redemptions: new RedisRedemptionStore(redis),
+    webhookQueue: new RedisWebhookQueue(redis),
     ready: async () => await tokens.ready(),
     close: async () => {}
   }

@@ -5,6 +5,7 @@ import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
+import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -61,6 +62,19 @@ export interface Config {
   requestTimeoutMs: number
   keepAliveTimeoutMs: number
   maxConnectionsPerSource: number
+  receipts: {
+    /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
+    signingKeys: ReceiptKeyMaterial[] | null
+    issuer: string
+    ttlSeconds: number
+  }
+  webhooks: {
+    timeoutMs: number
+    concurrencyPerEndpoint: number
+    retry: { baseMs: number, maxDelayMs: number, forMs: number }
+    allowHttpLoopback: boolean
+    allowedNetworks: string[]
+  }
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -96,6 +110,14 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
+  }
+  let receiptSigningKeys: ReceiptKeyMaterial[] | null = null
+  if (valid.RECEIPT_SIGNING_KEYS !== undefined) {
+    try {
+      receiptSigningKeys = parseReceiptSigningKeys(valid.RECEIPT_SIGNING_KEYS)
+    } catch (error) {
+      throw new ConfigError('RECEIPT_SIGNING_KEYS', (error as Error).message)
+    }
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
@@ -163,7 +185,19 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },
     requestTimeoutMs: valid.REQUEST_TIMEOUT_MS,
     keepAliveTimeoutMs: valid.KEEP_ALIVE_TIMEOUT_MS,
-    maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE
+    maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
+    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: valid.RECEIPT_TTL_SECONDS },
+    webhooks: {
+      timeoutMs: valid.WEBHOOK_TIMEOUT_MS,
+      concurrencyPerEndpoint: valid.WEBHOOK_CONCURRENCY_PER_ENDPOINT,
+      retry: {
+        baseMs: valid.WEBHOOK_RETRY_BASE_MS,
+        maxDelayMs: Math.max(valid.WEBHOOK_RETRY_BASE_MS, valid.WEBHOOK_RETRY_MAX_DELAY_MS),
+        forMs: rateLimit('WEBHOOK_RETRY_FOR', `1/${valid.WEBHOOK_RETRY_FOR}`).windowMs
+      },
+      allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
+      allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
+    }
   }
 }
 

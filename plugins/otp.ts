@@ -23,7 +23,7 @@ export function callerOf (request: FastifyRequest): Caller {
 
 /** The OTP service (lib/otp/service.ts) over the backend and the mailer, with its metrics. */
 export default fp(async function otpPlugin (fastify) {
-  const { config, backend, mailer, metrics } = fastify
+  const { config, backend, mailer, metrics, receipts, webhooks } = fastify
   if (config.hmacKeyGenerated) {
     fastify.log.warn('OTP_HMAC_KEYS is not set: codes are signed with a key generated for this process only; set it in production')
   }
@@ -34,6 +34,8 @@ export default fp(async function otpPlugin (fastify) {
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     ipv6BucketPrefix: config.ipv6BucketPrefix,
+    receipts,
+    events: webhooks,
     observer: {
       dispatched (key, result) {
         if (result === 'sent') {
@@ -51,4 +53,4 @@ export default fp(async function otpPlugin (fastify) {
       }
     }
   }))
-}, { name: 'otp', dependencies: ['config', 'backend', 'mailer', 'metrics'], fastify: '5.x' })
+}, { name: 'otp', dependencies: ['config', 'backend', 'mailer', 'metrics', 'receipts', 'webhooks'], fastify: '5.x' })

@@ -48,7 +48,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
   }, async function verify (request, reply) {
     const checked = await fastify.otp.verify(callerOf(request), request.body.requestId, request.body.userGuess)
     reply.headers(checked.headers)
-    return { success: true as const, message: 'Code verified' }
+    return { success: true as const, message: 'Code verified', data: { receipt: checked.receipt } }
   })
 }
 

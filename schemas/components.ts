@@ -2,6 +2,7 @@ import type { TSchema } from '@sinclair/typebox'
 import { ErrorBody, ErrorCodeSchema } from './errors.js'
 import { LiveReply, ReadyReply } from './health.js'
 import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from './otp.js'
+import { JwksReply, RedeemBody, RedeemReply } from './receipts.js'
 import { UnlockBody, UnlockReply } from './recipients.js'
 import { SandboxMessagesReply } from './sandbox.js'
 import { UsageReply } from './usage.js'
@@ -15,5 +16,6 @@ export const namedSchemas: readonly TSchema[] = [
   ErrorCodeSchema, ErrorBody,
   DispatchBody, DispatchReply, VerifyBody, VerifyReply,
   UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply,
+  RedeemBody, RedeemReply, JwksReply,
   LiveReply, ReadyReply
 ]

@@ -26,6 +26,9 @@ export const EnvSchema = Type.Object({
   REDIS_COMMAND_TIMEOUT_MS: PositiveInt(500, 50, 10000, 'A Redis command not answered within this time fails the request with 503.'),
   OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES.' })),
   OTP_TTL_SECONDS: PositiveInt(600, 1, 86400, 'Lifetime of a code in seconds, unless the tenant overrides it.'),
+  RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published).' })),
+  RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
+  RECEIPT_TTL_SECONDS: PositiveInt(300, 10, 3600, 'Lifetime of a verification receipt in seconds.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes in the in-memory store; past it, dispatch answers 503.'),
   MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
   MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
@@ -51,6 +54,13 @@ export const EnvSchema = Type.Object({
   LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),
   LOCKOUT_MAX_DURATION: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Longest lock.' }),
   LOCKOUT_RESET_AFTER: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'A run of wrong guesses is forgotten this long after its last wrong guess or the end of its lock; a right guess forgets it at once.' }),
+  WEBHOOK_TIMEOUT_MS: PositiveInt(10000, 100, 60000, 'Upper bound for one webhook delivery attempt (connection, TLS, answer).'),
+  WEBHOOK_CONCURRENCY_PER_ENDPOINT: PositiveInt(4, 1, 100, 'Webhook attempts in flight at once per endpoint, per instance.'),
+  WEBHOOK_RETRY_BASE_MS: PositiveInt(5000, 10, 3_600_000, 'Delay before the first webhook retry; each later one doubles, with jitter.'),
+  WEBHOOK_RETRY_MAX_DELAY_MS: PositiveInt(7_200_000, 10, 86_400_000, 'Longest delay between two webhook attempts.'),
+  WEBHOOK_RETRY_FOR: Type.String({ default: '24h', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'How long a failing webhook delivery is retried before it goes to the dead letters.' }),
+  WEBHOOK_ALLOW_HTTP_LOOPBACK: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: webhook URLs may be http:// on a loopback host (development and tests). Otherwise https only.' }),
+  WEBHOOK_ALLOWED_NETWORKS: Type.Optional(Type.String({ description: 'Comma-separated CIDRs that webhook URLs may resolve into although they are private, loopback, link-local or otherwise not public.' })),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, the public listener serves GET /metrics and the details of GET /readyz to callers with `Authorization: Bearer <METRICS_TOKEN>`.' })),
   METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'When set, an internal listener on METRICS_HOST:METRICS_PORT serves /metrics, /readyz with details and /healthz, without credentials.' })),
   METRICS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'Address of the internal listener (127.0.0.1 unless set). Only with METRICS_PORT.' })),
@@ -63,4 +73,4 @@ export const EnvSchema = Type.Object({
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])

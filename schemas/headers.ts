@@ -95,6 +95,8 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   { headers: rateLimit, operations: ['unlockRecipient'], statuses: [200, 400, 503] },
   { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },
   { headers: rateLimit, operations: ['getReadiness'], statuses: [200, 503], required: true },
+  { headers: rateLimit, operations: ['getReceiptKeys'], statuses: [200], required: true },
+  { headers: rateLimit, operations: ['redeemReceipt'], statuses: [200, 400, 409, 503] },
   { headers: rateLimit, operations: ['verifyCode'], statuses: [200], required: true },
   { headers: rateLimit, operations: ['verifyCode'], statuses: [400] },
   // Answers to secret keys given after the allowance was counted carry its state, replayed ones included.

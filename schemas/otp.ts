@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { REQUEST_ID_PATTERN } from './patterns.js'
+import { Receipt } from './receipts.js'
 
 export const DispatchBody = Type.Object({
   email: Type.String({
@@ -30,8 +31,9 @@ export const VerifyBody = Type.Object({
 
 export const VerifyReply = Type.Object({
   success: Type.Literal(true),
-  message: Type.String()
-}, { $id: 'VerifyReply', description: 'The guess matched the code of the requestId: the person controls the address. The code is used up.' })
+  message: Type.String(),
+  data: Type.Object({ receipt: Receipt })
+}, { $id: 'VerifyReply', description: 'The guess matched the code of the requestId: the person controls the address. The code is used up; the receipt proves it to the tenant\'s backend.' })
 
 export type DispatchBodyType = Static<typeof DispatchBody>
 export type VerifyBodyType = Static<typeof VerifyBody>

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { RATE_LIMIT_PATTERN, WINDOW_PATTERN } from './patterns.js'
+import { WEBHOOK_EVENT_TYPES, WEBHOOK_SECRET_PATTERN } from './webhooks.js'
 
 const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
 const ORIGIN_PATTERN = '^https?://([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$'
@@ -48,6 +49,12 @@ export const RecipientPolicySchema = Type.Object({
   allowDomains: Type.Optional(Type.Array(Type.String({ pattern: DOMAIN_PATTERN }), { maxItems: 10000, description: 'Domains (and subdomains) accepted even if listed as disposable.' }))
 }, { additionalProperties: false })
 
+export const WebhookEndpointSchema = Type.Object({
+  url: Type.String({ pattern: '^https?://', maxLength: 2048, description: 'Where events are POSTed: https only (http on a loopback host only with WEBHOOK_ALLOW_HTTP_LOOPBACK). No credentials or fragment.' }),
+  secret: Type.String({ pattern: WEBHOOK_SECRET_PATTERN, description: 'Standard Webhooks signing secret: `whsec_` and the base64 of 24 to 64 random bytes (`echo whsec_$(openssl rand -base64 32)`).' }),
+  events: Type.Array(Type.Union(WEBHOOK_EVENT_TYPES.map((type) => Type.Literal(type))), { minItems: 1, uniqueItems: true, description: 'The event types sent to this endpoint.' })
+}, { additionalProperties: false })
+
 export const TenantSchema = Type.Object({
   id: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$' }),
   tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
@@ -59,7 +66,9 @@ export const TenantSchema = Type.Object({
   requireEndUserIp: Type.Optional(Type.Boolean({ description: 'Requests with this tenant\'s secret keys must send `End-User-IP` (400 END_USER_IP_REQUIRED otherwise), so that every end user gets their own per-source limits and block-list check.' })),
   restrictedKeyAllowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Share of the allowance each restricted key may use per window unless the key sets its own `allowance` (default `10%`): abuse of a public key ends at its own 402, never at the tenant\'s.' })),
   recipients: Type.Optional(RecipientPolicySchema),
-  blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' }))
+  blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' })),
+  addressHashKey: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]{43,}={0,2}$', maxLength: 344, description: "Base64 of at least 32 random bytes (`openssl rand -base64 32`), shared with the tenant's backend: receipts and webhook events carry HMAC-SHA256 of the recipient address under this key. Unset: a key derived from OTP_HMAC_KEYS, which the backend cannot compute (it can still pass the address to redeem)." })),
+  webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' }))
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({
@@ -76,3 +85,4 @@ export type TierEntry = Static<typeof TierSchema>
 export type KeyEntry = Static<typeof KeySchema>
 export type TenantEntry = Static<typeof TenantSchema>
 export type TenantsFile = Static<typeof TenantsFileSchema>
+export type WebhookEndpointEntry = Static<typeof WebhookEndpointSchema>

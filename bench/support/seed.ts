@@ -4,6 +4,7 @@ import { CodeSigner } from '../../lib/otp/signer.js'
 import { OtpService, type Caller } from '../../lib/otp/service.js'
 import { parseConfig } from '../../lib/config.js'
 import { TenantRegistry } from '../../lib/tenants/registry.js'
+import { AddressHasher } from '../../lib/receipts/address-hash.js'
 import { NO_LIMIT, benchTenantsDocument, type Token } from './service.js'
 
 const quiet = { info () {}, warn () {}, error () {} }
@@ -24,14 +25,19 @@ export class CodeSeeder {
     if (key === null) throw new Error('the bench key does not authenticate')
     const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, LOCKOUT_THRESHOLD: '100000000' })
     this.#caller = { key, address: '127.0.0.1', log: quiet }
+    const hmacKeys = [{ id: 'k1', secret: hmacSecret }]
+    const hasher = new AddressHasher(hmacKeys)
     this.#service = new OtpService({
       policy: admissionPolicy(config),
-      signer: new CodeSigner([{ id: 'k1', secret: hmacSecret }]),
+      signer: new CodeSigner(hmacKeys),
       backend,
       mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code) } },
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       ipv6BucketPrefix: config.ipv6BucketPrefix,
-      observer: { dispatched () {}, checked () {}, locked () {} }
+      observer: { dispatched () {}, checked () {}, locked () {} },
+      // The address hash goes into every record, as the service stores it; the seeder verifies nothing.
+      receipts: { addressHash: (tenant, address) => hasher.hash(tenant, address), issue: async () => { throw new Error('the seeder only dispatches') } },
+      events: { emit () {} }
     })
   }
 

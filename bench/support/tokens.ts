@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { REQUEST_ID_BYTES } from '../../lib/otp/codes.js'
 import { MAC_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
+import { ADDRESS_HASH_BYTES } from '../../lib/receipts/address-hash.js'
 import { tokenKey, tokenRecord } from '../../lib/tokens/token-store.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */
@@ -12,12 +13,13 @@ export interface TokenShape {
   record: string
 }
 
-// Bytes per token: the requestId, the truncated HMAC and the recipient tag, all base64url.
-const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES
+// Bytes per token: the requestId, the truncated HMAC, the recipient tag and the address hash, all base64url.
+const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES + ADDRESS_HASH_BYTES
 
 /**
  * `count` tokens shaped exactly like the service's: the key from lib/tokens' tokenKey for
- * tenant `bench` in live mode, the record `k1.<mac>|<tag>` with lib/otp/signer.ts's sizes.
+ * tenant `bench` in live mode, the record `k1.<mac>|<tag>|<address hash>` with the sizes of
+ * lib/otp/signer.ts and lib/receipts/address-hash.ts.
  * Random bytes stand in for the HMACs: same lengths and alphabet, without a million HMAC
  * computations.
  */
@@ -28,9 +30,10 @@ export function tokenShapes (count: number): TokenShape[] {
     const at = i * BYTES_PER_TOKEN
     const macAt = at + REQUEST_ID_BYTES
     const tagAt = macAt + MAC_BYTES
+    const hashAt = tagAt + TAG_BYTES
     tokens[i] = {
       key: tokenKey('bench', 'live', `otp_${bytes.toString('base64url', at, macAt)}`),
-      record: tokenRecord(`k1.${bytes.toString('base64url', macAt, tagAt)}`, bytes.toString('base64url', tagAt, tagAt + TAG_BYTES))
+      record: tokenRecord(`k1.${bytes.toString('base64url', macAt, tagAt)}`, bytes.toString('base64url', tagAt, hashAt), bytes.toString('base64url', hashAt, hashAt + ADDRESS_HASH_BYTES))
     }
   }
   return tokens

@@ -38,8 +38,8 @@ export type VerifyCounts =
   /** The token was consumed while its recipient is locked: not compared, not counted. */
   | { kind: 'locked', counts: WindowCount[] }
   /** A wrong guess; `lockStartedMs` is the lock it started (0: none). */
-  | { kind: 'mismatch', counts: WindowCount[], lockStartedMs: number }
-  | { kind: 'verified', counts: WindowCount[] }
+  | { kind: 'mismatch', counts: WindowCount[], lockStartedMs: number, addressHash: string | null }
+  | { kind: 'verified', counts: WindowCount[], addressHash: string | null }
 
 /** Runs a plan atomically: one script on Redis, shared by every instance; in process otherwise. */
 export interface AdmissionStore {
@@ -66,10 +66,12 @@ export type DispatchDecision =
   /** The token is stored and one unit of allowance taken (`quota` says from which window). */
   | { kind: 'admitted', quota: QuotaDecision, headers: Headers }
 
+/** `addressHash`: the tenant's keyed hash of the address the code was sent to (null for a record older than it). */
 export type VerifyDecision =
   | { kind: 'refused', refusal: Refusal }
-  | { kind: 'verified' | 'missing' | 'locked', headers: Headers }
-  | { kind: 'mismatch', headers: Headers, lockStartedMs: number }
+  | { kind: 'missing' | 'locked', headers: Headers }
+  | { kind: 'verified', headers: Headers, addressHash: string | null }
+  | { kind: 'mismatch', headers: Headers, lockStartedMs: number, addressHash: string | null }
 
 function seconds (ms: number): string {
   return String(Math.max(1, Math.ceil(ms / 1000)))
@@ -151,8 +153,11 @@ export class AdmissionGate {
     const counts = await this.#store.verify(plan)
     if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(plan.audience, counts.exceeded) }
     const headers = limitHeaders(plan.audience, plan.limits, counts.counts)
-    if (counts.kind === 'mismatch') return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs }
-    return { kind: counts.kind, headers }
+    switch (counts.kind) {
+      case 'mismatch': return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs, addressHash: counts.addressHash }
+      case 'verified': return { kind: 'verified', headers, addressHash: counts.addressHash }
+      default: return { kind: counts.kind, headers }
+    }
   }
 
   /** Counts a request refused before admission; the 429 when that puts it past a limit. */

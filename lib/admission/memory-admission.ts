@@ -71,7 +71,7 @@ export class MemoryAdmission implements AdmissionStore {
     if (exceeded !== null) return { kind: 'limited', counts, exceeded }
     const record = await this.#tokens.take(plan.tokenKey)
     if (record === null) return { kind: 'missing', counts }
-    const { storedForm, recipientTag } = splitRecord(record)
+    const { storedForm, recipientTag, addressHash } = splitRecord(record)
     const lockoutKey = plan.lockout.keyPrefix + recipientTag
     if (this.#lockout.lockedFor(lockoutKey, now) > 0) return { kind: 'locked', counts }
     let verified = false
@@ -79,9 +79,9 @@ export class MemoryAdmission implements AdmissionStore {
     for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
     if (verified) {
       this.#lockout.clear(lockoutKey)
-      return { kind: 'verified', counts }
+      return { kind: 'verified', counts, addressHash }
     }
-    return { kind: 'mismatch', counts, lockStartedMs: this.#lockout.recordFailure(lockoutKey, plan.lockout.policy, now) }
+    return { kind: 'mismatch', counts, lockStartedMs: this.#lockout.recordFailure(lockoutKey, plan.lockout.policy, now), addressHash }
   }
 
   async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {

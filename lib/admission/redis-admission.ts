@@ -107,7 +107,8 @@ return { 0 }
  * KEYS: token, then one bucket per limit.
  * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
  * of stored forms n, the n stored forms, then max and window ms per limit.
- * Reply: { verdict, exceeded limit, lock started ms, then count and ms left per limit }.
+ * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
+ * and ms left per limit }.
  *
  * The comparison is plain string equality on keyed hashes: its timing could only tell how
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
@@ -115,7 +116,7 @@ return { 0 }
  */
 const VERIFY_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
 local forms = tonumber(ARGV[6])
-local reply = { ${VERIFY.limited}, 0, 0 }
+local reply = { ${VERIFY.limited}, 0, 0, '' }
 local exceeded = hitLimits(2, forms + 7, reply)
 if exceeded > 0 then
   reply[2] = exceeded
@@ -126,9 +127,11 @@ if not record then
   reply[1] = ${VERIFY.missing}
   return reply
 end
-local stored, tag = string.match(record, '^(.*)|([^|]*)$')
+local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
+if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
 reply[1] = ${VERIFY.mismatch}
 if tag == nil then return reply end
+reply[4] = hash or ''
 local lockoutKey = ARGV[1] .. tag
 local now = lockoutNow()
 if lockedFor(lockoutKey, now) > 0 then
@@ -233,11 +236,19 @@ export class RedisAdmission implements AdmissionStore {
     this.#crossSlot = !(client instanceof Cluster)
   }
 
-  async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[]): Promise<{ raw: unknown, reply: number[] }> {
+  /**
+   * Runs a script; its reply is numbers, but for the one string at `textAt` when given (the
+   * verify script's address hash), which comes back as `text` and reads as 0 in `reply`.
+   */
+  async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[], textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
     const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
     if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
     const raw = await storeCall(`${command} admission`, async () => await run.call(this.#client, ...keys, ...args))
-    return { raw, reply: numbers(raw, command) }
+    if (textAt === undefined) return { raw, reply: numbers(raw, command), text: '' }
+    const values: unknown[] = Array.isArray(raw) ? raw : []
+    const text = values[textAt]
+    if (typeof text !== 'string') throw unexpected(command, raw)
+    return { raw, reply: numbers(values.map((value, index) => index === textAt ? 0 : value), command), text }
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
@@ -292,14 +303,15 @@ export class RedisAdmission implements AdmissionStore {
     const keys = [plan.tokenKey]
     const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), ...plan.storedForms]
     limitArgs(plan.limits, keys, args)
-    const { raw, reply } = await this.#run('verify', keys, args)
-    const hits = counts(reply, 3)
+    const { raw, reply, text } = await this.#run('verify', keys, args, 3)
+    const hits = counts(reply, 4)
+    const addressHash = text === '' ? null : text
     switch (reply[0]) {
       case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(plan.limits, hits, reply[1], 'verify', raw) }
       case VERIFY.missing: return { kind: 'missing', counts: hits }
       case VERIFY.locked: return { kind: 'locked', counts: hits }
-      case VERIFY.verified: return { kind: 'verified', counts: hits }
-      case VERIFY.mismatch: return { kind: 'mismatch', counts: hits, lockStartedMs: reply[2] ?? 0 }
+      case VERIFY.verified: return { kind: 'verified', counts: hits, addressHash }
+      case VERIFY.mismatch: return { kind: 'mismatch', counts: hits, lockStartedMs: reply[2] ?? 0, addressHash }
       default: throw unexpected('verify', raw)
     }
   }

@@ -37,22 +37,23 @@ export interface MintedCode {
   requestId: string
   code: string
   tokenKey: string
-  /** What the store keeps: the code's keyed hash and the recipient's tag. */
+  /** What the store keeps: the code's keyed hash, the recipient's tag and the address hash. */
   record: string
 }
 
 /**
  * Mints a code bound to its tenant, mode and requestId. The record carries the recipient's
- * tag so that wrong guesses can be counted per recipient.
+ * tag so that wrong guesses can be counted per mailbox, and the tenant's address hash for the
+ * receipt of a right guess.
  */
-export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, recipientTag: string): MintedCode {
+export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, recipientTag: string, addressHash: string): MintedCode {
   const requestId = generateRequestId()
   const code = generateCode()
   return {
     requestId,
     code,
     tokenKey: tokenKey(tenantId, mode, requestId),
-    record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), recipientTag)
+    record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), recipientTag, addressHash)
   }
 }
 

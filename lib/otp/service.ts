@@ -12,6 +12,8 @@ import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../r
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
 import { tokenKey } from '../tokens/token-store.js'
+import type { Receipts } from '../receipts/receipts.js'
+import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
 import type { CodeSigner } from './signer.js'
 
@@ -61,6 +63,10 @@ export interface OtpServiceOptions {
   defaults: { ttlSeconds: number, mailFrom: string }
   ipv6BucketPrefix: number
   observer: OtpObserver
+  /** The address hash a code's record carries, and the receipt a right guess answers. */
+  receipts: Pick<Receipts, 'addressHash' | 'issue'>
+  /** The tenants' webhooks: events are queued, never delivered on the request path. */
+  events: Pick<EventSink, 'emit'>
 }
 
 /** The address and the tenant's domain policy: the validated address, or the refusal. */
@@ -79,6 +85,12 @@ export interface Dispatched {
   headers: Record<string, string>
 }
 
+/** A right guess: the signed receipt that proves it to the tenant's backend, and the headers. */
+export interface Verified {
+  receipt: string
+  headers: Record<string, string>
+}
+
 /**
  * Proving control of an address: dispatch mails a code, verify checks a guess once. The whole
  * flow is here, with no HTTP in it: recipient policy, admission (velocity, lockout, quota and
@@ -93,7 +105,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, backend, mailer, defaults, observer } = this.#options
+    const { policy, signer, backend, mailer, defaults, observer, receipts, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -101,10 +113,11 @@ export class OtpService {
     const { email } = recipient
 
     const recipientTag = signer.tag(email.canonical)
+    const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const requester = this.#requester(caller)
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-      const minted = mintCode(signer, tenant.id, mode, recipientTag)
+      const minted = mintCode(signer, tenant.id, mode, recipientTag, addressHash)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
         ...requester,
@@ -131,6 +144,7 @@ export class OtpService {
         const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
+        events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
         log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
         if (plan.audience === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
@@ -138,14 +152,22 @@ export class OtpService {
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
       }
       observer.dispatched(key, 'sent')
+      // Once the mail left, so that a refunded unit never reports a threshold.
+      const { quota } = decision
+      const allowance = plan.quota.tenant
+      for (const threshold of reachedQuotaThresholds(quota.used, allowance.limit)) {
+        events.emit(tenant, mode, 'quota.threshold', {
+          requestId: minted.requestId, threshold, limit: allowance.limit, used: quota.used, window: allowance.window.spec, resetsAt: new Date(quota.resetMs).toISOString()
+        }, { key: `quota:${allowance.scope}:${quota.windowId}:${threshold}`, ttlMs: Math.max(1, quota.resetMs - Date.now()) })
+      }
       log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId }, 'code dispatched')
       return { requestId: minted.requestId, headers: decision.headers }
     }
     throw new Error('could not allocate a unique requestId')
   }
 
-  async verify (caller: Caller, requestId: string, rawGuess: string): Promise<{ headers: Record<string, string> }> {
-    const { policy, signer, backend, observer } = this.#options
+  async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
+    const { policy, signer, backend, observer, receipts, events } = this.#options
     const { key, log } = caller
     const guess = rawGuess.trim()
     const malformed = !GUESS_FORMAT.test(guess)
@@ -157,14 +179,27 @@ export class OtpService {
       storedForms: malformed ? [] : storedForms
     }))
     if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
-    // Unknown, expired, used, locked and wrong all answer alike: nothing tells them apart.
-    const result: VerifyResult = malformed ? 'malformed' : decision.kind === 'verified' ? 'verified' : 'mismatch'
+    const { tenant, mode } = key
+    // Unknown, expired, used, locked and wrong all answer alike: nothing tells them apart. A
+    // right guess on a record older than address hashes cannot have a receipt: it fails like
+    // any code an upgrade leaves behind, and the user asks for a new one.
+    const verifiedHash = decision.kind === 'verified' ? decision.addressHash : null
+    const result: VerifyResult = malformed ? 'malformed' : verifiedHash !== null ? 'verified' : 'mismatch'
     observer.checked(key, result)
-    if (decision.kind === 'mismatch' && decision.lockStartedMs > 0) observer.locked(key, requestId, decision.lockStartedMs)
-    log.info({ tenant: key.tenant.id, mode: key.mode, requestId, result }, 'code checked')
+    log.info({ tenant: tenant.id, mode, requestId, result }, 'code checked')
+    if (decision.kind === 'mismatch' && decision.addressHash !== null) {
+      const { addressHash, lockStartedMs } = decision
+      events.emit(tenant, mode, 'verification.failed', { requestId, addressHash, reason: malformed ? 'malformed_code' : 'wrong_code' })
+      if (lockStartedMs > 0) {
+        observer.locked(key, requestId, lockStartedMs)
+        events.emit(tenant, mode, 'recipient.locked', { requestId, addressHash, lockedUntil: new Date(Date.now() + lockStartedMs).toISOString() })
+      }
+    }
     if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT', undefined, decision.headers)
-    if (result === 'mismatch') throw apiError('CODE_MISMATCH', undefined, decision.headers)
-    return { headers: decision.headers }
+    if (verifiedHash === null) throw apiError('CODE_MISMATCH', undefined, decision.headers)
+    events.emit(tenant, mode, 'verification.succeeded', { requestId, addressHash: verifiedHash })
+    // Signed on success only: a wrong guess costs no signature.
+    return { receipt: await receipts.issue(key, requestId, verifiedHash), headers: decision.headers }
   }
 
   /**

@@ -1,7 +1,10 @@
+import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type TenantsFile, type TierEntry } from '../../schemas/tenants.js'
+import { TenantsFileSchema, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
+import type { WebhookEventType } from '../../schemas/webhooks.js'
+import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
@@ -40,6 +43,17 @@ export interface Tenant {
   blockedNetworks: IpRangeSet | null
   /** Its secret keys must say which end user they call for (End-User-IP). */
   requireEndUserIp: boolean
+  /** The key receipts and webhook events hash the recipient address under; null: a derived one. */
+  addressHashKey: KeyObject | null
+  webhooks: readonly WebhookEndpoint[]
+}
+
+/** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
+export interface WebhookEndpoint {
+  url: string
+  /** `whsec_…`, as the Standard Webhooks libraries take it. */
+  secret: string
+  events: ReadonlySet<WebhookEventType>
 }
 
 export interface TenantKey {
@@ -106,7 +120,9 @@ export class TenantRegistry {
           allowDomains: entry.recipients?.allowDomains ?? []
         }),
         blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`),
-        requireEndUserIp: entry.requireEndUserIp === true
+        requireEndUserIp: entry.requireEndUserIp === true,
+        addressHashKey: addressHashKey(entry.addressHashKey),
+        webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
@@ -180,6 +196,24 @@ function blockedNetworks (entries: string[] | undefined, where: string): IpRange
   const { set, rejected } = IpRangeSet.fromEntries(entries)
   if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
   return set
+}
+
+/** The schema's pattern already admits only base64 of 32 bytes or more. */
+function addressHashKey (value: string | undefined): KeyObject | null {
+  return value === undefined ? null : createSecretKey(Buffer.from(value, 'base64'))
+}
+
+function webhookEndpoints (entries: readonly WebhookEndpointEntry[], where: string): WebhookEndpoint[] {
+  const seen = new Set<string>()
+  return entries.map((entry, index) => {
+    const checked = checkEndpointUrl(entry.url)
+    if (!checked.ok) throw new TenantsFileError(`${where}/${index}/url ${checked.problem}`)
+    if (seen.has(checked.url.href)) throw new TenantsFileError(`${where}/${index}/url appears twice in this tenant`)
+    seen.add(checked.url.href)
+    const secretBytes = Buffer.from(entry.secret.slice('whsec_'.length), 'base64').length
+    if (secretBytes < 24 || secretBytes > 64) throw new TenantsFileError(`${where}/${index}/secret must be whsec_ and the base64 of 24 to 64 bytes`)
+    return { url: checked.url.href, secret: entry.secret, events: new Set(entry.events) }
+  })
 }
 
 /** Sender addresses go into mail headers: they pass the same policy as recipients. */

@@ -27,15 +27,20 @@ export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): s
 }
 
 /**
- * What a token holds: the code's stored form (`keyId.mac`) and the keyed tag of the recipient
- * it was sent to, so that wrong guesses can be counted per recipient.
+ * What a token holds: the code's stored form (`keyId.mac`), the keyed tag of the recipient's
+ * mailbox (wrong guesses are counted per mailbox) and the tenant's keyed hash of the address
+ * (for the receipt and the events of its verify, which knows only the requestId). Keyed
+ * hashes all three, never the code or the address.
  */
-export function tokenRecord (storedForm: string, recipientTag: string): string {
-  return `${storedForm}|${recipientTag}`
+export function tokenRecord (storedForm: string, recipientTag: string, addressHash: string): string {
+  return `${storedForm}|${recipientTag}|${addressHash}`
 }
 
-/** The last `|` separates a record's stored form from its recipient tag. */
-export function splitRecord (record: string): { storedForm: string, recipientTag: string } {
-  const separator = record.lastIndexOf('|')
-  return { storedForm: record.slice(0, separator), recipientTag: record.slice(separator + 1) }
+/**
+ * The parts of a record. A record written before records carried the address hash has two
+ * parts; its hash is null.
+ */
+export function splitRecord (record: string): { storedForm: string, recipientTag: string, addressHash: string | null } {
+  const [storedForm = '', recipientTag = '', addressHash = null] = record.split('|', 3)
+  return { storedForm, recipientTag, addressHash }
 }

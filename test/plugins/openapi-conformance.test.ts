@@ -27,12 +27,12 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'getLiveness', 'getReadiness']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'getReceiptKeys', 'getLiveness', 'getReadiness']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
-  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`]
 ])
@@ -92,7 +92,23 @@ t.test('every answer the service sends is the one the document describes', async
   // Verify.
   await dispatch('sent', keys.acmeTest, 'vera@example.com')
   const [message] = (await get('listSandboxMessages', 'inbox', '/sandbox/messages?email=vera@example.com', keys.acmeTest)).json().data.messages
-  await verify('right code', keys.acmeTest, { requestId: message.requestId, userGuess: message.code })
+  const receipt = (await verify('right code', keys.acmeTest, { requestId: message.requestId, userGuess: message.code })).json().data.receipt
+  const redeem = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, 'redeemReceipt', what, { method: 'POST', url: '/otp/receipts/redeem', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
+  await redeem('wrong address', keys.acmeTest, { receipt, email: 'someone.else@example.com' })
+  await redeem('redeemed', keys.acmeTest, { receipt, email: 'vera@example.com' })
+  await redeem('redeemed again', keys.acmeTest, { receipt })
+  await redeem('forged', keys.acmeTest, { receipt: `${receipt.slice(0, -4)}AAAA` })
+  await redeem('restricted key', keys.acmeBrowser, { receipt }, { origin: 'https://app.acme.test' })
+  await redeem('no key', null, { receipt })
+  await redeem('secret key in a browser', keys.acmeTest, { receipt }, { origin: 'https://app.acme.test' })
+  await redeem('unknown field', keys.acmeTest, { receipt, extra: 1 })
+  await exchange(main.app, 'redeemReceipt', 'broken JSON', { method: 'POST', url: '/otp/receipts/redeem', headers: { ...bearer(keys.acmeTest), ...json }, payload: '{' })
+  await exchange(main.app, 'redeemReceipt', 'malformed URL', { method: 'POST', url: '/otp/receipts/redeem%zz', headers: bearer(keys.acmeTest), payload: {} })
+  await exchange(main.app, 'redeemReceipt', 'too large', { method: 'POST', url: '/otp/receipts/redeem', headers: { ...bearer(keys.acmeTest), ...json }, payload: JSON.stringify({ receipt: 'a'.repeat(5000) }) })
+  await exchange(main.app, 'redeemReceipt', 'not JSON', { method: 'POST', url: '/otp/receipts/redeem', headers: { ...bearer(keys.acmeTest), 'content-type': 'text/plain' }, payload: 'x' })
+  await get('getReceiptKeys', 'keys', '/.well-known/jwks.json', null)
+  await get('getReceiptKeys', 'malformed URL', '/.well-known/jwks.json%zz', null)
   await verify('used code', keys.acmeTest, { requestId: message.requestId, userGuess: message.code })
   await verify('not 6 digits', keys.acmeTest, { requestId: message.requestId, userGuess: 'abc' })
   await verify('missing field', keys.acmeTest, { requestId: message.requestId })
@@ -143,13 +159,15 @@ t.test('every answer the service sends is the one the document describes', async
     await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)
     await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await get('getReadiness', what === 'first' ? what : 'public limit', '/readyz', null, {}, limited.app)
+    await get('getReceiptKeys', what === 'first' ? what : 'public limit', '/.well-known/jwks.json', null, {}, limited.app)
+    await redeem(what, keys.acmeTest, { receipt }, {}, limited.app)
   }
 
   // A duplicate while the first is still delivering: 409.
   const slow = await buildApp(t, { TENANTS_FILE: path, MAIL_TIMEOUT_MS: '3000' })
   const inFlight = { 'idempotency-key': 'slow-one' }
   const first = dispatch('slow delivery', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
-  const conflicts = (): number => exchanges.filter(({ answer }) => answer.statusCode === 409).length
+  const conflicts = (): number => exchanges.filter(({ operationId, answer }) => operationId === 'dispatchCode' && answer.statusCode === 409).length
   for (let attempt = 0; conflicts() === 0 && attempt < 100; attempt++) {
     await dispatch('duplicate in flight', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
     await new Promise((resolve) => setTimeout(resolve, 20))
@@ -167,6 +185,7 @@ t.test('every answer the service sends is the one the document describes', async
   await verify('store down', keys.acmeTest, { requestId: 'abc', userGuess: '123456' }, {}, down.app)
   await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
   await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
+  await redeem('store down', keys.acmeTest, { receipt }, {}, down.app)
   await get('listSandboxMessages', 'store down', '/sandbox/messages?email=gus@example.com', keys.acmeTest, {}, down.app)
   await get('getReadiness', 'store down', '/readyz', null, {}, down.app)
 

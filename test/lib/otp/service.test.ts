@@ -3,6 +3,10 @@ import { admissionPolicy } from '../../../lib/admission/plan.js'
 import { createBackend, type Backend } from '../../../lib/backend.js'
 import { parseConfig } from '../../../lib/config.js'
 import { isApiError, type ApiError } from '../../../lib/errors.js'
+import { AddressHasher } from '../../../lib/receipts/address-hash.js'
+import { ReceiptIssuer } from '../../../lib/receipts/receipt-issuer.js'
+import { Receipts } from '../../../lib/receipts/receipts.js'
+import { deriveReceiptSigningKeys, prepareSigningKeys } from '../../../lib/receipts/signing-keys.js'
 import { Mailer } from '../../../lib/mail/mailer.js'
 import { parseWindow } from '../../../lib/quota/window.js'
 import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
@@ -17,6 +21,7 @@ const quiet = { info () {}, warn () {}, error () {} }
 const DAY = parseWindow('1d') ?? (() => { throw new Error('test setup: 1d should parse') })()
 
 interface Harness {
+  receipts: Receipts
   service: OtpService
   backend: Backend
   mail: MailCapture
@@ -25,8 +30,11 @@ interface Harness {
   events: string[]
 }
 
-/** The service over a backend and the real mailer (log transport for live mail, sandbox inbox for test keys), no server. */
-function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void = () => {}): Harness {
+/**
+ * The service over a backend, the real mailer (log transport for live mail, sandbox inbox for
+ * test keys) and real receipts, no server; webhook events are collected.
+ */
+async function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void = () => {}): Promise<Harness> {
   const liveKey = generateKey('secret', 'live')
   const testKey = generateKey('secret', 'test')
   const file: TenantsFile = {
@@ -52,6 +60,8 @@ function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void
   const mail = new MailCapture()
   const mailer = new Mailer(config, backend.sandboxInbox, mail)
   const events: string[] = []
+  const issuer = new ReceiptIssuer({ keys: await prepareSigningKeys(await deriveReceiptSigningKeys(config.hmacKeys)), issuer: 'https://otp.test', ttlSeconds: 300 })
+  const receipts = new Receipts(issuer, new AddressHasher(config.hmacKeys), backend.redemptions)
   const service = new OtpService({
     policy: admissionPolicy(config),
     signer: new CodeSigner(config.hmacKeys),
@@ -63,10 +73,12 @@ function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void
       dispatched: (_key, result) => { events.push(result === 'sent' ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
       checked: (_key, result: VerifyResult) => { events.push(result) },
       locked: (_key, _requestId, lockMs) => { events.push(`locked:${lockMs}`) }
-    }
+    },
+    receipts,
+    events: { emit: (_tenant, _mode, type) => { events.push(`event:${type}`) } }
   })
   t.teardown(async () => { await mailer.close() })
-  return { service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events }
+  return { service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events, receipts }
 }
 
 async function refusal (promise: Promise<unknown>): Promise<ApiError> {
@@ -85,19 +97,21 @@ function wrong (code: string): string {
 
 function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): void {
   t.test('dispatch mails a code that verifies once; the answer carries the limits and the quota', async (t) => {
-    const { service, mail, live, events } = harness(t, await makeBackend(t))
+    const { service, mail, live, events, receipts } = await harness(t, await makeBackend(t))
     const sent = await service.dispatch(live, { email: 'Ada@Example.com', locale: 'fr' })
     t.match(sent, { requestId: /^otp_/, headers: { 'ratelimit-limit': '4', 'ratelimit-remaining': '3', 'quota-limit': '3', 'quota-remaining': '2' } })
     t.match(mail.text, /To: Ada@example\.com\n/, 'mail goes to the address as given, domain lower-cased')
     t.match(mail.text, /Votre code de vérification Acme/, 'in the asked locale')
     const code = mail.codeFor('Ada@example.com')
-    t.match(await service.verify(live, sent.requestId, ` ${code} `), { headers: { 'ratelimit-limit': '30' } }, 'the guess is trimmed')
+    const verified = await service.verify(live, sent.requestId, ` ${code} `)
+    t.match(verified, { headers: { 'ratelimit-limit': '30' } }, 'the guess is trimmed')
+    t.match(await receipts.redeem(live.key, verified.receipt, 'Ada@example.com'), { ok: true, claims: { tenant: 'acme', mode: 'live', requestId: sent.requestId } }, 'with a receipt for the address it was sent to')
     t.match(await refusal(service.verify(live, sent.requestId, code)), { code: 'CODE_MISMATCH' }, 'single use')
-    t.strictSame(events, ['sent', 'verified', 'mismatch'])
+    t.strictSame(events, ['sent', 'verified', 'event:verification.succeeded', 'mismatch'], 'a used code sends no event: nothing tells it from an unknown one')
   })
 
   t.test('wrong and malformed guesses consume the code, with distinct codes', async (t) => {
-    const { service, mail, live } = harness(t, await makeBackend(t))
+    const { service, mail, live } = await harness(t, await makeBackend(t))
     const first = await service.dispatch(live, { email: 'bob@example.com' })
     const code = mail.codeFor('bob@example.com')
     t.match(await refusal(service.verify(live, first.requestId, wrong(code))), { code: 'CODE_MISMATCH', statusCode: 400 })
@@ -108,7 +122,7 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): voi
   })
 
   t.test('recipient policy: a bad address is 400, a disposable or denied domain 403', async (t) => {
-    const { service, live, backend } = harness(t, await makeBackend(t), (file) => { file.tenants[0]!.recipients = { denyDomains: ['rival.example'] } })
+    const { service, live, backend } = await harness(t, await makeBackend(t), (file) => { file.tenants[0]!.recipients = { denyDomains: ['rival.example'] } })
     t.match(await refusal(service.dispatch(live, { email: 'not an address' })), { code: 'INVALID_EMAIL', statusCode: 400 })
     t.match(await refusal(service.dispatch(live, { email: 'a@mailinator.com' })), { code: 'RECIPIENT_BLOCKED', statusCode: 403 })
     t.match(await refusal(service.dispatch(live, { email: 'a@sub.rival.example' })), { code: 'RECIPIENT_BLOCKED' })
@@ -116,12 +130,12 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): voi
   })
 
   t.test('the recipient limit answers 429 with Retry-After; the allowance 402 with Quota-*', async (t) => {
-    const { service, live } = harness(t, await makeBackend(t))
+    const { service, live } = await harness(t, await makeBackend(t))
     for (let i = 0; i < 3; i++) await service.dispatch(live, { email: `user${i}@example.com` })
     t.match(await refusal(service.dispatch(live, { email: 'user9@example.com' })), {
       code: 'QUOTA_EXCEEDED', statusCode: 402, headers: { 'quota-limit': '3', 'quota-remaining': '0' }, message: /live allowance of tier "small" \(3 per 1d\)/
     })
-    const { service: other, sandbox } = harness(t, await makeBackend(t))
+    const { service: other, sandbox } = await harness(t, await makeBackend(t))
     for (let i = 0; i < 4; i++) await other.dispatch(sandbox, { email: 'carol@example.com' })
     t.match(await refusal(other.dispatch(sandbox, { email: 'carol@example.com' })), {
       code: 'RATE_LIMITED', statusCode: 429, headers: { 'retry-after': /^\d+$/, 'ratelimit-remaining': '0' }, message: /recipient/
@@ -129,17 +143,17 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): voi
   })
 
   t.test('a failed delivery destroys the code and refunds the unit; the headers say so', async (t) => {
-    const { service, sandbox, backend, events } = harness(t, await makeBackend(t))
+    const { service, sandbox, backend, events } = await harness(t, await makeBackend(t))
     await service.dispatch(sandbox, { email: 'first@example.com' })
     const failed = await refusal(service.dispatch(sandbox, { email: 'fail@simulator.invalid' }))
     t.match(failed, { code: 'DELIVERY_FAILED', statusCode: 502, headers: { 'quota-limit': '10', 'quota-remaining': '9' } }, 'the state after the refund')
     t.equal((await backend.quota.usage('acme:test', DAY, Date.now())).used, 1, 'only the delivered dispatch is charged')
-    t.strictSame(events, ['sent', 'delivery_failed:rejected'])
+    t.strictSame(events, ['sent', 'delivery_failed:rejected', 'event:delivery.failed'])
     t.same(await backend.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
   })
 
   t.test('wrong guesses lock the recipient out of new codes', async (t) => {
-    const { service, mail, sandbox } = harness(t, await makeBackend(t))
+    const { service, mail, sandbox } = await harness(t, await makeBackend(t))
     for (let i = 0; i < 3; i++) {
       const { requestId } = await service.dispatch(sandbox, { email: 'dan@example.com' })
       await refusal(service.verify(sandbox, requestId, wrong(mail.codeFor('dan@example.com'))))

@@ -1,0 +1,83 @@
+import { randomBytes } from 'node:crypto'
+import { Value } from '@sinclair/typebox/value'
+import { SignJWT, createLocalJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose'
+import { RECEIPT_TYPE, ReceiptClaims, type JwksType, type ReceiptClaimsType } from '../../schemas/receipts.js'
+import type { KeyMode } from '../tenants/api-keys.js'
+import type { ReceiptSigningKey } from './signing-keys.js'
+
+/** What a receipt attests: one verification, of one requestId, for one address. */
+export interface ReceiptSubject {
+  tenant: string
+  mode: KeyMode
+  requestId: string
+  addressHash: string
+}
+
+export type ReceiptCheck =
+  | { ok: true, claims: ReceiptClaimsType }
+  | { ok: false, reason: 'invalid' | 'expired' }
+
+export interface ReceiptIssuerOptions {
+  /** Signing order: the first signs, every one verifies and is published. */
+  keys: readonly ReceiptSigningKey[]
+  issuer: string
+  ttlSeconds: number
+}
+
+/**
+ * Signs verification receipts (compact JWS through `jose`) and checks them: the first key
+ * signs, all keys verify and are published as a JWKS, so a key can be rotated in front of
+ * the old one and removed once the receipts it signed have expired.
+ */
+export class ReceiptIssuer {
+  readonly jwks: JwksType
+  readonly #signing: ReceiptSigningKey
+  readonly #keySet: JWTVerifyGetKey
+  readonly #issuer: string
+  readonly #ttlSeconds: number
+
+  constructor (options: ReceiptIssuerOptions) {
+    const [first] = options.keys
+    if (first === undefined) throw new Error('ReceiptIssuer needs at least one key')
+    this.#signing = first
+    this.jwks = { keys: options.keys.map((key) => key.publicJwk) }
+    this.#keySet = createLocalJWKSet(this.jwks)
+    this.#issuer = options.issuer
+    this.#ttlSeconds = options.ttlSeconds
+  }
+
+  /** The JWT: `typ` otp-receipt+jwt, the subject's claims, iss, aud (the tenant), iat, exp, jti. */
+  async issue (subject: ReceiptSubject, nowMs = Date.now()): Promise<string> {
+    const issuedAt = Math.floor(nowMs / 1000)
+    return await new SignJWT({ tenant: subject.tenant, mode: subject.mode, requestId: subject.requestId, addressHash: subject.addressHash })
+      .setProtectedHeader({ alg: this.#signing.alg, kid: this.#signing.kid, typ: RECEIPT_TYPE })
+      .setIssuer(this.#issuer)
+      .setAudience(subject.tenant)
+      .setIssuedAt(issuedAt)
+      .setExpirationTime(issuedAt + this.#ttlSeconds)
+      .setJti(randomBytes(16).toString('base64url'))
+      .sign(this.#signing.privateKey)
+  }
+
+  /**
+   * The claims of a receipt this service signed with a listed key, unexpired, of the right
+   * type and shape. Anything else is `invalid` (or `expired`), without saying more.
+   */
+  async check (token: string): Promise<ReceiptCheck> {
+    let payload: unknown
+    try {
+      ({ payload } = await jwtVerify(token, this.#keySet, {
+        issuer: this.#issuer,
+        typ: RECEIPT_TYPE,
+        algorithms: ['EdDSA', 'ES256'],
+        requiredClaims: ['iat', 'exp', 'jti', 'aud'],
+        clockTolerance: 5
+      }))
+    } catch (error) {
+      return { ok: false, reason: error instanceof errors.JWTExpired ? 'expired' : 'invalid' }
+    }
+    if (!Value.Check(ReceiptClaims, payload)) return { ok: false, reason: 'invalid' }
+    const claims = payload
+    return claims.aud === claims.tenant ? { ok: true, claims } : { ok: false, reason: 'invalid' }
+  }
+}

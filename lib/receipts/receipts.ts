@@ -1,0 +1,63 @@
+import { describeEmailRejection, validateEmail } from '../recipients/address.js'
+import { tenantScope } from '../tenants/scope.js'
+import type { Tenant, TenantKey } from '../tenants/registry.js'
+import type { JwksType, ReceiptClaimsType } from '../../schemas/receipts.js'
+import type { AddressHasher } from './address-hash.js'
+import type { ReceiptIssuer } from './receipt-issuer.js'
+import type { RedemptionStore } from './redemption-store.js'
+
+export type RedeemOutcome =
+  | { ok: true, claims: ReceiptClaimsType }
+  | { ok: false, refusal: 'invalid' | 'expired' | 'other_tenant' | 'invalid_email' | 'address_mismatch' | 'already_redeemed', detail?: string }
+
+/** A redeemed receipt is remembered a little past its expiry, so clock skew cannot reopen it. */
+const REDEMPTION_MARGIN_MS = 60_000
+
+/**
+ * Verification receipts: the address hash a dispatch stores with its code, the receipt a
+ * successful verify answers, and the one redemption a tenant's backend makes of it.
+ */
+export class Receipts {
+  readonly #issuer: ReceiptIssuer
+  readonly #hasher: AddressHasher
+  readonly #redemptions: RedemptionStore
+
+  constructor (issuer: ReceiptIssuer, hasher: AddressHasher, redemptions: RedemptionStore) {
+    this.#issuer = issuer
+    this.#hasher = hasher
+    this.#redemptions = redemptions
+  }
+
+  get jwks (): JwksType {
+    return this.#issuer.jwks
+  }
+
+  /** The tenant's keyed hash of the address a code is mailed to. */
+  addressHash (tenant: Tenant, address: string): string {
+    return this.#hasher.hash(tenant, address)
+  }
+
+  async issue (key: TenantKey, requestId: string, addressHash: string): Promise<string> {
+    return await this.#issuer.issue({ tenant: key.tenant.id, mode: key.mode, requestId, addressHash })
+  }
+
+  /**
+   * Checks a receipt for the redeeming key's tenant and mode (and, when given, the address the
+   * backend's user claims), then marks it redeemed. A refused receipt is not marked, so a
+   * backend that sent the wrong address can retry with the right one.
+   */
+  async redeem (key: TenantKey, token: string, email: string | undefined, nowMs = Date.now()): Promise<RedeemOutcome> {
+    const checked = await this.#issuer.check(token)
+    if (!checked.ok) return { ok: false, refusal: checked.reason }
+    const { claims } = checked
+    if (claims.tenant !== key.tenant.id || claims.mode !== key.mode) return { ok: false, refusal: 'other_tenant' }
+    if (email !== undefined) {
+      const address = validateEmail(email)
+      if (!address.ok) return { ok: false, refusal: 'invalid_email', detail: describeEmailRejection(address.reason) }
+      if (!this.#hasher.matches(key.tenant, address.email.address, claims.addressHash)) return { ok: false, refusal: 'address_mismatch' }
+    }
+    const ttlMs = Math.max(1, claims.exp * 1000 - nowMs) + REDEMPTION_MARGIN_MS
+    const first = await this.#redemptions.redeem(tenantScope(claims.tenant, claims.mode), claims.jti, ttlMs)
+    return first ? { ok: true, claims } : { ok: false, refusal: 'already_redeemed' }
+  }
+}

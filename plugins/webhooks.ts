@@ -1,0 +1,73 @@
+import fp from 'fastify-plugin'
+import { Counter } from 'prom-client'
+import { IpRangeSet } from '../lib/net/ip-ranges.js'
+import type { TenantRegistry } from '../lib/tenants/registry.js'
+import { AddressPolicy } from '../lib/webhooks/address-policy.js'
+import { EventSink } from '../lib/webhooks/events.js'
+import { sendWebhook } from '../lib/webhooks/sender.js'
+import { WebhookWorker } from '../lib/webhooks/worker.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Reports events to the tenants' webhook endpoints (lib/webhooks/events.ts). */
+    webhooks: EventSink
+  }
+}
+
+/** How often each instance looks for deliveries another instance queued or a retry that fell due. */
+const POLL_MS = 1000
+/** Attempts in flight per process, all endpoints together. */
+const MAX_IN_FLIGHT = 64
+/** Past an attempt's timeout by this much, a held delivery is taken to be lost with its process. */
+const STUCK_MARGIN_MS = 30_000
+
+const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
+
+/**
+ * Signed webhooks (Standard Webhooks): the event sink the request path emits to, the durable
+ * queue (a Redis stream when Redis is configured, memory otherwise) and this process's
+ * delivery worker, started once the app is ready and stopped, its attempts settled, on close.
+ */
+export default fp(async function webhooksPlugin (fastify) {
+  const { config, backend, tenants } = fastify
+  const queue = backend.webhookQueue
+  const policy = new AddressPolicy({
+    allowLoopback: config.webhooks.allowHttpLoopback,
+    allowedNetworks: config.webhooks.allowedNetworks.length === 0 ? null : IpRangeSet.fromEntries(config.webhooks.allowedNetworks).set
+  })
+  const attempts = new Counter({
+    name: 'email_otp_webhook_attempts_total',
+    help: 'Webhook delivery attempts by outcome: delivered, retry, dead (given up), dropped (endpoint removed).',
+    labelNames: ['outcome'] as const,
+    registers: [fastify.metrics.registry]
+  })
+  const log = fastify.log.child({ component: 'webhooks' })
+  const worker = new WebhookWorker({
+    queue,
+    endpoint: (tenantId, url) => tenants.current.tenants.get(tenantId)?.webhooks.find((endpoint) => endpoint.url === url) ?? null,
+    active () {
+      const registry = tenants.current
+      let active = hasEndpoints.get(registry)
+      if (active === undefined) {
+        active = [...registry.tenants.values()].some((tenant) => tenant.webhooks.length > 0)
+        hasEndpoints.set(registry, active)
+      }
+      return active
+    },
+    send: async (endpoint, delivery, signal) => await sendWebhook(endpoint, delivery, { policy, timeoutMs: config.webhooks.timeoutMs, userAgent: 'email-otp-webhooks' }, signal),
+    schedule: config.webhooks.retry,
+    perEndpoint: config.webhooks.concurrencyPerEndpoint,
+    maxInFlight: MAX_IN_FLIGHT,
+    pollMs: Math.min(POLL_MS, config.webhooks.retry.baseMs),
+    stuckMs: config.webhooks.timeoutMs + STUCK_MARGIN_MS,
+    log,
+    attempted: (outcome) => { attempts.inc({ outcome }) }
+  })
+  if (backend.kind === 'memory') {
+    log.info('webhook queue in memory: deliveries waiting or dead are lost when the process stops (set REDIS_URL for a durable queue)')
+  }
+  fastify.decorate('webhooks', new EventSink(queue, { log, queued: () => { worker.wake() } }))
+  fastify.addHook('onReady', async () => { worker.start() })
+  // Closed before the backend its queue lives in (onClose hooks run in reverse order).
+  fastify.addHook('onClose', async () => { await worker.close() })
+}, { name: 'webhooks', dependencies: ['config', 'backend', 'tenants', 'metrics'], fastify: '5.x' })

@@ -1,0 +1,99 @@
+import { Type, type Static, type TSchema } from '@sinclair/typebox'
+
+/** Every event a tenant's webhook endpoint can subscribe to. */
+export const WEBHOOK_EVENT_TYPES = [
+  'verification.succeeded',
+  'verification.failed',
+  'delivery.failed',
+  'recipient.locked',
+  'quota.threshold'
+] as const
+
+export type WebhookEventType = typeof WEBHOOK_EVENT_TYPES[number]
+
+/** `whsec_` and the base64 of 24 to 64 random bytes, as the Standard Webhooks specification writes secrets. */
+export const WEBHOOK_SECRET_PATTERN = '^whsec_[A-Za-z0-9+/]{32,88}={0,2}$'
+
+const Mode = Type.Union([Type.Literal('live'), Type.Literal('test')], { description: 'The key mode the event happened in: `test` is the sandbox.' })
+const RequestId = Type.String({ description: 'The requestId of the code the event is about.', examples: ['otp_3q2-7wX0aH4vQm1sT9bK8c'] })
+const AddressHash = Type.String({
+  pattern: '^[A-Za-z0-9_-]{22}$',
+  description: 'Keyed hash of the recipient address, never the address: base64url of the first 16 bytes of HMAC-SHA256(tenant address hash key, lower-cased address). See "Trusting a browser verification" in the README.'
+})
+
+/** The common shape: what happened, when, and its data (tenant and mode always in it). */
+function payload<T extends TSchema> (type: WebhookEventType, description: string, data: T) {
+  return Type.Object({
+    type: Type.Literal(type),
+    timestamp: Type.String({ format: 'date-time', description: 'When the event happened (ISO 8601, UTC).' }),
+    data
+  }, { title: type, description, additionalProperties: false })
+}
+
+const Base = {
+  tenant: Type.String({ description: 'The tenant id.' }),
+  mode: Mode
+}
+
+export const VerificationSucceededPayload = payload('verification.succeeded', 'A guess matched its code: the recipient proved control of the address. Signing the receipt and sending this event are independent; the receipt is what a backend redeems.', Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash
+}, { additionalProperties: false }))
+
+export const VerificationFailedPayload = payload('verification.failed', 'A guess did not match its code (or was not 6 digits); the code is used up. Unknown, expired and used requestIds send no event.', Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash,
+  reason: Type.Union([Type.Literal('wrong_code'), Type.Literal('malformed_code')])
+}, { additionalProperties: false }))
+
+export const DeliveryFailedPayload = payload('delivery.failed', 'The mail with the code could not be handed to the provider; dispatch answered 502, the code was destroyed and nothing was charged.', Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash,
+  reason: Type.Union(['timeout', 'connection', 'throttled', 'rejected', 'unknown'].map((kind) => Type.Literal(kind)), { description: 'The kind of failure.' })
+}, { additionalProperties: false }))
+
+export const RecipientLockedPayload = payload('recipient.locked', 'Wrong guesses for this recipient reached LOCKOUT_THRESHOLD: dispatch to the address answers 429 until `lockedUntil`. Sent once per lockout.', Type.Object({
+  ...Base,
+  requestId: Type.String({ description: 'The requestId of the guess that reached the threshold.' }),
+  addressHash: AddressHash,
+  lockedUntil: Type.String({ format: 'date-time' })
+}, { additionalProperties: false }))
+
+export const QuotaThresholdPayload = payload('quota.threshold', "A dispatch took the tenant's usage of its allowance (live or sandbox, per `mode`) to 80% or 100%. Sent once per window and threshold.", Type.Object({
+  ...Base,
+  requestId: Type.String({ description: 'The dispatch that reached the threshold.' }),
+  threshold: Type.Union([Type.Literal(80), Type.Literal(100)], { description: 'Percent of the allowance.' }),
+  limit: Type.Integer(),
+  used: Type.Integer(),
+  window: Type.String({ description: 'The tier window (`1d`, `month`…).' }),
+  resetsAt: Type.String({ format: 'date-time', description: 'When the window ends and the allowance returns.' })
+}, { additionalProperties: false }))
+
+export const WebhookPayloads = [
+  VerificationSucceededPayload,
+  VerificationFailedPayload,
+  DeliveryFailedPayload,
+  RecipientLockedPayload,
+  QuotaThresholdPayload
+] as const
+
+/** The `data` of each event type, as the service builds it. */
+export interface WebhookEventData {
+  'verification.succeeded': Omit<Static<typeof VerificationSucceededPayload>['data'], 'tenant' | 'mode'>
+  'verification.failed': Omit<Static<typeof VerificationFailedPayload>['data'], 'tenant' | 'mode'>
+  'delivery.failed': Omit<Static<typeof DeliveryFailedPayload>['data'], 'tenant' | 'mode'>
+  'recipient.locked': Omit<Static<typeof RecipientLockedPayload>['data'], 'tenant' | 'mode'>
+  'quota.threshold': Omit<Static<typeof QuotaThresholdPayload>['data'], 'tenant' | 'mode'>
+}
+
+/** The published JSON Schema of every webhook body (schemas/webhooks.schema.json). */
+export const WebhookPayloadsDocument = {
+  $id: 'https://email-otp.dev/schemas/webhooks.schema.json',
+  title: 'email-otp webhook payloads',
+  description: 'The JSON body of each webhook event. Every request carries the Standard Webhooks headers webhook-id, webhook-timestamp and webhook-signature.',
+  oneOf: WebhookPayloads.map((schema) => ({ $ref: `#/definitions/${schema.title ?? ''}` })),
+  definitions: Object.fromEntries(WebhookPayloads.map((schema) => [schema.title ?? '', schema]))
+}

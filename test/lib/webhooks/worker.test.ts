@@ -1,0 +1,73 @@
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { WebhookEndpoint } from '../../../lib/tenants/registry.js'
+import { AddressPolicy } from '../../../lib/webhooks/address-policy.js'
+import { MemoryWebhookQueue } from '../../../lib/webhooks/memory-queue.js'
+import type { Delivery } from '../../../lib/webhooks/queue.js'
+import { sendWebhook } from '../../../lib/webhooks/sender.js'
+import { WebhookWorker, type AttemptOutcome, type WorkerOptions } from '../../../lib/webhooks/worker.js'
+import { startReceiver, webhookSecret } from '../../support/webhook-receiver.js'
+
+const secret = webhookSecret()
+const policy = new AddressPolicy({ allowLoopback: true, allowedNetworks: null })
+const silent = { info () {}, warn () {}, error () {} }
+
+function delivery (url: string, messageId = 'msg_w1'): Delivery {
+  return { messageId, tenant: 'acme', url, type: 'verification.succeeded', body: '{"type":"verification.succeeded"}', createdAtMs: Date.now(), attempts: 0 }
+}
+
+function worker (queue: MemoryWebhookQueue, endpoint: WebhookEndpoint | null, overrides: Partial<WorkerOptions> = {}): { worker: WebhookWorker, outcomes: AttemptOutcome[] } {
+  const outcomes: AttemptOutcome[] = []
+  const instance = new WebhookWorker({
+    queue,
+    endpoint: () => endpoint,
+    active: () => true,
+    send: async (target, item, signal) => await sendWebhook(target, item, { policy, timeoutMs: 10_000, userAgent: 'test' }, signal),
+    schedule: { baseMs: 50, maxDelayMs: 100, forMs: 60_000 },
+    perEndpoint: 4,
+    maxInFlight: 16,
+    pollMs: 50,
+    stuckMs: 60_000,
+    log: silent,
+    attempted: (outcome) => { outcomes.push(outcome) },
+    ...overrides
+  })
+  return { worker: instance, outcomes }
+}
+
+t.test('shutdown interrupts an attempt and puts the delivery back, no attempt counted', async (t) => {
+  const receiver = await startReceiver(t, secret, () => ({ status: 200, delayMs: 5000 }))
+  const queue = new MemoryWebhookQueue()
+  const { worker: running } = worker(queue, { url: receiver.url, secret, events: new Set(['verification.succeeded']) })
+  await queue.enqueue([delivery(receiver.url)])
+  running.start()
+  await receiver.waitFor(() => receiver.attempts === 1, 'the attempt')
+  const started = Date.now()
+  await running.close()
+  t.ok(Date.now() - started < 4000, 'close does not wait for the slow answer')
+  const [back] = await queue.claim('next', 10, 60_000)
+  t.match(back?.delivery, { messageId: 'msg_w1', attempts: 0 })
+  t.notOk(back?.delivery.lastError)
+})
+
+t.test('a delivery whose endpoint is gone from the tenants file is dropped', async (t) => {
+  const queue = new MemoryWebhookQueue()
+  const { worker: running, outcomes } = worker(queue, null)
+  await queue.enqueue([delivery('https://hooks.acme.test/gone')])
+  running.start()
+  while (outcomes.length === 0) await sleep(20)
+  await running.close()
+  t.same(outcomes, ['dropped'])
+  t.same(await queue.claim('next', 10, 0), [], 'nothing left to deliver')
+})
+
+t.test('while no tenant has an endpoint, the worker leaves the queue alone', async (t) => {
+  const queue = new MemoryWebhookQueue()
+  const { worker: running, outcomes } = worker(queue, null, { active: () => false })
+  await queue.enqueue([delivery('https://hooks.acme.test/x')])
+  running.start()
+  await sleep(200)
+  await running.close()
+  t.same(outcomes, [])
+  t.equal((await queue.claim('next', 10, 0)).length, 1)
+})
