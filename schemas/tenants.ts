@@ -25,8 +25,19 @@ export const KeySchema = Type.Object({
   expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'ISO 8601 instant after which the key is refused.' })),
   revoked: Type.Optional(Type.Boolean()),
   createdAt: Type.Optional(Type.String({ format: 'date-time' })),
-  allowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Restricted keys only: the share of the tenant\'s allowance (live or sandbox, as the key) this key may use per window, e.g. `25%`. Default: the tenant\'s `restrictedKeyAllowance`.' }))
+  allowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Restricted keys only: the share of the tenant\'s allowance (live or sandbox, as the key) this key may use per window, e.g. `25%`. Default: the tenant\'s `restrictedKeyAllowance`.' })),
+  requireCaptcha: Type.Optional(Type.Boolean({ description: 'Whether dispatches with this key need a CAPTCHA token (`Captcha-Token`), whatever the tenant\'s `captcha.requireFor` says. Needs the tenant\'s `captcha`.' }))
 }, { additionalProperties: false })
+
+export const CaptchaSchema = Type.Object({
+  provider: Type.Union([Type.Literal('turnstile'), Type.Literal('hcaptcha'), Type.Literal('recaptcha')], { description: 'Cloudflare Turnstile, hCaptcha or Google reCAPTCHA (v2 or v3).' }),
+  secret: Type.String({ minLength: 1, maxLength: 512, description: 'The widget\'s secret key, sent to the provider\'s siteverify API only.' }),
+  siteverifyUrl: Type.Optional(Type.String({ pattern: '^https?://', maxLength: 2048, description: 'Overrides the provider\'s siteverify URL (private deployments, tests). https, or http on a loopback host.' })),
+  requireFor: Type.Optional(Type.Union([Type.Literal('restricted'), Type.Literal('all')], { description: 'Which keys\' dispatches need a token: restricted keys (default) or all keys.' })),
+  expectedHostnames: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9.-]{1,253}$' }), { maxItems: 100, description: 'The token must have been solved on one of these hostnames (the provider reports it). Unset: any.' })),
+  minScore: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'reCAPTCHA v3: the lowest score that passes.' })),
+  expectedAction: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'The widget action the token must carry (Turnstile, reCAPTCHA v3).' }))
+}, { additionalProperties: false, description: 'A CAPTCHA the tenant\'s dispatches must pass, checked server-side against the provider.' })
 
 export const BrandSchema = Type.Object({
   name: Type.String({ minLength: 1, maxLength: 100, description: 'Shown in the subject and the body of the mail.' }),
@@ -68,7 +79,8 @@ export const TenantSchema = Type.Object({
   recipients: Type.Optional(RecipientPolicySchema),
   blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' })),
   addressHashKey: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]{43,}={0,2}$', maxLength: 344, description: "Base64 of at least 32 random bytes (`openssl rand -base64 32`), shared with the tenant's backend: receipts and webhook events carry HMAC-SHA256 of the recipient address under this key. Unset: a key derived from OTP_HMAC_KEYS, which the backend cannot compute (it can still pass the address to redeem)." })),
-  webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' }))
+  webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' })),
+  captcha: Type.Optional(CaptchaSchema)
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({

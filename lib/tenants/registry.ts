@@ -2,8 +2,9 @@ import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
+import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
 import type { WebhookEventType } from '../../schemas/webhooks.js'
+import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
@@ -46,6 +47,8 @@ export interface Tenant {
   /** The key receipts and webhook events hash the recipient address under; null: a derived one. */
   addressHashKey: KeyObject | null
   webhooks: readonly WebhookEndpoint[]
+  /** The CAPTCHA its dispatches must pass, or null. */
+  captcha: CaptchaSettings | null
 }
 
 /** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
@@ -67,6 +70,8 @@ export interface TenantKey {
   allowsOrigin: ((origin: string) => boolean) | null
   /** Restricted keys: the fraction of the tenant's allowance the key may use; null for secret keys. */
   allowanceShare: number | null
+  /** Its dispatches need a CAPTCHA token (the tenant's `captcha`). */
+  captchaRequired: boolean
 }
 
 /** A restricted key may use this share of its tenant's allowance unless the file says otherwise. */
@@ -122,7 +127,8 @@ export class TenantRegistry {
         blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`),
         requireEndUserIp: entry.requireEndUserIp === true,
         addressHashKey: addressHashKey(entry.addressHashKey),
-        webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)
+        webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`),
+        captcha: captchaSettings(entry.captcha, `${where}/captcha`)
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
@@ -143,7 +149,8 @@ export class TenantRegistry {
           expiresAtMs: key.expiresAt === undefined ? null : Date.parse(key.expiresAt),
           revoked: key.revoked === true,
           allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
-          allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null
+          allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
+          captchaRequired: captchaRequired(entry, key, keyWhere)
         })
       }
     }
@@ -277,4 +284,34 @@ export function demoRegistry (): TenantRegistry {
       ]
     }]
   } satisfies TenantsFile)
+}
+
+function captchaSettings (entry: TenantEntry['captcha'], where: string): CaptchaSettings | null {
+  if (entry === undefined) return null
+  const siteverifyUrl = entry.siteverifyUrl ?? SITEVERIFY_URLS[entry.provider]
+  let url: URL
+  try {
+    url = new URL(siteverifyUrl)
+  } catch {
+    throw new TenantsFileError(`${where}/siteverifyUrl is not a URL`)
+  }
+  const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname) || url.hostname.startsWith('127.')
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) throw new TenantsFileError(`${where}/siteverifyUrl must be https (http only on a loopback host)`)
+  if (entry.minScore !== undefined && entry.provider !== 'recaptcha') throw new TenantsFileError(`${where}/minScore: only reCAPTCHA v3 answers a score`)
+  return {
+    provider: entry.provider,
+    secret: entry.secret,
+    siteverifyUrl,
+    expectedHostnames: (entry.expectedHostnames ?? []).map((host) => host.toLowerCase()),
+    minScore: entry.minScore ?? null,
+    expectedAction: entry.expectedAction ?? null
+  }
+}
+
+/** A key's own `requireCaptcha`, else the tenant's `captcha.requireFor` (restricted keys by default). */
+function captchaRequired (tenant: TenantEntry, key: KeyEntry, where: string): boolean {
+  if (key.requireCaptcha === true && tenant.captcha === undefined) throw new TenantsFileError(`${where}/requireCaptcha: the tenant has no captcha to require`)
+  if (key.requireCaptcha !== undefined) return key.requireCaptcha
+  if (tenant.captcha === undefined) return false
+  return (tenant.captcha.requireFor ?? 'restricted') === 'all' || key.kind === 'restricted'
 }
