@@ -8,6 +8,7 @@ import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
+import captchaPlugin from './plugins/captcha.js'
 import backendPlugin from './plugins/backend.js'
 import blocklistsPlugin from './plugins/blocklists.js'
 import clientAddressPlugin, { clientAddressOf, trustedProxies } from './plugins/client-address.js'
@@ -149,6 +150,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(authPlugin)
     await api.register(refusalsPlugin)
     await api.register(idempotencyPlugin)
+    await api.register(captchaPlugin)
     await api.register(otpRoutes)
     await api.register(usageRoutes)
     await api.register(recipientRoutes)

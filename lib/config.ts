@@ -60,6 +60,7 @@ export interface Config {
   /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
   metricsListener: { host: string, port: number } | null
   requestTimeoutMs: number
+  captchaTimeoutMs: number
   keepAliveTimeoutMs: number
   maxConnectionsPerSource: number
   receipts: {
@@ -184,6 +185,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     metricsToken: valid.METRICS_TOKEN ?? null,
     metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },
     requestTimeoutMs: valid.REQUEST_TIMEOUT_MS,
+    captchaTimeoutMs: valid.CAPTCHA_TIMEOUT_MS,
     keepAliveTimeoutMs: valid.KEEP_ALIVE_TIMEOUT_MS,
     maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
     receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: valid.RECEIPT_TTL_SECONDS },

@@ -7,6 +7,8 @@ export interface ApiError extends Error {
   statusCode: number
   /** Extra response headers (Retry-After, Quota-*). */
   headers?: Record<string, string>
+  /** Already counted against the caller's velocity limits by the step that refused it. */
+  counted?: boolean
 }
 
 // Expected outcomes (a wrong code, a limit) are not bugs: no stack trace is captured, which

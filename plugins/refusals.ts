@@ -19,7 +19,7 @@ const COUNTED_BY_ADMISSION: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
 export default fp(async function refusalsPlugin (fastify) {
   fastify.setErrorHandler(async function countRefusal (error: FastifyError, request) {
     const refusal = toApiError(error)
-    if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
+    if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || refusal.counted === true || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
     throw await fastify.otp.countRefused(callerOf(request), refusal)
   })
 }, { name: 'refusals', dependencies: ['otp', 'errors'], fastify: '5.x' })

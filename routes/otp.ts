@@ -1,25 +1,25 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { callerOf } from '../plugins/otp.js'
 import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
-import { DispatchBody, DispatchReply, IdempotencyHeaders, VerifyBody, VerifyReply } from '../schemas/otp.js'
+import { DispatchBody, DispatchReply, DispatchHeaders, VerifyBody, VerifyHeaders, VerifyReply } from '../schemas/otp.js'
 import { ref } from '../schemas/ref.js'
 
 const security = [{ bearerAuth: [] }]
 
 const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) {
   fastify.post('/otp/request', {
-    config: { idempotent: true },
+    config: { idempotent: true, captcha: true },
     schema: {
       operationId: 'dispatchCode',
       summary: 'Send a 6-digit code to an email address',
       description: 'Issues a code bound to the returned requestId and mails it. A second dispatch to the same address issues an independent requestId; earlier codes stay valid until used or expired. When delivery fails (502) the code is destroyed before the answer and nothing is charged.',
       tags: ['otp'],
       security,
-      headers: IdempotencyHeaders,
+      headers: DispatchHeaders,
       body: ref(DispatchBody),
       response: {
         200: ref(DispatchReply, { description: 'The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {
@@ -39,6 +39,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       description: 'Every call consumes the code of its requestId, right or wrong: a code can be tried once. Unknown, expired, used, other-tenant and wrong guesses all answer the same 400 `CODE_MISMATCH`.',
       tags: ['otp'],
       security,
+      headers: VerifyHeaders,
       body: ref(VerifyBody),
       response: {
         200: ref(VerifyReply, { description: 'The guess matched: the person controls the address. The code is used up.' }),

@@ -64,6 +64,7 @@ export const EnvSchema = Type.Object({
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, the public listener serves GET /metrics and the details of GET /readyz to callers with `Authorization: Bearer <METRICS_TOKEN>`.' })),
   METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'When set, an internal listener on METRICS_HOST:METRICS_PORT serves /metrics, /readyz with details and /healthz, without credentials.' })),
   METRICS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'Address of the internal listener (127.0.0.1 unless set). Only with METRICS_PORT.' })),
+  CAPTCHA_TIMEOUT_MS: PositiveInt(3000, 100, 30000, 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
   REQUEST_TIMEOUT_MS: PositiveInt(10000, 100, 300000, 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
   KEEP_ALIVE_TIMEOUT_MS: PositiveInt(72000, 100, 600000, 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of a load balancer in front.'),

@@ -24,6 +24,8 @@ export const errorCatalog = {
   SECRET_KEY_IN_BROWSER: { status: 403, message: 'Secret keys must not be used from a browser; use a restricted key' },
   KEY_NOT_PERMITTED: { status: 403, message: 'This key is not permitted to call this endpoint' },
   SOURCE_BLOCKED: { status: 403, message: 'Requests from this network are not accepted' },
+  CAPTCHA_REQUIRED: { status: 403, message: 'This key needs a CAPTCHA token: send the widget\'s answer in the Captcha-Token header' },
+  CAPTCHA_INVALID: { status: 403, message: 'The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again' },
   RECIPIENT_BLOCKED: { status: 403, message: 'Codes cannot be sent to this address' },
   NOT_FOUND: { status: 404, message: 'Not found' },
   METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed here; see the Allow header' },

@@ -38,10 +38,22 @@ export const VerifyReply = Type.Object({
 export type DispatchBodyType = Static<typeof DispatchBody>
 export type VerifyBodyType = Static<typeof VerifyBody>
 
-export const IdempotencyHeaders = Type.Object({
+const EndUserIpHeader = Type.Optional(Type.String({
+  description: 'Secret keys only: the address (IPv4 or IPv6) of the end user a backend calls for. Block lists and per-source limits then apply to that address, and the backend gets its own, higher ceiling. Invalid: 400 INVALID_END_USER_IP; with a restricted key: 400 END_USER_IP_NOT_ALLOWED.'
+}))
+
+export const DispatchHeaders = Type.Object({
   'idempotency-key': Type.Optional(Type.String({
     minLength: 1,
     maxLength: 255,
     description: 'Makes retries safe: the same key with the same body within 24 hours returns the first answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second).'
+  })),
+  'end-user-ip': EndUserIpHeader,
+  'captcha-token': Type.Optional(Type.String({
+    description: 'The answer of the CAPTCHA widget (Turnstile, hCaptcha or reCAPTCHA) when the key\'s tenant requires one; single use. Missing: 403 CAPTCHA_REQUIRED; refused by the provider: 403 CAPTCHA_INVALID; provider unreachable: 503 UNAVAILABLE.'
   }))
+})
+
+export const VerifyHeaders = Type.Object({
+  'end-user-ip': EndUserIpHeader
 })

@@ -12,7 +12,7 @@ export default fp(async function corsPlugin (fastify) {
   await fastify.register(cors, {
     origin: (origin, callback) => { callback(null, origin !== undefined && parseOrigin(origin) !== null) },
     methods: ['GET', 'POST'],
-    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Accept-Language', 'Captcha-Token'],
     // Every header the OpenAPI document says an answer carries is readable by the page.
     exposedHeaders: responseHeaderNames,
     maxAge: 600,
