@@ -6,6 +6,8 @@ import type { MacKey } from './otp/signer.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
+import { validateEmail } from './recipients/address.js'
+import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -122,6 +124,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
+  }
+  if (valid.MAIL_FROM !== undefined && !isSender(valid.MAIL_FROM)) {
+    throw new ConfigError('MAIL_FROM', `must be an email address, or "Name <address>" (got ${JSON.stringify(valid.MAIL_FROM)})`)
   }
   if (valid.MAIL_TRANSPORT === 'smtp' && valid.SMTP_URL === undefined) {
     throw new ConfigError('SMTP_URL', 'is required when MAIL_TRANSPORT=smtp')
@@ -262,10 +267,24 @@ function rateLimit (variable: string, spec: string): RateLimit {
   return parsed
 }
 
+/** The rule behind each pattern of the environment schema, in words. */
+const PATTERN_RULES: Readonly<Record<string, string>> = {
+  '^rediss?://': 'must be a redis:// or rediss:// URL',
+  '^smtps?://': 'must be an smtp:// or smtps:// URL',
+  '^https?://': 'must be an http:// or https:// URL',
+  '^\\S+$': 'must be one word, without spaces',
+  '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
+  '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
+  '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
+  '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
+  [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
+  [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off'
+}
+
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
   if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((option) => String(option.const)).join(', ')}`
   if (schema.type === 'integer') return `must be an integer from ${schema.minimum} to ${schema.maximum}`
-  if (schema.pattern !== undefined) return `must match ${schema.pattern}`
+  if (schema.pattern !== undefined) return PATTERN_RULES[schema.pattern] ?? `must match ${schema.pattern}`
   if (schema.minLength !== undefined) return `must be at least ${schema.minLength} characters long`
   return 'is not valid'
 }
@@ -306,4 +325,10 @@ function isCidr (entry: string): boolean {
   } catch {
     return false
   }
+}
+
+/** An address, or `Name <address>` with a name that cannot break out of the header. */
+function isSender (value: string): boolean {
+  const named = /^([^<>"\r\n\u0000-\u001f]*?)\s*<([^<>]+)>$/.exec(value)
+  return validateEmail(named === null ? value : named[2] ?? '').ok
 }

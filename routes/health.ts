@@ -37,12 +37,12 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
     config: { cors: false, rateLimit: perSource(service.config.routeLimits.public) },
     schema: {
       operationId: 'getReadiness',
-      summary: 'Readiness: the token store and the mailer are usable',
+      summary: 'Readiness: the token store answers and the mailer is configured',
       description: 'Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.',
       tags: ['operations'],
       security: [],
       response: {
-        200: ref(ReadyReply, { description: 'Ready: the token store and the mailer are usable.' }),
+        200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured) and the mailer is configured and open. The mail provider itself is not probed.' }),
         503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this.' }),
         ...errorResponses(connectionErrors)
       }

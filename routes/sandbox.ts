@@ -15,7 +15,7 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
     config: { rateLimit: perKey(fastify.config.routeLimits.account) },
     schema: {
       operationId: 'listSandboxMessages',
-      summary: 'Read the sandbox inbox of an address',
+      summary: 'Read the sandbox inbox of an address (optionally one dispatch\'s message)',
       description: `Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most ${SANDBOX_MESSAGES_PER_ADDRESS} per address, newest first, for the same tenant only. Live keys get 404. Reserved recipients simulate delivery outcomes: ${simulated}`,
       tags: ['sandbox'],
       security: [{ bearerAuth: [] }],
@@ -33,7 +33,8 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
     const checked = validateEmail(request.query.email)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
     const messages = await fastify.backend.sandboxInbox.list(key.tenant.id, checked.email.address)
-    return { success: true as const, data: { messages } }
+    const { requestId } = request.query
+    return { success: true as const, data: { messages: requestId === undefined ? messages : messages.filter((message) => message.requestId === requestId) } }
   })
 }
 

@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox'
+import { REQUEST_ID_PATTERN } from './patterns.js'
 
 const SandboxMessage = Type.Object({
   requestId: Type.String(),
@@ -11,6 +12,9 @@ const SandboxMessage = Type.Object({
   createdAt: Type.String({ format: 'date-time' })
 })
 
-export const SandboxQuery = Type.Object({ email: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false })
+export const SandboxQuery = Type.Object({
+  email: Type.String({ minLength: 1, maxLength: 1024, description: 'The address the messages were sent to.' }),
+  requestId: Type.Optional(Type.String({ pattern: REQUEST_ID_PATTERN, description: 'Only the message of this dispatch (its requestId): at most one.' }))
+}, { additionalProperties: false })
 
 export const SandboxMessagesReply = Type.Object({ success: Type.Literal(true), data: Type.Object({ messages: Type.Array(SandboxMessage) }) }, { $id: 'SandboxMessagesReply', description: 'The sandbox messages to one address, newest first.' })

@@ -6,14 +6,16 @@ import { TenantRegistry } from '../tenants/registry.js'
 import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
 
 const usage = `Usage:
-  npm run keys -- create --tenant ID --kind secret|restricted --mode live|test --file PATH
+  npm run keys -- create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
                          [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
-  npm run keys -- revoke --tenant ID --id KEY_ID --file PATH
-  npm run keys -- list --file PATH
+  npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH]
+  npm run keys -- list [--file PATH]
+  npm run keys -- --help
 
+--file defaults to $TENANTS_FILE, the file the service reads.
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
-if missing; a missing tenant is added on the given or first tier). Send SIGHUP to the
-service to load the change.`
+if missing; a missing tenant is added on the given or first tier); the key's id (for
+revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`
 
 class UsageError extends Error {}
 
@@ -46,7 +48,7 @@ function oneOf<T extends string> (values: Record<string, unknown>, name: string,
   return value as T
 }
 
-export async function run (argv: string[], out: (line: string) => void): Promise<void> {
+export async function run (argv: string[], out: (line: string) => void, env: Readonly<Record<string, string | undefined>> = {}): Promise<void> {
   const { positionals, values } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -58,11 +60,18 @@ export async function run (argv: string[], out: (line: string) => void): Promise
       origin: { type: 'string', multiple: true },
       expires: { type: 'string' },
       tier: { type: 'string' },
-      id: { type: 'string' }
+      id: { type: 'string' },
+      help: { type: 'boolean', short: 'h' }
     }
   })
   const command = positionals[0]
-  const path = option(values, 'file')
+  if (values.help === true || command === 'help') {
+    out(usage)
+    return
+  }
+  const fromEnv = env.TENANTS_FILE
+  const path = values.file ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv)
+  if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
 
   if (command === 'list') {
     const file = await readTenantsFile(path)
@@ -128,7 +137,7 @@ export async function run (argv: string[], out: (line: string) => void): Promise
 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
 if (invokedDirectly) {
-  run(process.argv.slice(2), (line) => { process.stdout.write(line + '\n') }).catch((error: unknown) => {
+  run(process.argv.slice(2), (line) => { process.stdout.write(line + '\n') }, process.env).catch((error: unknown) => {
     process.stderr.write(`keys: ${error instanceof Error ? error.message : String(error)}\n`)
     if (error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') process.stderr.write(`\n${usage}\n`)
     process.exitCode = 1

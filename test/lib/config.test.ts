@@ -31,7 +31,14 @@ t.test('a bad value stops start-up with one line naming the variable', async (t)
     [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be an integer/],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL', /LOG_LEVEL must be one of fatal, error/],
     [{ MAIL_TRANSPORT: 'pigeon' }, 'MAIL_TRANSPORT', /MAIL_TRANSPORT must be one of log, ses, smtp/],
-    [{ REDIS_URL: 'http://x' }, 'REDIS_URL', /REDIS_URL must match/],
+    [{ REDIS_URL: 'http://x' }, 'REDIS_URL', /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/],
+    [{ METRICS_TOKEN: 'short' }, 'METRICS_TOKEN', /METRICS_TOKEN must be at least 16 characters long/],
+    [{ MAIL_FROM: 'not an address' }, 'MAIL_FROM', /MAIL_FROM must be an email address, or "Name <address>"/],
+    [{ MAIL_FROM: 'Codes <not an address>' }, 'MAIL_FROM', /MAIL_FROM must be an email address/],
+    [{ MAIL_FROM: 'Evil\r\nBcc: x@y.z <codes@otp.test>' }, 'MAIL_FROM', /MAIL_FROM must be an email address/],
+    [{ RATE_LIMIT_SOURCE: 'lots' }, 'RATE_LIMIT_SOURCE', /RATE_LIMIT_SOURCE must be max\/window: .* \(e\.g\. 30\/1m\)/],
+    [{ RATE_LIMIT_MAILBOX: 'never' }, 'RATE_LIMIT_MAILBOX', /must be max\/window \(e\.g\. 15\/15m\) or off/],
+    [{ LOCKOUT_DURATION: 'forever' }, 'LOCKOUT_DURATION', /LOCKOUT_DURATION must be a duration/],
     [{ REDIS_URL: 'redis://127.0.0.1:6379' }, 'OTP_HMAC_KEYS', /OTP_HMAC_KEYS is required when REDIS_URL is set/],
     [{ OTP_HMAC_KEYS: 'k1:c2hvcnQ=' }, 'OTP_HMAC_KEYS', /at least 32 bytes/],
     [{ OTP_HMAC_KEYS: 'nocolon' }, 'OTP_HMAC_KEYS', /id:secret pairs/],
@@ -46,6 +53,21 @@ t.test('a bad value stops start-up with one line naming the variable', async (t)
     t.match(error.message, message)
     t.notMatch(error.message, /\n/, 'one line')
   }
+})
+
+t.test('every rule is said in words, never as a regular expression', async (t) => {
+  const { EnvSchema } = await import('../../schemas/env.js')
+  for (const [variable, schema] of Object.entries(EnvSchema.properties)) {
+    const pattern = (schema as { pattern?: string }).pattern
+    if (pattern === undefined) continue
+    const error = t.throws(() => parseConfig({ [variable]: 'a value\u00a0no pattern here takes' })) as Error
+    t.notMatch(error.message, /must match/, variable)
+  }
+})
+
+t.test('MAIL_FROM takes an address or a named one', async (t) => {
+  t.equal(parseConfig({ MAIL_FROM: 'codes@otp.test' }).mailFrom, 'codes@otp.test')
+  t.equal(parseConfig({ MAIL_FROM: 'Acme Codes <codes@otp.test>' }).mailFrom, 'Acme Codes <codes@otp.test>')
 })
 
 t.test('secret values are never echoed', async (t) => {
@@ -71,8 +93,8 @@ t.test('velocity limits and lockout parse from max/window', async (t) => {
   t.equal(parseConfig({ RATE_LIMIT_MAILBOX: 'off' }).mailboxLimit, null)
   t.same(config.lockout, { threshold: 10, baseMs: 3_600_000, maxMs: 30 * 86_400_000, resetAfterMs: 30 * 86_400_000 })
   t.same(config.blocklists.ipSources, ['a.txt', 'https://x.test/list'])
-  t.throws(() => parseConfig({ RATE_LIMIT_SOURCE: '30 per minute' }), /RATE_LIMIT_SOURCE must match/)
-  t.throws(() => parseConfig({ RATE_LIMIT_MAILBOX: 'never' }), /RATE_LIMIT_MAILBOX must match/)
-  t.throws(() => parseConfig({ LOCKOUT_DURATION: 'month' }), /LOCKOUT_DURATION must match/)
+  t.throws(() => parseConfig({ RATE_LIMIT_SOURCE: '30 per minute' }), /RATE_LIMIT_SOURCE must be max\/window/)
+  t.throws(() => parseConfig({ RATE_LIMIT_MAILBOX: 'never' }), /RATE_LIMIT_MAILBOX must be max\/window .* or off/)
+  t.throws(() => parseConfig({ LOCKOUT_DURATION: 'month' }), /LOCKOUT_DURATION must be a duration/)
   t.throws(() => parseConfig({ LOCKOUT_DURATION: '2d', LOCKOUT_MAX_DURATION: '1d' }), /LOCKOUT_MAX_DURATION must be at least LOCKOUT_DURATION/)
 })

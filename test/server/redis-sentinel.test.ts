@@ -19,7 +19,7 @@ t.test('configuration: Sentinels need the primary name, and the name needs Senti
     [{ REDIS_SENTINELS: 's1:26379' }, 'REDIS_SENTINEL_NAME', /REDIS_SENTINEL_NAME is required when REDIS_SENTINELS is set/],
     [{ REDIS_SENTINEL_NAME: 'otp-primary' }, 'REDIS_SENTINEL_NAME', /REDIS_SENTINEL_NAME is only used with REDIS_SENTINELS/],
     [{ REDIS_SENTINELS: 's1', REDIS_SENTINEL_NAME: 'otp-primary' }, 'REDIS_SENTINELS', /host:port pairs/],
-    [{ REDIS_SENTINELS: 's1:26379', REDIS_SENTINEL_NAME: 'otp primary' }, 'REDIS_SENTINEL_NAME', /must match/],
+    [{ REDIS_SENTINELS: 's1:26379', REDIS_SENTINEL_NAME: 'otp primary' }, 'REDIS_SENTINEL_NAME', /must be one word, without spaces/],
     [{ REDIS_URL: 'redis://r', REDIS_SENTINELS: 's1:26379', REDIS_SENTINEL_NAME: 'otp-primary' }, 'REDIS_SENTINELS', /cannot be combined with REDIS_URL/]
   ]
   for (const [env, variable, message] of cases) {

@@ -1,0 +1,53 @@
+/*
+ * The keys CLI as a newcomer meets it: through `npm run keys`, without a build, with --help,
+ * with the tenants file taken from TENANTS_FILE, and with the README's own example ids.
+ */
+import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+
+const exec = promisify(execFile)
+const root = new URL('../..', import.meta.url).pathname
+const npmKeys = async (args: string[], env: Record<string, string> = {}): Promise<{ stdout: string, stderr: string }> =>
+  await exec('npm', ['run', '-s', 'keys', '--', ...args], { cwd: root, env: { ...process.env, TENANTS_FILE: '', ...env }, timeout: 60_000 })
+
+t.test('npm run keys does not build the project', async (t) => {
+  const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+  t.notMatch(manifest.scripts.keys, /build|tsc/)
+})
+
+t.test('--help answers the usage and succeeds', async (t) => {
+  const { stdout } = await npmKeys(['--help'])
+  t.match(stdout, /^Usage:\n {2}npm run keys -- create/)
+  t.match(stdout, /--file defaults to \$TENANTS_FILE/)
+})
+
+t.test('without --file nor TENANTS_FILE it says what is missing', async (t) => {
+  const failed = await npmKeys(['list']).then(() => null, (error: { code: number, stderr: string }) => error)
+  t.equal(failed?.code, 1)
+  t.match(failed?.stderr, /keys: --file is required \(or set TENANTS_FILE\)/)
+})
+
+t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as the README shows', async (t) => {
+  const file = join(t.testdir({}), 'tenants.json')
+  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live'], { TENANTS_FILE: file })
+  t.match(created.stdout, /^sk_live_[0-9A-Za-z]{32,}\n$/, 'stdout: the key alone')
+  const id = /Created secret live key (sk_live_[0-9a-f]{8}) for tenant acme in /.exec(created.stderr)?.[1]
+  t.ok(id, 'stderr names the key\'s id')
+
+  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const readmeId = /npm run keys -- revoke --tenant acme --id (\S+)/.exec(readme)?.[1]
+  t.match(readmeId, /^sk_live_[0-9a-f]{8}$/, 'the README revokes an id of the form create prints')
+  t.match(readme, new RegExp(`Created secret live key ${readmeId ?? 'none'} for tenant acme`), 'and shows create printing it')
+
+  t.match((await npmKeys(['list'], { TENANTS_FILE: file })).stdout, new RegExp(`^acme\\t${id ?? 'none'}\\tsecret\\tlive\\tactive\\n$`))
+  t.equal((await npmKeys(['revoke', '--tenant', 'acme', '--id', id ?? ''], { TENANTS_FILE: file })).stdout, `revoked acme/${id ?? ''}\n`)
+  t.match((await npmKeys(['list', '--file', file])).stdout, /\trevoked\n$/)
+})
+
+t.test('a tenants.json written in the repository root is not committed by accident', async (t) => {
+  const ignored = readFileSync(join(root, '.gitignore'), 'utf8').split('\n')
+  t.ok(ignored.includes('/tenants.json'))
+})

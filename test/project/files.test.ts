@@ -1,0 +1,55 @@
+/*
+ * The project files a newcomer copies from: .env.example and compose.yaml must name only
+ * variables the service reads, with values it accepts (compose cannot run here, so its
+ * configuration is checked against the service's own schema); LICENSE and CHANGELOG agree
+ * with package.json.
+ */
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { parse } from 'yaml'
+import { parseConfig } from '../../lib/config.js'
+import { EnvSchema } from '../../schemas/env.js'
+
+const file = (name: string): string => readFileSync(new URL(`../../${name}`, import.meta.url), 'utf8')
+const manifest = JSON.parse(file('package.json')) as { version: string, license: string }
+const variables = Object.keys(EnvSchema.properties)
+
+t.test('.env.example lists every variable with its default', async (t) => {
+  const set = new Map<string, string>()
+  const unset = new Set<string>()
+  for (const line of file('.env.example').split('\n')) {
+    const assignment = /^([A-Z0-9_]+)=(.*)$/.exec(line)
+    if (assignment !== null) set.set(assignment[1] ?? '', assignment[2] ?? '')
+    const commented = /^# ([A-Z0-9_]+)=$/.exec(line)
+    if (commented !== null) unset.add(commented[1] ?? '')
+  }
+  t.same([...set.keys(), ...unset].sort(), [...variables].sort(), 'each variable once, nothing else')
+  for (const [name, schema] of Object.entries(EnvSchema.properties)) {
+    const fallback = (schema as { default?: unknown }).default
+    if (fallback === undefined) t.ok(unset.has(name), `${name} has no default: shown commented out`)
+    else t.equal(set.get(name), String(fallback), `${name} shows its default`)
+  }
+  t.doesNotThrow(() => parseConfig(Object.fromEntries(set)), 'the values as written are a valid configuration')
+})
+
+t.test('compose.yaml configures the service with variables it reads and values it accepts', async (t) => {
+  const compose = parse(file('compose.yaml')) as { services: Record<string, { environment?: Record<string, string>, image?: string, build?: string }> }
+  const service = compose.services['email-otp']
+  const environment = service?.environment ?? {}
+  t.equal(service?.build, '.', 'built from this repository')
+  t.same(Object.keys(environment).filter((name) => !variables.includes(name)), [], 'no variable the service does not read')
+  const config = parseConfig(environment)
+  t.equal(config.mailTransport, 'smtp')
+  t.match(compose.services.redis?.image, /^redis:7/)
+  t.match(compose.services.mailpit?.image, /^axllent\/mailpit/)
+  t.equal(new URL(environment.REDIS_URL ?? '').hostname, 'redis', 'REDIS_URL names the redis service')
+  t.equal(new URL(environment.SMTP_URL ?? '').hostname, 'mailpit', 'SMTP_URL names the mail catcher')
+})
+
+t.test('LICENSE and CHANGELOG agree with package.json', async (t) => {
+  t.equal(manifest.license, 'MIT')
+  t.match(file('LICENSE'), /^MIT License\n/)
+  t.match(file('CHANGELOG.md'), new RegExp(`^## \\[${manifest.version.replaceAll('.', '\\.')}\\] - \\d{4}-\\d{2}-\\d{2}$`, 'm'), 'the current version has its entry')
+  const openapi = JSON.parse(file('openapi.json')) as { info: { version: string } }
+  t.equal(openapi.info.version, manifest.version, 'openapi.json carries the package version')
+})
