@@ -61,7 +61,8 @@ function quotaSuite (t: Test, env: Env): void {
   t.test('a failed delivery refunds its unit; verify, 4xx refusals are not charged', async (t) => {
     const { path, keys } = writeTenants(t, (file) => { file.tiers.standard = { allowance: 5, window: '1d', sandboxAllowance: 1 } })
     const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path })
-    t.equal((await dispatch(app, keys.acmeTest, 'fail@simulator.invalid')).statusCode, 502)
+    const failed = await dispatch(app, keys.acmeTest, 'fail@simulator.invalid')
+    t.same([failed.statusCode, failed.headers['quota-limit'], failed.headers['quota-remaining']], [502, '1', '1'], 'its Quota-* headers tell the state after the refund')
     t.equal((await dispatch(app, keys.acmeTest, 'fail@simulator.invalid')).statusCode, 502)
     const ok = await dispatch(app, keys.acmeTest, 'sam@example.com')
     t.equal(ok.statusCode, 200, 'the sandbox allowance of 1 is still there after two failures')
