@@ -40,3 +40,26 @@ t.test('the client compiles for browsers and Node alike: DOM and ES2022 only, no
     t.notMatch(readFileSync(file, 'utf8'), /from ['"](node:|fs|path|crypto|http)/, `${file} imports no Node module`)
   }
 })
+
+t.test('the per-operation error codes come from the document: a code an operation never answers is refused', async (t) => {
+  const client = join(root, 'clients/typescript/src/index.js')
+  const directory = t.testdir({
+    'uses.ts': [
+      `import type { DispatchErrorCode, DispatchResult, VerifyErrorCode, VerifyResult } from ${JSON.stringify(client)}`,
+      "export const limited: DispatchErrorCode = 'RATE_LIMITED'",
+      "export const mismatch: VerifyErrorCode = 'CODE_MISMATCH'",
+      'export const requestId = (result: DispatchResult): string => result.requestId',
+      'export const receipt = (result: VerifyResult): string => result.receipt',
+      "export const wrongForDispatch: DispatchErrorCode = 'RECEIPT_EXPIRED'",
+      "export const wrongForVerify: VerifyErrorCode = 'RECIPIENT_BLOCKED'"
+    ].join('\n')
+  })
+  const program = ts.createProgram([join(directory, 'uses.ts')], {
+    strict: true, noEmit: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'], types: []
+  })
+  const errors = ts.getPreEmitDiagnostics(program).map((diagnostic) => {
+    const line = diagnostic.file === undefined || diagnostic.start === undefined ? -1 : diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start).line + 1
+    return `${line}: TS${diagnostic.code}`
+  })
+  t.same(errors, ['6: TS2322', '7: TS2322'], 'only the two wrong codes are refused')
+})
