@@ -59,5 +59,6 @@ t.test('the backend example hides the service\'s trouble from its users and logs
   const backend = await startExample(t, 'backend/server.ts', { EMAIL_OTP_URL: service.base, EMAIL_OTP_KEY: 'sk_test_RevokedOrMistyped' })
   const answer = await postFrom('127.0.0.1', `${backend.base}/signup/start`, { email: 'ada@example.com' })
   t.same([answer.status, answer.body.error], [503, 'VERIFICATION_UNAVAILABLE'])
-  t.match(backend.output(), /"code":"UNAUTHORIZED"/, 'the operator sees why')
+  await backend.waitFor(/"code":"UNAUTHORIZED"/)
+  t.match(backend.output(), /"msg":"email-otp call failed"/, 'the operator sees why')
 })

@@ -7,6 +7,8 @@ import { freePort } from './redis.js'
 export interface RunningExample {
   base: string
   output: () => string
+  /** Resolves once the process has printed a line matching `pattern` (output arrives through a pipe, later than answers). */
+  waitFor: (pattern: RegExp) => Promise<void>
 }
 
 /**
@@ -39,5 +41,12 @@ export async function startExample (t: Test, script: string, env: Record<string,
     if (await fetch(base).then(() => true, () => false)) break
     await sleep(100)
   }
-  return { base, output: () => output }
+  const waitFor = async (pattern: RegExp): Promise<void> => {
+    for (let i = 0; i < 600; i++) {
+      if (pattern.test(output)) return
+      await sleep(50)
+    }
+    throw new Error(`${script} never printed ${String(pattern)}: ${output}`)
+  }
+  return { base, output: () => output, waitFor }
 }
