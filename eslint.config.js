@@ -1,7 +1,7 @@
 import neostandard from 'neostandard'
 
 export default [
-  ...neostandard({ ts: true, ignores: ['dist/**', '.bench-build/**', 'coverage/**', '.tap/**', 'node_modules/**'] }),
+  ...neostandard({ ts: true, ignores: ['dist/**', '.bench-build/**', 'coverage/**', '.tap/**', 'node_modules/**', 'clients/typescript/dist/**', 'clients/typescript/src/openapi.d.ts', 'test-artifacts/**'] }),
   {
     rules: {
       // `void promise` marks a promise left running on purpose.

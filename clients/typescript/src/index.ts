@@ -1,0 +1,261 @@
+import type { components, operations } from './openapi.js'
+
+type Schemas = components['schemas']
+
+/** A stable error code of the service, as listed by its OpenAPI document. */
+export type ErrorCode = Schemas['ErrorCode']
+
+/**
+ * Codes of failures the client meets itself, with no answer of the service to name them:
+ * `NETWORK_ERROR` (no answer: connection refused or lost, DNS, timeout) and
+ * `UNEXPECTED_RESPONSE` (an answer that is not the service's JSON, e.g. a proxy's error page).
+ */
+export type ClientErrorCode = 'NETWORK_ERROR' | 'UNEXPECTED_RESPONSE'
+
+type JsonBody<Answer> = Answer extends { content: { 'application/json': infer Body } } ? Body : never
+type ErrorCodes<Responses> = { [Status in keyof Responses]: Status extends 200 ? never : JsonBody<Responses[Status]> extends { code: infer Code } ? Code : never }[keyof Responses]
+
+/** The codes dispatch can answer, from the document: a `switch` on them can be exhaustive. */
+export type DispatchErrorCode = ErrorCodes<operations['dispatchCode']['responses']>
+/** The codes verify can answer, from the document. */
+export type VerifyErrorCode = ErrorCodes<operations['verifyCode']['responses']>
+
+export type DispatchRequest = Schemas['DispatchRequest']
+export type DispatchReply = Schemas['DispatchReply']
+export type VerifyRequest = Schemas['VerifyRequest']
+export type VerifyReply = Schemas['VerifyReply']
+
+/** What dispatch resolves to: the reply's `data` (the requestId to verify), and how it came. */
+export type DispatchResult = DispatchReply['data'] & {
+  message: DispatchReply['message']
+  /** The Idempotency-Key every attempt carried: send it again to replay this dispatch. */
+  idempotencyKey: string
+  /** The service answered a stored reply to an earlier request with this key: no second mail. */
+  replayed: boolean
+}
+
+/** What a right guess resolves to: the reply's `data` (the signed receipt for the backend). */
+export type VerifyResult = VerifyReply['data'] & { message: VerifyReply['message'] }
+
+/** The one error every call rejects with. Branch on `code`, never on `message`. */
+export class EmailOtpError extends Error {
+  /** The service's stable code, or a {@link ClientErrorCode} when it did not answer one. */
+  readonly code: ErrorCode | ClientErrorCode
+  /** The HTTP status, 0 when no answer arrived. */
+  readonly status: number
+  /** Seconds to wait before trying again, from `Retry-After` (429, 409, 503). */
+  readonly retryAfter: number | undefined
+  /** The requestId of the code the failed call was about (verify). */
+  readonly requestId: string | undefined
+  /** The answer's `X-Request-Id`: quote it when reporting a problem to the service's operator. */
+  readonly traceId: string | undefined
+  /** How many requests were made, retries included. */
+  readonly attempts: number
+
+  constructor (details: { code: ErrorCode | ClientErrorCode, status: number, message: string, retryAfter?: number | undefined, requestId?: string | undefined, traceId?: string | undefined, attempts: number, cause?: unknown }) {
+    super(details.message, details.cause === undefined ? undefined : { cause: details.cause })
+    this.name = 'EmailOtpError'
+    this.code = details.code
+    this.status = details.status
+    this.retryAfter = details.retryAfter
+    this.requestId = details.requestId
+    this.traceId = details.traceId
+    this.attempts = details.attempts
+  }
+}
+
+/** The part of `fetch` the client uses: the global one in Node 20+ and in browsers fits. */
+export type Fetch = (url: string, init: RequestInit) => Promise<Response>
+
+export interface ClientOptions {
+  /** Where the service is, e.g. `https://otp.example.com` (a path prefix is kept). */
+  baseUrl: string
+  /** `sk_…` in a backend, `rk_…` in a page. */
+  apiKey: string
+  /** Another `fetch` (one with a proxy agent, say). Default: the global `fetch`. */
+  fetch?: Fetch
+  /** Retries after the first attempt, for the failures each call retries. Default 2. */
+  retries?: number
+  /** Longest wait before a retry; a `Retry-After` longer than this is not waited out. Default 10 000 ms. */
+  maxRetryDelayMs?: number
+  /** Deadline of one attempt; past it the attempt counts as a network error. Default 15 000 ms. */
+  timeoutMs?: number
+}
+
+export interface DispatchOptions {
+  /** Language of the mail (`en`, `fr`, `de`, `es`, or a BCP 47 tag that falls back). */
+  locale?: DispatchRequest['locale']
+  /** Makes the call safe to repeat. Default: a fresh UUID per call, kept across its retries. */
+  idempotencyKey?: string
+  /** The end user's address, when a backend calls for one (secret keys only). */
+  endUserIp?: string
+  /** The CAPTCHA widget's token, when the tenant requires one of restricted keys. */
+  captchaToken?: string
+}
+
+export interface VerifyOptions {
+  /** The end user's address, when a backend calls for one (secret keys only). */
+  endUserIp?: string
+}
+
+export interface EmailOtpClient {
+  /** Mails a code to `email`; resolves to the requestId to verify. */
+  dispatch (email: string, options?: DispatchOptions): Promise<DispatchResult>
+  /** Checks the code the person typed. Every call uses the code up, right or wrong. */
+  verify (requestId: string, guess: string, options?: VerifyOptions): Promise<VerifyResult>
+}
+
+interface Attempted {
+  response: Response
+  body: unknown
+  traceId: string | undefined
+  retryAfter: number | undefined
+}
+
+/** When a failure may be retried: what each operation can safely repeat. */
+interface RetryPolicy {
+  networkErrors: boolean
+  retriable: (status: number, code: unknown) => boolean
+}
+
+const DISPATCH_RETRIES: RetryPolicy = {
+  // The Idempotency-Key makes a repeated dispatch return the first answer: no second mail.
+  networkErrors: true,
+  // 409: the retry overtook the first attempt, still running; a second later it is replayed.
+  retriable: (status, code) => status === 503 || (status === 409 && code === 'IDEMPOTENCY_IN_FLIGHT')
+}
+
+const VERIFY_RETRIES: RetryPolicy = {
+  // A verify that reached the service used the code up, right or wrong: repeating it after a
+  // lost answer would turn a right guess into CODE_MISMATCH. Without an answer the client
+  // cannot tell whether it arrived, so it does not repeat.
+  networkErrors: false,
+  // A 503 means the service could not reach its token store: the code was not used.
+  retriable: (status) => status === 503
+}
+
+export function createClient (options: ClientOptions): EmailOtpClient {
+  if (typeof options.baseUrl !== 'string' || options.baseUrl === '') throw new TypeError('createClient: baseUrl is required')
+  if (typeof options.apiKey !== 'string' || options.apiKey === '') throw new TypeError('createClient: apiKey is required')
+  const base = options.baseUrl.replace(/\/+$/, '')
+  const send: Fetch = options.fetch ?? (async (url, init) => await globalThis.fetch(url, init))
+  const retries = Math.max(0, Math.floor(options.retries ?? 2))
+  const maxRetryDelayMs = options.maxRetryDelayMs ?? 10_000
+  const timeoutMs = options.timeoutMs ?? 15_000
+
+  async function attempt (path: string, headers: Record<string, string>, body: unknown): Promise<Attempted> {
+    const response = await send(base + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs)
+    })
+    const text = await response.text()
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(text)
+    } catch {
+      parsed = undefined
+    }
+    return { response, body: parsed, traceId: response.headers.get('x-request-id') ?? undefined, retryAfter: parseRetryAfter(response.headers.get('retry-after')) }
+  }
+
+  /** Runs one call with its retries; resolves to the successful answer or rejects with EmailOtpError. */
+  async function call (path: string, headers: Record<string, string>, body: unknown, policy: RetryPolicy, expected: (data: Record<string, unknown>) => boolean, requestId?: string): Promise<Attempted> {
+    for (let attempts = 1; ; attempts++) {
+      let answer: Attempted
+      try {
+        answer = await attempt(path, headers, body)
+      } catch (cause) {
+        const error = new EmailOtpError({ code: 'NETWORK_ERROR', status: 0, message: describeNetworkError(cause, timeoutMs), requestId, attempts, cause })
+        const delay = policy.networkErrors && attempts <= retries ? backoff(attempts, undefined, maxRetryDelayMs) : undefined
+        if (delay === undefined) throw error
+        await sleep(delay)
+        continue
+      }
+      const { response, body: reply, traceId, retryAfter } = answer
+      if (response.status === 200 && isRecord(reply) && reply.success === true && isRecord(reply.data) && expected(reply.data)) return answer
+      const code = isRecord(reply) && typeof reply.code === 'string' ? reply.code : undefined
+      const delay = policy.retriable(response.status, code) && attempts <= retries ? backoff(attempts, retryAfter, maxRetryDelayMs) : undefined
+      if (delay !== undefined) {
+        await sleep(delay)
+        continue
+      }
+      if (code !== undefined && response.status >= 400) {
+        const message = isRecord(reply) && typeof reply.message === 'string' ? reply.message : code
+        // The document lists every code the service sends; a newer service may add some.
+        throw new EmailOtpError({ code: code as ErrorCode, status: response.status, message, retryAfter, requestId, traceId, attempts })
+      }
+      throw new EmailOtpError({ code: 'UNEXPECTED_RESPONSE', status: response.status, message: `Unexpected answer: HTTP ${response.status}`, retryAfter, requestId, traceId, attempts })
+    }
+  }
+
+  return {
+    async dispatch (email, dispatchOptions = {}) {
+      const idempotencyKey = dispatchOptions.idempotencyKey ?? randomKey()
+      const headers: Record<string, string> = { 'idempotency-key': idempotencyKey }
+      if (dispatchOptions.endUserIp !== undefined) headers['end-user-ip'] = dispatchOptions.endUserIp
+      if (dispatchOptions.captchaToken !== undefined) headers['captcha-token'] = dispatchOptions.captchaToken
+      const body: DispatchRequest = dispatchOptions.locale === undefined ? { email } : { email, locale: dispatchOptions.locale }
+      const { response, body: reply } = await call('/otp/request', headers, body, DISPATCH_RETRIES, (data) => typeof data.requestId === 'string')
+      const { message, data } = reply as DispatchReply
+      return { ...data, message, idempotencyKey, replayed: response.headers.get('idempotent-replayed') === 'true' }
+    },
+
+    async verify (requestId, guess, verifyOptions = {}) {
+      const headers: Record<string, string> = {}
+      if (verifyOptions.endUserIp !== undefined) headers['end-user-ip'] = verifyOptions.endUserIp
+      const body: VerifyRequest = { requestId, userGuess: guess }
+      const { body: reply } = await call('/otp/verify', headers, body, VERIFY_RETRIES, (data) => typeof data.receipt === 'string', requestId)
+      const { message, data } = reply as VerifyReply
+      return { ...data, message }
+    }
+  }
+}
+
+/** Seconds from a `Retry-After` header: a number of seconds or an HTTP date. */
+export function parseRetryAfter (value: string | null): number | undefined {
+  if (value === null) return undefined
+  const trimmed = value.trim()
+  if (/^\d+$/.test(trimmed)) return Number(trimmed)
+  const date = Date.parse(trimmed)
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000))
+}
+
+/**
+ * The wait before retry number `attempt`: what `Retry-After` asks, or exponential backoff with
+ * jitter (250 ms, 500 ms, 1 s… each between half and all of it). Undefined when the service
+ * asks for longer than `cap`: the caller gets the error and its `retryAfter` at once.
+ */
+function backoff (attempt: number, retryAfter: number | undefined, cap: number): number | undefined {
+  if (retryAfter !== undefined) return retryAfter * 1000 > cap ? undefined : retryAfter * 1000
+  const ceiling = Math.min(cap, 250 * 2 ** (attempt - 1))
+  return ceiling / 2 + Math.random() * ceiling / 2
+}
+
+async function sleep (ms: number): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+function isRecord (value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null
+}
+
+function describeNetworkError (cause: unknown, timeoutMs: number): string {
+  if (isRecord(cause) && cause.name === 'TimeoutError') return `No answer within ${timeoutMs} ms`
+  const reason = cause instanceof Error ? (cause.cause instanceof Error ? cause.cause.message : cause.message) : String(cause)
+  return `The service could not be reached: ${reason}`
+}
+
+/**
+ * A version 4 UUID. `crypto.randomUUID` exists only in secure contexts (HTTPS, localhost);
+ * a page served over plain HTTP elsewhere still has `crypto.getRandomValues`.
+ */
+function randomKey (): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID()
+  const bytes = crypto.getRandomValues(new Uint8Array(16))
+  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40
+  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80
+  const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, '0')).join('')
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
