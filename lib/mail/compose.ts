@@ -1,32 +1,10 @@
 import type { OutgoingMessage } from './transport.js'
-import type { Locale } from './locale.js'
-import { TEMPLATES, renderHtml, renderText } from './templates.js'
+import { singleLine } from './liquid.js'
+import { TenantTemplates, requestTime, type TemplateFallback } from './tenant-templates.js'
 
-const HTML_ESCAPES: Readonly<Record<string, string>> = {
-  '&': '&amp;',
-  '<': '&lt;',
-  '>': '&gt;',
-  '"': '&quot;',
-  "'": '&#39;'
-}
+export { escapeHtml } from './templates.js'
 
-/** Escapes text for use in HTML element content and in quoted attribute values. */
-export function escapeHtml (value: string): string {
-  return value.replace(/[&<>"']/g, (char) => HTML_ESCAPES[char] ?? char)
-}
-
-/**
- * C0/C1 controls (CR and LF among them, which could start a new header line), the Unicode
- * line and paragraph separators, and the bidirectional overrides that let a brand display as
- * something other than what it is.
- */
-const UNSAFE_IN_LINE = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/g
 const CONTROL = /[\u0000-\u001f\u007f]/
-
-/** Makes a tenant-supplied label safe to place in a header: one line, no control characters. */
-function singleLine (value: string): string {
-  return value.replace(UNSAFE_IN_LINE, ' ').replace(/\s+/g, ' ').trim()
-}
 
 /**
  * Addresses were validated upstream; this only guarantees the "header-safe" promise of
@@ -44,11 +22,21 @@ export interface VerificationMessageInput {
   brand: string
   code: string
   ttlSeconds: number
-  locale: Locale
+  /** One of `templates.locales` (negotiated by `templates.negotiate`). */
+  locale: string
   tags: Record<string, string>
+  /** The tenant's wording; the service's built-in wording when absent. */
+  templates?: TenantTemplates
+  /** When the code was asked for (templates see it to the minute); now when absent. */
+  requestedAt?: Date
+  /** Told when a tenant's template broke a rule for this message and the built-in wording went out instead. */
+  onTemplateFallback?: (fallback: TemplateFallback) => void
 }
 
-/** Renders the verification mail. The code appears in the bodies only, never in the subject. */
+/**
+ * Renders the verification mail. The code appears in the bodies only, never in the subject;
+ * the subject is one line with no control characters, whatever the template or the brand.
+ */
 export function composeVerificationMessage (input: VerificationMessageInput): OutgoingMessage {
   assertHeaderSafe('to', input.to)
   assertHeaderSafe('from', input.from)
@@ -61,22 +49,21 @@ export function composeVerificationMessage (input: VerificationMessageInput): Ou
 
   // Rounded down so the mail never promises more time than the code really has.
   const minutes = Math.max(1, Math.floor(input.ttlSeconds / 60))
-  const template = TEMPLATES[input.locale]
-  const subject = template.subject(brand)
+  const templates = input.templates ?? TenantTemplates.builtin
+  const rendered = templates.render(input.locale, {
+    brand,
+    code: input.code,
+    minutes,
+    requestedAt: requestTime(input.requestedAt ?? new Date())
+  })
+  if (rendered.fallback !== null) input.onTemplateFallback?.(rendered.fallback)
 
   const message: OutgoingMessage = {
     to: input.to,
     from: input.from,
-    subject,
-    text: renderText(template, brand, input.code, minutes),
-    html: renderHtml({
-      lang: escapeHtml(template.lang),
-      title: escapeHtml(subject),
-      codeIntro: escapeHtml(template.codeIntro(brand)),
-      code: escapeHtml(input.code),
-      expiry: escapeHtml(template.expiry(minutes)),
-      ignore: escapeHtml(template.ignore)
-    }),
+    subject: rendered.subject,
+    text: rendered.text,
+    html: rendered.html,
     tags: { ...input.tags }
   }
   if (input.replyTo !== undefined) message.replyTo = input.replyTo
