@@ -110,10 +110,12 @@ export const TenantSchema = Type.Object({
   webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' })),
   captcha: Type.Optional(CaptchaSchema),
   templates: Type.Optional(Type.Record(Type.String({ pattern: LOCALE_TAG_PATTERN }), LocaleTemplatesSchema, {
+    additionalProperties: false,
     maxProperties: 50,
     description: 'The tenant\'s own message wording, per language (`fr`, `pt-BR`…) and part, in Liquid. Variables: `code`, `minutes`, `brand`, `locale`, `requestedAt`, `constants.<name>`. Checked when the file is loaded: a template that breaks a rule refuses the whole file.'
   })),
   constants: Type.Optional(Type.Record(Type.String({ pattern: CONSTANT_NAME_PATTERN }), Type.String({ maxLength: 500, pattern: CONSTANT_VALUE_PATTERN }), {
+    additionalProperties: false,
     maxProperties: 50,
     description: 'Short texts the templates read as `constants.<name>` (a support URL, a legal line…): one line each, escaped in HTML like every value.'
   })),

@@ -1,6 +1,6 @@
 import type { OutgoingMessage } from './transport.js'
 import { singleLine } from './liquid.js'
-import { TenantTemplates, requestTime, type TemplateFallback } from './tenant-templates.js'
+import { TenantTemplates, requestTime, type RenderedMessage, type TemplateFallback } from './tenant-templates.js'
 
 export { escapeHtml } from './templates.js'
 
@@ -14,17 +14,14 @@ function assertHeaderSafe (field: string, value: string): void {
   if (CONTROL.test(value)) throw new TypeError(`${field} contains control characters`)
 }
 
-export interface VerificationMessageInput {
-  to: string
-  from: string
-  replyTo?: string
+/** What the wording of a verification mail depends on. */
+export interface VerificationPartsInput {
   /** Tenant-supplied display name; rendered as text, never as markup or a header line. */
   brand: string
   code: string
   ttlSeconds: number
   /** One of `templates.locales` (negotiated by `templates.negotiate`). */
   locale: string
-  tags: Record<string, string>
   /** The tenant's wording; the service's built-in wording when absent. */
   templates?: TenantTemplates
   /** When the code was asked for (templates see it to the minute); now when absent. */
@@ -33,14 +30,19 @@ export interface VerificationMessageInput {
   onTemplateFallback?: (fallback: TemplateFallback) => void
 }
 
+export interface VerificationMessageInput extends VerificationPartsInput {
+  to: string
+  from: string
+  replyTo?: string
+  tags: Record<string, string>
+}
+
 /**
- * Renders the verification mail. The code appears in the bodies only, never in the subject;
- * the subject is one line with no control characters, whatever the template or the brand.
+ * The subject, text and HTML of the verification mail: what dispatch sends and what a
+ * preview shows. The code appears in the bodies only, never in the subject; the subject is
+ * one line with no control characters, whatever the template or the brand.
  */
-export function composeVerificationMessage (input: VerificationMessageInput): OutgoingMessage {
-  assertHeaderSafe('to', input.to)
-  assertHeaderSafe('from', input.from)
-  if (input.replyTo !== undefined) assertHeaderSafe('replyTo', input.replyTo)
+export function renderVerificationParts (input: VerificationPartsInput): RenderedMessage {
   if (!Number.isFinite(input.ttlSeconds) || input.ttlSeconds <= 0) {
     throw new RangeError('ttlSeconds must be a positive number')
   }
@@ -50,14 +52,22 @@ export function composeVerificationMessage (input: VerificationMessageInput): Ou
   // Rounded down so the mail never promises more time than the code really has.
   const minutes = Math.max(1, Math.floor(input.ttlSeconds / 60))
   const templates = input.templates ?? TenantTemplates.builtin
-  const rendered = templates.render(input.locale, {
+  const { fallback, ...rendered } = templates.render(input.locale, {
     brand,
     code: input.code,
     minutes,
     requestedAt: requestTime(input.requestedAt ?? new Date())
   })
-  if (rendered.fallback !== null) input.onTemplateFallback?.(rendered.fallback)
+  if (fallback !== null) input.onTemplateFallback?.(fallback)
+  return rendered
+}
 
+/** The verification mail, addressed: the parts of renderVerificationParts between header-safe addresses. */
+export function composeVerificationMessage (input: VerificationMessageInput): OutgoingMessage {
+  assertHeaderSafe('to', input.to)
+  assertHeaderSafe('from', input.from)
+  if (input.replyTo !== undefined) assertHeaderSafe('replyTo', input.replyTo)
+  const rendered = renderVerificationParts(input)
   const message: OutgoingMessage = {
     to: input.to,
     from: input.from,

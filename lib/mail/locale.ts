@@ -74,6 +74,11 @@ function fromAcceptLanguage (header: string | undefined, choice: LocaleChoice): 
   return bestOf(entries.map(wellFormedEntry).filter((entry) => entry !== undefined).join(','), choice)
 }
 
+/** The language an explicit request (`fr`, `fr-CA`, `FR_ca`…) names among `choice.available`, if any. */
+export function matchLocale (explicit: string, choice: LocaleChoice = BUILTIN_CHOICE): string | undefined {
+  return fromExplicit(explicit, choice)
+}
+
 /**
  * Chooses the language of the mail among `choice.available` (the built-in languages unless a
  * tenant has its own): the explicit value from the request body when it matches one (fr,

@@ -1,7 +1,7 @@
 import { readFileSync, realpathSync, statSync } from 'node:fs'
 import { isAbsolute, relative, resolve, sep } from 'node:path'
 import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
-import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
+import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
 import { BUILTIN_PARTS } from './templates.js'
 
 /** A template as the tenants file gives it: the Liquid source inline, or a file beside the tenants file. */
@@ -158,6 +158,11 @@ export class TenantTemplates {
   /** The language of a dispatch: the body's `locale`, else Accept-Language, else the tenant's default. */
   negotiate (explicit: string | undefined, acceptLanguage: string | undefined): string {
     return negotiateLocale(explicit, acceptLanguage, this.#choice)
+  }
+
+  /** The language among `locales` that an explicit request names (`fr-CA` → `fr`), if any. */
+  match (explicit: string): string | undefined {
+    return matchLocale(explicit, this.#choice)
   }
 
   /** The parts the tenant wrote itself in a language (the rest are built in). */
