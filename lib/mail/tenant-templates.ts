@@ -27,6 +27,8 @@ export interface TemplatesLoadOptions {
 export interface TemplateProblem {
   locale: string
   part: Part | null
+  /** Where in the tenant's entry, as a JSON pointer from it: `templates/fr/subject`, `defaultLocale`. */
+  pointer: string
   rule: string
 }
 
@@ -132,7 +134,7 @@ export class TenantTemplates {
     for (const [locale, sources] of Object.entries(templates)) {
       const missing = PARTS.filter((part) => sources[part] === undefined)
       if (!isBuiltinLocale(locale) && missing.length > 0) {
-        problems.push({ locale, part: null, rule: `the service has no wording of its own in ${locale}: subject, text and html are all required (missing: ${missing.join(', ')})` })
+        problems.push({ locale, part: null, pointer: `templates/${locale}`, rule: `the service has no wording of its own in ${locale}: subject, text and html are all required (missing: ${missing.join(', ')})` })
       }
       const compiled: Partial<Record<Part, CompiledPart>> = {}
       for (const part of PARTS) {
@@ -142,14 +144,14 @@ export class TenantTemplates {
           compiled[part] = CompiledPart.compile(readSource(source, part, options.baseDir), part, locale, constants, samples)
         } catch (error) {
           if (!(error instanceof TemplateRuleError)) throw error
-          problems.push({ locale, part, rule: error.rule })
+          problems.push({ locale, part, pointer: `templates/${locale}/${part}`, rule: error.rule })
         }
       }
       custom.set(locale, compiled)
     }
     const defaultLocale = entry.defaultLocale ?? DEFAULT_LOCALE
     if (!isBuiltinLocale(defaultLocale) && !custom.has(defaultLocale)) {
-      problems.push({ locale: defaultLocale, part: null, rule: `defaultLocale ${defaultLocale} has neither built-in wording nor templates in this tenant` })
+      problems.push({ locale: defaultLocale, part: null, pointer: 'defaultLocale', rule: `defaultLocale ${defaultLocale} has neither built-in wording nor templates in this tenant` })
     }
     if (problems.length > 0) throw new TemplatesError(problems)
     return new TenantTemplates(custom, defaultLocale)

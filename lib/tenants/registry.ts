@@ -157,8 +157,7 @@ export class TenantRegistry {
         if (!(error instanceof TemplatesError)) throw error
         // Every refused template of every tenant is reported at once, so one load shows them all.
         for (const problem of error.problems) {
-          const pointer = `/tenants/${index}/${problem.part === null ? (problem.locale === entry.defaultLocale ? 'defaultLocale' : `templates/${problem.locale}`) : `templates/${problem.locale}/${problem.part}`}`
-          templateProblems.push(`${pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
+          templateProblems.push(`/tenants/${index}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
         }
       }
       tenants.set(entry.id, tenant)

@@ -180,8 +180,8 @@ t.test('a language without built-in wording needs every part; the default must e
   }
   t.type(error, TemplatesError)
   t.same((error as TemplatesError).problems, [
-    { locale: 'it', part: null, rule: 'the service has no wording of its own in it: subject, text and html are all required (missing: subject, html)' },
-    { locale: 'ja', part: null, rule: 'defaultLocale ja has neither built-in wording nor templates in this tenant' }
+    { locale: 'it', part: null, pointer: 'templates/it', rule: 'the service has no wording of its own in it: subject, text and html are all required (missing: subject, html)' },
+    { locale: 'ja', part: null, pointer: 'defaultLocale', rule: 'defaultLocale ja has neither built-in wording nor templates in this tenant' }
   ], 'every problem, not only the first')
 })
 
@@ -239,6 +239,8 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
     }
     return 'accepted'
   }
+  t.match(schema({ defaultLocale: 'it', templates: { it: { text: '{{ code }}' } } }), /\/tenants\/0\/templates\/it \(tenant x, locale it\): the service has no wording of its own in it/, 'a language the service lacks, even as the default')
+  t.match(schema({ defaultLocale: 'ja' }), /\/tenants\/0\/defaultLocale \(tenant x, locale ja\): defaultLocale ja has neither/)
   t.match(schema({ templates: { EN: { subject: 'x' } } }), /\/templates\/EN/, 'a language tag in its canonical case')
   t.match(schema({ templates: { en: {} } }), /\/templates\/en/, 'at least one part')
   t.match(schema({ templates: { en: { footer: 'x' } } }), /\/templates\/en\/footer/, 'only subject, text and html')
