@@ -87,8 +87,9 @@ function readSource (source: TemplateSource, part: Part, baseDir: string): strin
     // Through a symbolic link, the file itself must still be inside the directory.
     const realBase = realpathSync(base)
     if (path !== realBase && !path.startsWith(realBase + sep)) throw new TemplateRuleError(`file ${name} is outside the tenants file's directory (through a symbolic link)`)
-    if (!statSync(path).isFile()) throw new TemplateRuleError(`file ${name} is not a regular file`)
-    if (statSync(path).size > SOURCE_LIMITS[part] * BYTES_PER_CHARACTER) throw new TemplateRuleError(`file ${name} is longer than ${SOURCE_LIMITS[part]} characters`)
+    const stats = statSync(path)
+    if (!stats.isFile()) throw new TemplateRuleError(`file ${name} is not a regular file`)
+    if (stats.size > SOURCE_LIMITS[part] * BYTES_PER_CHARACTER) throw new TemplateRuleError(`file ${name} is longer than ${SOURCE_LIMITS[part]} characters`)
     return readFileSync(path, 'utf8')
   } catch (error) {
     if (error instanceof TemplateRuleError) throw error
