@@ -34,6 +34,7 @@ import otpRoutes from './routes/otp.js'
 import recipientRoutes from './routes/recipients.js'
 import receiptRoutes, { jwksRoutes } from './routes/receipts.js'
 import sandboxRoutes from './routes/sandbox.js'
+import templateRoutes from './routes/templates.js'
 import usageRoutes from './routes/usage.js'
 
 export interface AppOptions {
@@ -156,6 +157,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(recipientRoutes)
     await api.register(receiptRoutes)
     await api.register(sandboxRoutes)
+    await api.register(templateRoutes)
   })
 }
 

@@ -30,6 +30,12 @@ const PRELOADS = [0, 100_000, 1_000_000]
 /** `--quick`: the seven main runs only, to compare one change against the last in about 90 s. */
 const QUICK = process.argv.includes('--quick')
 /**
+ * `--templates`: also the in-memory service with a tenant whose message is its own Liquid
+ * templates (bench/support/service.ts, withTemplates), measured right after the one with the
+ * built-in wording, so the two compare within one run.
+ */
+const TEMPLATES = process.argv.includes('--templates')
+/**
  * Verify pools are sized from the rate of the warm-up just before, with this to spare: a
  * run right after a batch of dispatches often goes faster than its warm-up did, and every
  * run must last its full time.
@@ -311,9 +317,10 @@ async function main (resources: Resources): Promise<void> {
     return child
   }
 
-  process.stderr.write('starting redis-server, email-otp (Redis), email-otp (memory), bare route, Express peer\n')
+  process.stderr.write(`starting redis-server, email-otp (Redis), email-otp (memory)${TEMPLATES ? ', email-otp (memory, templates)' : ''}, bare route, Express peer\n`)
   const withRedis = await startService(resources, { name: 'email-otp (Redis)', dir, env: { ...tenant.env, REDIS_URL: redis.url } })
   const inMemory = await startService(resources, { name: 'email-otp (memory)', dir, env: tenant.env })
+  const withTemplates = TEMPLATES ? await startService(resources, { name: 'email-otp (memory, templates)', dir, env: { ...tenant.env, TENANTS_FILE: tenant.templatesFile } }) : null
   const bareChild = await startScript('bare route', './bare.js', {})
   const peer = await startScript('Express peer', './peers/express-otp.js', { REDIS_URL: redis.url, PEER_KEY_SHA256: hashKey(peerKey), PEER_HMAC_SECRET })
 
@@ -323,6 +330,7 @@ async function main (resources: Resources): Promise<void> {
   const bareTarget: Target = { name: 'bare route', url: bareChild.url, headers: {}, pid: bareChild.pid, onRedis: false }
   const redisTarget = otpTarget('email-otp (Redis)', withRedis, true)
   const memoryTarget = otpTarget('email-otp (memory)', inMemory, false)
+  const templatesTargets = withTemplates === null ? [] : [otpTarget('email-otp (memory, templates)', withTemplates, false)]
   const peerTarget: OtpTarget = { name: 'Express peer', url: peer.url, headers: { authorization: `Bearer ${peerKey}` }, pid: peer.pid, onRedis: true, issue: seededPeerCodes(client) }
 
   const rows: Row[] = []
@@ -346,7 +354,7 @@ async function main (resources: Resources): Promise<void> {
   }
   let bareBefore = await measureBare()
   recordBare(bareBefore)
-  for (const target of [redisTarget, memoryTarget, peerTarget]) {
+  for (const target of [redisTarget, memoryTarget, ...templatesTargets, peerTarget]) {
     const dispatch = await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS)
     const verify = await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS)
     const bareAfter = await measureBare()
@@ -444,7 +452,7 @@ async function main (resources: Resources): Promise<void> {
   writeFileSync(join(ROOT, 'bench', 'results.json'), JSON.stringify({
     date: new Date(started).toISOString(),
     machine,
-    settings: { quick: QUICK, mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
+    settings: { quick: QUICK, templates: TEMPLATES, mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
     runs: rows.map((row) => ({ group: row.group, target: row.target, connections: row.connections, ...(row.keys === undefined ? {} : { keys: row.keys }), ...row.result, ratioToBare: row.result.rps / row.reference.rps, bareReference: row.reference })),
     vsExpress,
     targets,

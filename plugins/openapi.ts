@@ -110,6 +110,7 @@ export default fp(async function openapiPlugin (fastify) {
         { name: 'otp', description: 'Dispatch a code and verify a guess.' },
         { name: 'account', description: 'The tenant\'s allowance.' },
         { name: 'sandbox', description: 'What sandbox (test) keys sent.' },
+        { name: 'templates', description: 'The tenant\'s message wording, as its users get it.' },
         { name: 'operations', description: 'Liveness and readiness probes; no key needed.' }
       ],
       security: [{ bearerAuth: [] }],

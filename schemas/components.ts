@@ -5,6 +5,7 @@ import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from './otp.js'
 import { JwksReply, RedeemBody, RedeemReply } from './receipts.js'
 import { UnlockBody, UnlockReply } from './recipients.js'
 import { SandboxMessagesReply } from './sandbox.js'
+import { TemplatePreviewBody, TemplatePreviewReply } from './templates.js'
 import { UsageReply } from './usage.js'
 
 /**
@@ -17,5 +18,6 @@ export const namedSchemas: readonly TSchema[] = [
   DispatchBody, DispatchReply, VerifyBody, VerifyReply,
   UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply,
   RedeemBody, RedeemReply, JwksReply,
+  TemplatePreviewBody, TemplatePreviewReply,
   LiveReply, ReadyReply
 ]

@@ -13,6 +13,7 @@ export const errorCatalog = {
   END_USER_IP_NOT_ALLOWED: { status: 400, message: 'End-User-IP may only be sent with a secret key: a browser does not choose its own source' },
   END_USER_IP_REQUIRED: { status: 400, message: 'This tenant requires End-User-IP, the address of the end user a request is made for' },
   INVALID_EMAIL: { status: 400, message: 'The email address is not acceptable' },
+  LOCALE_NOT_AVAILABLE: { status: 400, message: 'The tenant has no message wording in this language' },
   INVALID_CODE_FORMAT: { status: 400, message: 'The code must be exactly 6 digits' },
   CODE_MISMATCH: { status: 400, message: 'The code is incorrect, expired or already used' },
   RECEIPT_INVALID: { status: 400, message: 'The receipt is malformed, not signed by this service, or issued to another tenant or mode' },

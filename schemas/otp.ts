@@ -11,7 +11,7 @@ export const DispatchBody = Type.Object({
   }),
   locale: Type.Optional(Type.String({
     pattern: '^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8}){0,3}$',
-    description: 'Language of the mail (BCP 47, e.g. `fr` or `de-CH`): en, fr, de and es are available. Unset or unavailable: from Accept-Language, else English.',
+    description: 'Language of the mail (BCP 47, e.g. `fr` or `de-CH`), among the tenant\'s: en, fr, de, es and any language it writes its own templates in (`fr-CA` gets `fr`). Unset or unavailable: the best match of Accept-Language, else the tenant\'s default language (English unless it sets one).',
     examples: ['fr']
   }))
 }, { $id: 'DispatchRequest', additionalProperties: false })

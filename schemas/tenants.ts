@@ -1,4 +1,4 @@
-import { Type, type Static } from '@sinclair/typebox'
+import { Type, type Static, type TString, type TUnion } from '@sinclair/typebox'
 import { RATE_LIMIT_PATTERN, WINDOW_PATTERN } from './patterns.js'
 import { WEBHOOK_EVENT_TYPES, WEBHOOK_SECRET_PATTERN } from './webhooks.js'
 
@@ -45,6 +45,34 @@ export const BrandSchema = Type.Object({
   replyTo: Type.Optional(Type.String({ minLength: 3, maxLength: 254, description: 'Reply-To address for this tenant.' }))
 }, { additionalProperties: false })
 
+/**
+ * A language tag in its canonical case (language, optional script, optional region):
+ * `fr`, `pt-BR`, `zh-Hant-TW`, `es-419`. One spelling per language, so two entries cannot
+ * name the same one.
+ */
+export const LOCALE_TAG_PATTERN = '^[a-z]{2,3}(-[A-Z][a-z]{3})?(-([A-Z]{2}|[0-9]{3}))?$'
+
+const TemplateFileSchema = Type.Object({
+  file: Type.String({ minLength: 1, maxLength: 1024, description: 'Path of a file holding the template (UTF-8), relative to the tenants file\'s directory; a path that leads outside that directory (`..`, an absolute path, a symbolic link) is refused.' })
+}, { additionalProperties: false })
+
+function templateSource (part: string, maxLength: number, description: string): TUnion<[TString, typeof TemplateFileSchema]> {
+  return Type.Union([
+    Type.String({ minLength: 1, maxLength, description: `The ${part} template, inline (Liquid).` }),
+    TemplateFileSchema
+  ], { description })
+}
+
+export const LocaleTemplatesSchema = Type.Object({
+  subject: Type.Optional(templateSource('subject', 1024, 'Subject line (Liquid, not escaped, made one line). Must not use `code`.')),
+  text: Type.Optional(templateSource('text part', 65536, 'Plain-text part (Liquid, not escaped). Must write `{{ code }}` exactly once.')),
+  html: Type.Optional(templateSource('HTML part', 262144, 'HTML part (Liquid; every output is HTML-escaped). Must write `{{ code }}` exactly once.'))
+}, { additionalProperties: false, minProperties: 1, description: 'The parts written for one language; a part left out is the service\'s own wording (en, fr, de and es only: another language needs all three).' })
+
+const CONSTANT_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,63}$'
+/** One line of text: no control characters (they could break a header or a layout). */
+const CONSTANT_VALUE_PATTERN = '^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]*$'
+
 const DOMAIN_PATTERN = '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z0-9-]{2,63}$'
 
 export const TenantLimitsSchema = Type.Object({
@@ -80,7 +108,18 @@ export const TenantSchema = Type.Object({
   blockedNetworks: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 100000, description: 'Addresses or CIDRs whose requests this tenant refuses (403 SOURCE_BLOCKED).' })),
   addressHashKey: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]{43,}={0,2}$', maxLength: 344, description: "Base64 of at least 32 random bytes (`openssl rand -base64 32`), shared with the tenant's backend: receipts and webhook events carry HMAC-SHA256 of the recipient address under this key. Unset: a key derived from OTP_HMAC_KEYS, which the backend cannot compute (it can still pass the address to redeem)." })),
   webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' })),
-  captcha: Type.Optional(CaptchaSchema)
+  captcha: Type.Optional(CaptchaSchema),
+  templates: Type.Optional(Type.Record(Type.String({ pattern: LOCALE_TAG_PATTERN }), LocaleTemplatesSchema, {
+    additionalProperties: false,
+    maxProperties: 50,
+    description: 'The tenant\'s own message wording, per language (`fr`, `pt-BR`…) and part, in Liquid. Variables: `code`, `minutes`, `brand`, `locale`, `requestedAt`, `constants.<name>`. Checked when the file is loaded: a template that breaks a rule refuses the whole file.'
+  })),
+  constants: Type.Optional(Type.Record(Type.String({ pattern: CONSTANT_NAME_PATTERN }), Type.String({ maxLength: 500, pattern: CONSTANT_VALUE_PATTERN }), {
+    additionalProperties: false,
+    maxProperties: 50,
+    description: 'Short texts the templates read as `constants.<name>` (a support URL, a legal line…): one line each, escaped in HTML like every value.'
+  })),
+  defaultLocale: Type.Optional(Type.String({ pattern: LOCALE_TAG_PATTERN, description: 'The language of the mail when neither the request\'s `locale` nor Accept-Language matches one the tenant has (default `en`): a built-in language (en, fr, de, es) or one of `templates`.' }))
 }, { additionalProperties: false })
 
 export const TenantsFileSchema = Type.Object({

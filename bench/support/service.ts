@@ -25,6 +25,8 @@ export interface BenchTenant {
   hmacSecret: Buffer
   /** The tenants file's content, for services built in the benchmark's own process. */
   document: TenantsFile
+  /** The same tenant with its own message templates (withTemplates), in a file of its own. */
+  templatesFile: string
 }
 
 /** The tenants file of one tenant `bench` with one live secret key, an allowance and limits that never bind. */
@@ -40,6 +42,49 @@ export function benchTenantsDocument (liveKey: string): TenantsFile {
   }
 }
 
+/**
+ * The bench tenant's own message wording in English (the language of every bench dispatch):
+ * a branded HTML layout with constants, a date and a plural, as a partner would write it. The
+ * text part keeps the code the only 6-digit number after the first blank line, where the mail
+ * log reader looks for it.
+ */
+export function withTemplates (document: TenantsFile): TenantsFile {
+  const html = `<!DOCTYPE html>
+<html lang="{{ locale }}">
+<head><meta charset="utf-8"><title>Your {{ brand }} code</title></head>
+<body style="margin:0;padding:0;background:#f4f4f7;">
+<table role="presentation" width="100%" cellpadding="0" cellspacing="0"><tr><td align="center" style="padding:24px;">
+<table role="presentation" width="480" style="background:#ffffff;border-radius:8px;font-family:Helvetica,Arial,sans-serif;">
+<tr><td style="padding:24px;"><img src="{{ constants.logoUrl }}" alt="{{ brand }}" width="120"></td></tr>
+<tr><td style="padding:0 24px;font-size:16px;color:#1a1f36;">
+<p>Hello,</p>
+<p>Use this code to sign in to {{ brand }}:</p>
+<p style="font-size:32px;font-weight:700;letter-spacing:6px;text-align:center;">{{ code }}</p>
+<p>It expires in {{ minutes }} {% if minutes == 1 %}minute{% else %}minutes{% endif %}. Requested on {{ requestedAt | date: "%B %-d, %Y at %H:%M UTC" }}.</p>
+<p>Didn't ask for it? <a href="{{ constants.supportUrl }}">Tell us</a>.</p>
+</td></tr>
+<tr><td style="padding:24px;font-size:12px;color:#6b7280;">{{ constants.legal }}</td></tr>
+</table></td></tr></table>
+</body>
+</html>
+`
+  return {
+    ...document,
+    tenants: document.tenants.map((tenant) => ({
+      ...tenant,
+      brand: { name: 'Bench & Co' },
+      constants: { logoUrl: 'https://cdn.bench.example/logo.png', supportUrl: 'https://bench.example/help', legal: 'Bench & Co Ltd, 1 Example Street, London' },
+      templates: {
+        en: {
+          subject: 'Sign in to {{ brand }}',
+          text: 'Hello,\n\nUse this code to sign in to {{ brand }}: {{ code }}\n\nIt expires in {{ minutes }} minutes.\n\n{{ constants.legal }}\n',
+          html
+        }
+      }
+    }))
+  }
+}
+
 /** The bench tenant, its tenants file written in `dir`, and the environment of the services. */
 export function benchTenant (dir: string): BenchTenant {
   const liveKey = generateKey('secret', 'live')
@@ -47,6 +92,7 @@ export function benchTenant (dir: string): BenchTenant {
   const tenantsFile = join(dir, 'tenants.json')
   const document = benchTenantsDocument(liveKey)
   writeFileSync(tenantsFile, JSON.stringify(document))
+  writeFileSync(join(dir, 'tenants-templates.json'), JSON.stringify(withTemplates(document)))
   const env = {
     ...BASE_ENV,
     TENANTS_FILE: tenantsFile,
@@ -63,7 +109,7 @@ export function benchTenant (dir: string): BenchTenant {
     MAX_CONNECTIONS_PER_SOURCE: '0',
     SHUTDOWN_GRACE_MS: '2000'
   }
-  return { env, liveKey, hmacSecret, document }
+  return { env, liveKey, hmacSecret, document, templatesFile: join(dir, 'tenants-templates.json') }
 }
 
 export interface Service {

@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
+import { dirname, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../tenants/api-keys.js'
 import { TenantRegistry } from '../tenants/registry.js'
@@ -30,7 +31,8 @@ async function readTenantsFile (path: string): Promise<TenantsFile> {
 
 /** Validates with the service's own rules, then replaces the file atomically. */
 async function writeTenantsFile (path: string, file: TenantsFile): Promise<void> {
-  TenantRegistry.fromJson(file)
+  // Template files are named relative to the tenants file, wherever the CLI runs from.
+  TenantRegistry.fromJson(file, { baseDir: dirname(resolve(path)) })
   const temporary = `${path}.${process.pid}.tmp`
   await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
   await rename(temporary, path)

@@ -1,32 +1,10 @@
 import type { OutgoingMessage } from './transport.js'
-import type { Locale } from './locale.js'
-import { TEMPLATES, renderHtml, renderText } from './templates.js'
+import { singleLine } from './liquid.js'
+import { TenantTemplates, requestTime, type RenderedMessage, type TemplateFallback } from './tenant-templates.js'
 
-const HTML_ESCAPES: Readonly<Record<string, string>> = {
-  '&': '&amp;',
-  '<': '&lt;',
-  '>': '&gt;',
-  '"': '&quot;',
-  "'": '&#39;'
-}
+export { escapeHtml } from './templates.js'
 
-/** Escapes text for use in HTML element content and in quoted attribute values. */
-export function escapeHtml (value: string): string {
-  return value.replace(/[&<>"']/g, (char) => HTML_ESCAPES[char] ?? char)
-}
-
-/**
- * C0/C1 controls (CR and LF among them, which could start a new header line), the Unicode
- * line and paragraph separators, and the bidirectional overrides that let a brand display as
- * something other than what it is.
- */
-const UNSAFE_IN_LINE = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/g
 const CONTROL = /[\u0000-\u001f\u007f]/
-
-/** Makes a tenant-supplied label safe to place in a header: one line, no control characters. */
-function singleLine (value: string): string {
-  return value.replace(UNSAFE_IN_LINE, ' ').replace(/\s+/g, ' ').trim()
-}
 
 /**
  * Addresses were validated upstream; this only guarantees the "header-safe" promise of
@@ -36,23 +14,35 @@ function assertHeaderSafe (field: string, value: string): void {
   if (CONTROL.test(value)) throw new TypeError(`${field} contains control characters`)
 }
 
-export interface VerificationMessageInput {
-  to: string
-  from: string
-  replyTo?: string
+/** What the wording of a verification mail depends on. */
+export interface VerificationPartsInput {
   /** Tenant-supplied display name; rendered as text, never as markup or a header line. */
   brand: string
   code: string
   ttlSeconds: number
-  locale: Locale
+  /** One of `templates.locales` (negotiated by `templates.negotiate`). */
+  locale: string
+  /** The tenant's wording; the service's built-in wording when absent. */
+  templates?: TenantTemplates
+  /** When the code was asked for (templates see it to the minute); now when absent. */
+  requestedAt?: Date
+  /** Told when a tenant's template broke a rule for this message and the built-in wording went out instead. */
+  onTemplateFallback?: (fallback: TemplateFallback) => void
+}
+
+export interface VerificationMessageInput extends VerificationPartsInput {
+  to: string
+  from: string
+  replyTo?: string
   tags: Record<string, string>
 }
 
-/** Renders the verification mail. The code appears in the bodies only, never in the subject. */
-export function composeVerificationMessage (input: VerificationMessageInput): OutgoingMessage {
-  assertHeaderSafe('to', input.to)
-  assertHeaderSafe('from', input.from)
-  if (input.replyTo !== undefined) assertHeaderSafe('replyTo', input.replyTo)
+/**
+ * The subject, text and HTML of the verification mail: what dispatch sends and what a
+ * preview shows. The code appears in the bodies only, never in the subject; the subject is
+ * one line with no control characters, whatever the template or the brand.
+ */
+export function renderVerificationParts (input: VerificationPartsInput): RenderedMessage {
   if (!Number.isFinite(input.ttlSeconds) || input.ttlSeconds <= 0) {
     throw new RangeError('ttlSeconds must be a positive number')
   }
@@ -61,22 +51,29 @@ export function composeVerificationMessage (input: VerificationMessageInput): Ou
 
   // Rounded down so the mail never promises more time than the code really has.
   const minutes = Math.max(1, Math.floor(input.ttlSeconds / 60))
-  const template = TEMPLATES[input.locale]
-  const subject = template.subject(brand)
+  const templates = input.templates ?? TenantTemplates.builtin
+  const { fallback, ...rendered } = templates.render(input.locale, {
+    brand,
+    code: input.code,
+    minutes,
+    requestedAt: requestTime(input.requestedAt ?? new Date())
+  })
+  if (fallback !== null) input.onTemplateFallback?.(fallback)
+  return rendered
+}
 
+/** The verification mail, addressed: the parts of renderVerificationParts between header-safe addresses. */
+export function composeVerificationMessage (input: VerificationMessageInput): OutgoingMessage {
+  assertHeaderSafe('to', input.to)
+  assertHeaderSafe('from', input.from)
+  if (input.replyTo !== undefined) assertHeaderSafe('replyTo', input.replyTo)
+  const rendered = renderVerificationParts(input)
   const message: OutgoingMessage = {
     to: input.to,
     from: input.from,
-    subject,
-    text: renderText(template, brand, input.code, minutes),
-    html: renderHtml({
-      lang: escapeHtml(template.lang),
-      title: escapeHtml(subject),
-      codeIntro: escapeHtml(template.codeIntro(brand)),
-      code: escapeHtml(input.code),
-      expiry: escapeHtml(template.expiry(minutes)),
-      ignore: escapeHtml(template.ignore)
-    }),
+    subject: rendered.subject,
+    text: rendered.text,
+    html: rendered.html,
     tags: { ...input.tags }
   }
   if (input.replyTo !== undefined) message.replyTo = input.replyTo

@@ -1,11 +1,14 @@
+import Negotiator from 'negotiator'
+
+/** The languages the service's own wording is written in. */
 export type Locale = 'en' | 'fr' | 'de' | 'es'
 
 export const SUPPORTED_LOCALES: readonly Locale[] = Object.freeze(['en', 'fr', 'de', 'es'])
 
-const DEFAULT_LOCALE: Locale = 'en'
+export const DEFAULT_LOCALE: Locale = 'en'
 
-function isLocale (value: string | undefined): value is Locale {
-  return value !== undefined && (SUPPORTED_LOCALES as readonly string[]).includes(value)
+export function isBuiltinLocale (value: string): value is Locale {
+  return (SUPPORTED_LOCALES as readonly string[]).includes(value)
 }
 
 /** RFC 4647 basic language range: alphanumeric subtags of 1 to 8 characters, or '*'. */
@@ -22,59 +25,65 @@ const MAX_ACCEPT_LANGUAGE_ENTRIES = 32
 /** Longest sensible explicit tag (RFC 5646 recommends supporting at least 35 characters). */
 const MAX_EXPLICIT_LENGTH = 35
 
-/** Maps a language range to a locale we have templates for, by its primary subtag. */
-function localeOf (range: string): Locale | undefined {
-  const primary = range.split('-', 1)[0]
-  return isLocale(primary) ? primary : undefined
+/** The languages one tenant's mail can be written in, the one to use when nothing matches first. */
+export interface LocaleChoice {
+  available: readonly string[]
+  fallback: string
 }
 
-function fromExplicit (explicit: string | undefined): Locale | undefined {
-  if (explicit === undefined || explicit.length > MAX_EXPLICIT_LENGTH) return undefined
-  // Accept the POSIX spelling (fr_CA) too: it is what people paste from their system settings.
-  const range = explicit.trim().toLowerCase().replaceAll('_', '-')
-  if (range === '*' || !LANGUAGE_RANGE.test(range)) return undefined
-  return localeOf(range)
-}
+const BUILTIN_CHOICE: LocaleChoice = { available: SUPPORTED_LOCALES, fallback: DEFAULT_LOCALE }
 
-/** Parses the q parameter of one entry; undefined when it is malformed. */
-function qualityOf (params: string[]): number | undefined {
-  let quality = 1
+/**
+ * negotiator ranks the entries (RFC 4647 lookup by prefix in both directions, q order, ties
+ * to the earliest entry, `*` as the first available language). It reads whatever it is
+ * given, so it is handed only entries that are well-formed: a q above 1 or with four
+ * decimals, a range with an empty subtag or a control character is dropped here rather
+ * than read generously.
+ */
+function wellFormedEntry (entry: string): string | undefined {
+  const [rawRange = '', ...params] = entry.split(';')
+  const range = rawRange.trim().toLowerCase()
+  if (!LANGUAGE_RANGE.test(range)) return undefined
+  let quality = '1'
   for (const param of params) {
     const separator = param.indexOf('=')
     if (separator === -1) return undefined
     if (param.slice(0, separator).trim().toLowerCase() !== 'q') continue
-    const value = param.slice(separator + 1).trim()
-    if (!QVALUE.test(value)) return undefined
-    quality = Number(value)
+    quality = param.slice(separator + 1).trim()
+    if (!QVALUE.test(quality)) return undefined
   }
-  return quality
+  return `${range};q=${quality}`
 }
 
-function fromAcceptLanguage (header: string | undefined): Locale | undefined {
+function bestOf (header: string, choice: LocaleChoice): string | undefined {
+  if (header === '') return undefined
+  return new Negotiator({ headers: { 'accept-language': header } }).language([choice.fallback, ...choice.available.filter((locale) => locale !== choice.fallback)])
+}
+
+function fromExplicit (explicit: string | undefined, choice: LocaleChoice): string | undefined {
+  if (explicit === undefined || explicit.length > MAX_EXPLICIT_LENGTH) return undefined
+  // Accept the POSIX spelling (fr_CA) too: it is what people paste from their system settings.
+  const range = explicit.trim().toLowerCase().replaceAll('_', '-')
+  if (range === '*' || !LANGUAGE_RANGE.test(range)) return undefined
+  return bestOf(range, choice)
+}
+
+function fromAcceptLanguage (header: string | undefined, choice: LocaleChoice): string | undefined {
   if (header === undefined) return undefined
-  let best: Locale | undefined
-  let bestQuality = 0
   const entries = header.slice(0, MAX_ACCEPT_LANGUAGE_LENGTH).split(',', MAX_ACCEPT_LANGUAGE_ENTRIES)
-  for (const entry of entries) {
-    const [rawRange = '', ...params] = entry.split(';')
-    const range = rawRange.trim().toLowerCase()
-    if (!LANGUAGE_RANGE.test(range)) continue
-    const quality = qualityOf(params)
-    // q=0 means "not acceptable"; a strict comparison keeps the earliest entry on ties.
-    if (quality === undefined || quality <= bestQuality) continue
-    // '*' is "any other language": the default is as good an answer as any.
-    const locale = range === '*' ? DEFAULT_LOCALE : localeOf(range)
-    if (locale === undefined) continue
-    best = locale
-    bestQuality = quality
-  }
-  return best
+  return bestOf(entries.map(wellFormedEntry).filter((entry) => entry !== undefined).join(','), choice)
+}
+
+/** The language an explicit request (`fr`, `fr-CA`, `FR_ca`…) names among `choice.available`, if any. */
+export function matchLocale (explicit: string, choice: LocaleChoice = BUILTIN_CHOICE): string | undefined {
+  return fromExplicit(explicit, choice)
 }
 
 /**
- * Chooses the language of the mail: the explicit value from the request body when we support
- * it (fr, fr-CA, FR_ca …), else the best supported language of Accept-Language, else English.
+ * Chooses the language of the mail among `choice.available` (the built-in languages unless a
+ * tenant has its own): the explicit value from the request body when it matches one (fr,
+ * fr-CA, FR_ca …), else the best match of Accept-Language, else `choice.fallback`.
  */
-export function negotiateLocale (explicit: string | undefined, acceptLanguage: string | undefined): Locale {
-  return fromExplicit(explicit) ?? fromAcceptLanguage(acceptLanguage) ?? DEFAULT_LOCALE
+export function negotiateLocale (explicit: string | undefined, acceptLanguage: string | undefined, choice: LocaleChoice = BUILTIN_CHOICE): string {
+  return fromExplicit(explicit, choice) ?? fromAcceptLanguage(acceptLanguage, choice) ?? choice.fallback
 }

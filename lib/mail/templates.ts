@@ -1,7 +1,21 @@
 import type { Locale } from './locale.js'
 
+const HTML_ESCAPES: Readonly<Record<string, string>> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;'
+}
+
+/** Escapes text for use in HTML element content and in quoted attribute values. */
+export function escapeHtml (value: string): string {
+  return value.replace(/[&<>"']/g, (char) => HTML_ESCAPES[char] ?? char)
+}
+
 /**
- * The wording of the verification mail, one entry per locale. Kept as TypeScript rather than
+ * The service's own wording of the verification mail, one entry per locale: what a tenant
+ * gets for every language and part it does not write itself. Kept as TypeScript rather than
  * template files so nothing is read from disk at runtime: the same code works from the sources
  * and from the compiled dist/ tree.
  *
@@ -131,3 +145,20 @@ export function renderHtml (parts: EscapedHtmlParts): string {
 </html>
 `
 }
+
+/** The built-in subject, text and HTML parts in one language. */
+export const BUILTIN_PARTS = {
+  subject: (locale: Locale, brand: string): string => TEMPLATES[locale].subject(brand),
+  text: (locale: Locale, brand: string, code: string, minutes: number): string => renderText(TEMPLATES[locale], brand, code, minutes),
+  html: (locale: Locale, brand: string, code: string, minutes: number): string => {
+    const template = TEMPLATES[locale]
+    return renderHtml({
+      lang: escapeHtml(template.lang),
+      title: escapeHtml(template.subject(brand)),
+      codeIntro: escapeHtml(template.codeIntro(brand)),
+      code: escapeHtml(code),
+      expiry: escapeHtml(template.expiry(minutes)),
+      ignore: escapeHtml(template.ignore)
+    })
+  }
+} as const

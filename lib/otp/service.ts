@@ -2,7 +2,6 @@ import { dispatchPlan, lockoutKeyPrefix, refusalPlan, verifyPlan, type Admission
 import type { Backend } from '../backend.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
-import { negotiateLocale } from '../mail/locale.js'
 import type { Mailer } from '../mail/mailer.js'
 import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
@@ -39,7 +38,7 @@ export interface Caller {
 
 export interface DispatchInput {
   email: string
-  /** BCP 47 language of the mail; else Accept-Language, else English. */
+  /** BCP 47 language of the mail; else Accept-Language, else the tenant's default language. */
   locale?: string | undefined
   acceptLanguage?: string | undefined
 }
@@ -137,8 +136,12 @@ export class OtpService {
           brand: tenant.brandName,
           code: minted.code,
           ttlSeconds,
-          locale: negotiateLocale(input.locale, input.acceptLanguage),
-          tags: { tenant: tenant.id, mode }
+          locale: tenant.templates.negotiate(input.locale, input.acceptLanguage),
+          templates: tenant.templates,
+          tags: { tenant: tenant.id, mode },
+          onTemplateFallback: (fallback) => {
+            log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
+          }
         }), { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota, plan.quota.share !== null)

@@ -1,10 +1,12 @@
 import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
+import { dirname, resolve } from 'node:path'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
 import type { WebhookEventType } from '../../schemas/webhooks.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
+import { TemplatesError, TenantTemplates } from '../mail/tenant-templates.js'
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
@@ -49,6 +51,8 @@ export interface Tenant {
   webhooks: readonly WebhookEndpoint[]
   /** The CAPTCHA its dispatches must pass, or null. */
   captcha: CaptchaSettings | null
+  /** Its message wording (its own templates, the built-in wording elsewhere) and languages. */
+  templates: TenantTemplates
 }
 
 /** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
@@ -79,10 +83,21 @@ export const DEFAULT_RESTRICTED_KEY_ALLOWANCE = '10%'
 
 /** The tenants file could not be used; the message names the place in the file. */
 export class TenantsFileError extends Error {
-  constructor (message: string) {
+  /** Each problem on its own (refused templates are all listed, across tenants). */
+  readonly problems: readonly string[]
+  constructor (message: string, problems: readonly string[] = [message]) {
     super(message)
     this.name = 'TenantsFileError'
+    this.problems = problems
   }
+}
+
+export interface RegistryOptions {
+  /**
+   * The tenants file's directory: template files are read relative to it, and none may lie
+   * outside it. Default: the working directory.
+   */
+  baseDir?: string
 }
 
 /**
@@ -98,7 +113,7 @@ export class TenantRegistry {
     this.tenants = tenants
   }
 
-  static fromJson (document: unknown): TenantRegistry {
+  static fromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
     const firstError = Value.Errors(TenantsFileSchema, document).First()
     if (firstError !== undefined) {
       throw new TenantsFileError(`tenants file: ${firstError.path || '/'} ${firstError.message}`)
@@ -106,6 +121,7 @@ export class TenantRegistry {
     const file = document as TenantsFile
     const tenants = new Map<string, Tenant>()
     const keysByHash = new Map<string, TenantKey>()
+    const templateProblems: string[] = []
     for (const [index, entry] of file.tenants.entries()) {
       const where = `tenants file: /tenants/${index}`
       const tierEntry = file.tiers[entry.tier]
@@ -128,7 +144,21 @@ export class TenantRegistry {
         requireEndUserIp: entry.requireEndUserIp === true,
         addressHashKey: addressHashKey(entry.addressHashKey),
         webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`),
-        captcha: captchaSettings(entry.captcha, `${where}/captcha`)
+        captcha: captchaSettings(entry.captcha, `${where}/captcha`),
+        templates: TenantTemplates.builtin
+      }
+      try {
+        tenant.templates = TenantTemplates.load(entry, {
+          baseDir: options.baseDir ?? process.cwd(),
+          brand: tenant.brandName,
+          ...(entry.ttlSeconds === undefined ? {} : { minutes: [Math.max(1, Math.floor(entry.ttlSeconds / 60))] })
+        })
+      } catch (error) {
+        if (!(error instanceof TemplatesError)) throw error
+        // Every refused template of every tenant is reported at once, so one load shows them all.
+        for (const problem of error.problems) {
+          templateProblems.push(`/tenants/${index}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
+        }
       }
       tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
@@ -154,6 +184,10 @@ export class TenantRegistry {
         })
       }
     }
+    if (templateProblems.length > 0) {
+      const count = templateProblems.length === 1 ? 'a template is' : `${templateProblems.length} templates are`
+      throw new TenantsFileError(`tenants file: ${count} refused: ${templateProblems.join('; ')}`, templateProblems)
+    }
     return new TenantRegistry(keysByHash, tenants)
   }
 
@@ -170,7 +204,7 @@ export class TenantRegistry {
     } catch (error) {
       throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
     }
-    return TenantRegistry.fromJson(document)
+    return TenantRegistry.fromJson(document, { baseDir: dirname(resolve(path)) })
   }
 
   /**

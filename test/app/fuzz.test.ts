@@ -114,6 +114,13 @@ async function harness (t: Test): Promise<Harness> {
       tenant.limits = { recipient: HIGH_LIMIT, source: HIGH_LIMIT, key: HIGH_LIMIT }
       tenant.blockedNetworks = [TENANT_BLOCKED_V4, TENANT_BLOCKED_V6]
     }
+    // Its own wording in a language the service has and in one it has not: hostile locales
+    // and Accept-Language headers are negotiated among them.
+    file.tenants[0]!.constants = { legal: '<b>Acme</b> & Co' }
+    file.tenants[0]!.templates = {
+      fr: { subject: 'Code {{ brand }}', html: '<p>{{ code }}</p><small>{{ constants.legal }}</small>' },
+      'pt-BR': { subject: 'Seu código {{ brand }}', text: 'Código: {{ code }}', html: '<p>{{ code }}</p>' }
+    }
   })
   const blocklist = join(t.testdirName, 'blocklist.txt')
   writeFileSync(blocklist, `# fuzz\n${LISTED_V4}\n${LISTED_V6}\n`)
@@ -209,7 +216,7 @@ async function runProperty<Ts> (t: Test, name: string, defaultRuns: number, prop
 // ---------------------------------------------------------------------------------------
 // Generators.
 
-const ROUTES = ['/otp/request', '/otp/verify', '/usage', '/sandbox/messages', '/healthz', '/readyz', '/openapi.json']
+const ROUTES = ['/otp/request', '/otp/verify', '/usage', '/sandbox/messages', '/templates/preview', '/healthz', '/readyz', '/openapi.json']
 
 /**
  * Absent two times in three: each request keeps most of its envelope plausible. Shrinking
@@ -240,7 +247,7 @@ const email: fc.Arbitrary<string> = fc.oneof(
   hostileString
 )
 
-const locale: fc.Arbitrary<string> = fc.oneof(fc.constantFrom('fr', 'de-CH', 'es', 'en-US', 'xx', 'zz-Latn-ZZ-abcdefgh', 'fr\n', 'a'.repeat(300)), hostileString)
+const locale: fc.Arbitrary<string> = fc.oneof(fc.constantFrom('fr', 'de-CH', 'es', 'en-US', 'pt', 'pt-br', 'xx', 'zz-Latn-ZZ-abcdefgh', 'fr\n', 'a'.repeat(300)), hostileString)
 
 const guess: fc.Arbitrary<string> = fc.oneof(
   fc.stringMatching(/^[0-9]{6}$/),
@@ -281,6 +288,7 @@ const body: fc.Arbitrary<string | Buffer> = fc.oneof(
   // Bodies of the right shape, so that hostile values get past the schema to the handlers.
   { weight: 3, arbitrary: fc.record({ email, locale: sometimes(locale) }).map((value) => JSON.stringify(value)) },
   { weight: 3, arbitrary: fc.record({ requestId, userGuess: guess }).map((value) => JSON.stringify(value)) },
+  fc.record({ locale: sometimes(locale), code: sometimes(guess), minutes: sometimes(fc.oneof(fc.integer(), fc.double())) }).map((value) => JSON.stringify(value)),
   fc.json({ maxDepth: 50 }),
   fc.object({ maxDepth: 50 }).map((value) => JSON.stringify(value)),
   // Nesting far deeper than any schema looks, up to the body limit.
@@ -391,7 +399,7 @@ function anyRequest (keys: FixtureKeys): fc.Arbitrary<FuzzRequest> {
     .map(({ method, url, headers, payload }) => ({ method, url, headers, ...(payload === undefined ? {} : { payload }) }))
 }
 
-/** Well-authenticated JSON posts to the OTP routes: only the body and a few headers vary. */
+/** Well-authenticated JSON posts to the OTP routes and the preview: only the body and a few headers vary. */
 function otpRequest (keys: FixtureKeys): fc.Arbitrary<FuzzRequest> {
   const caller = fc.constantFrom<Record<string, string>>(
     { authorization: `Bearer ${keys.acmeTest}` },
@@ -403,7 +411,7 @@ function otpRequest (keys: FixtureKeys): fc.Arbitrary<FuzzRequest> {
     ...(language === undefined ? {} : { 'accept-language': language }),
     ...(idempotency === undefined ? {} : { 'idempotency-key': idempotency })
   }))
-  return fc.record({ route: fc.constantFrom('/otp/request', '/otp/verify'), caller, extra, contentType, payload: body })
+  return fc.record({ route: fc.constantFrom('/otp/request', '/otp/verify', '/templates/preview'), caller, extra, contentType, payload: body })
     .map(({ route, caller, extra, contentType, payload }) => ({
       method: 'POST' as const,
       url: route,

@@ -47,6 +47,18 @@ t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as t
   t.match((await npmKeys(['list', '--file', file])).stdout, /\trevoked\n$/)
 })
 
+t.test('a tenants file whose templates are files is edited from any directory', async (t) => {
+  const dir = t.testdir({
+    'en.txt': 'Your Acme code is {{ code }}.\n',
+    'tenants.json': JSON.stringify({
+      tiers: { standard: { allowance: 10, window: '1d', sandboxAllowance: 10 } },
+      tenants: [{ id: 'acme', tier: 'standard', templates: { en: { text: { file: 'en.txt' } } }, keys: [] }]
+    })
+  })
+  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', join(dir, 'tenants.json')])
+  t.match(created.stdout, /^sk_test_/, 'the template file is found next to the tenants file, not in the working directory')
+})
+
 t.test('a tenants.json written in the repository root is not committed by accident', async (t) => {
   const ignored = readFileSync(join(root, '.gitignore'), 'utf8').split('\n')
   t.ok(ignored.includes('/tenants.json'))

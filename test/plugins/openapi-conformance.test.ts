@@ -27,12 +27,12 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'getReceiptKeys', 'getLiveness', 'getReadiness']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
-  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`]
 ])
@@ -145,6 +145,19 @@ t.test('every answer the service sends is the one the document describes', async
   await exchange(main.app, 'unlockRecipient', 'malformed URL', { method: 'POST', url: '/recipients/unlock%zz', headers: bearer(keys.acmeLive), payload: {} })
   await exchange(main.app, 'unlockRecipient', 'too large', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
   await exchange(main.app, 'unlockRecipient', 'not JSON', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
+  const preview = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, 'previewTemplate', what, { method: 'POST', url: '/templates/preview', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
+  await preview('rendered', keys.acmeLive, {})
+  await preview('in French, with a sample code', keys.acmeTest, { locale: 'fr-CA', code: '042917', minutes: 5 })
+  await preview('a language the tenant has not', keys.acmeLive, { locale: 'ja' })
+  await preview('restricted key', keys.acmeBrowser, {}, { origin: 'https://app.acme.test' })
+  await preview('no key', null, {})
+  await preview('secret key in a browser', keys.acmeLive, {}, { origin: 'https://app.acme.test' })
+  await preview('unknown field', keys.acmeLive, { brand: 'x' })
+  await exchange(main.app, 'previewTemplate', 'broken JSON', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
+  await exchange(main.app, 'previewTemplate', 'malformed URL', { method: 'POST', url: '/templates/preview%zz', headers: bearer(keys.acmeLive), payload: {} })
+  await exchange(main.app, 'previewTemplate', 'too large', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ locale: 'a'.repeat(5000) }) })
+  await exchange(main.app, 'previewTemplate', 'not JSON', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
   await dispatch('End-User-IP from a restricted key', keys.acmeBrowser, 'a@example.com', { origin: 'https://app.acme.test', 'end-user-ip': '198.51.100.1' })
 
   // Velocity limits: 429 with the limit's state. The second dispatch stops at its recipient's
@@ -161,6 +174,7 @@ t.test('every answer the service sends is the one the document describes', async
     await get('getReadiness', what === 'first' ? what : 'public limit', '/readyz', null, {}, limited.app)
     await get('getReceiptKeys', what === 'first' ? what : 'public limit', '/.well-known/jwks.json', null, {}, limited.app)
     await redeem(what, keys.acmeTest, { receipt }, {}, limited.app)
+    await preview(what, keys.acmeTest, {}, {}, limited.app)
   }
 
   // A duplicate while the first is still delivering: 409.
@@ -186,6 +200,7 @@ t.test('every answer the service sends is the one the document describes', async
   await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
   await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await redeem('store down', keys.acmeTest, { receipt }, {}, down.app)
+  await preview('store down: still rendered', keys.acmeTest, {}, {}, down.app)
   await get('listSandboxMessages', 'store down', '/sandbox/messages?email=gus@example.com', keys.acmeTest, {}, down.app)
   await get('getReadiness', 'store down', '/readyz', null, {}, down.app)
 

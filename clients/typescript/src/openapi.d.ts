@@ -181,6 +181,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/templates/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Render the tenant's verification message with a sample code
+         * @description What the tenant's users get in one language, rendered exactly as dispatch renders it (the tenant's own templates from the tenants file, the service's wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox.
+         */
+        post: operations["previewTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -197,6 +217,7 @@ export interface components {
          *     - `END_USER_IP_NOT_ALLOWED` (400): End-User-IP may only be sent with a secret key: a browser does not choose its own source.
          *     - `END_USER_IP_REQUIRED` (400): This tenant requires End-User-IP, the address of the end user a request is made for.
          *     - `INVALID_EMAIL` (400): The email address is not acceptable.
+         *     - `LOCALE_NOT_AVAILABLE` (400): The tenant has no message wording in this language.
          *     - `INVALID_CODE_FORMAT` (400): The code must be exactly 6 digits.
          *     - `CODE_MISMATCH` (400): The code is incorrect, expired or already used.
          *     - `RECEIPT_INVALID` (400): The receipt is malformed, not signed by this service, or issued to another tenant or mode.
@@ -226,7 +247,7 @@ export interface components {
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -242,7 +263,7 @@ export interface components {
              */
             email: string;
             /**
-             * @description Language of the mail (BCP 47, e.g. `fr` or `de-CH`): en, fr, de and es are available. Unset or unavailable: from Accept-Language, else English.
+             * @description Language of the mail (BCP 47, e.g. `fr` or `de-CH`), among the tenant's: en, fr, de, es and any language it writes its own templates in (`fr-CA` gets `fr`). Unset or unavailable: the best match of Accept-Language, else the tenant's default language (English unless it sets one).
              * @example fr
              */
             locale?: string;
@@ -402,6 +423,41 @@ export interface components {
                 /** @enum {string} */
                 use: "sig";
             }[];
+        };
+        TemplatePreviewRequest: {
+            /**
+             * @description The language to render (BCP 47, matched as dispatch matches a request's `locale`: `fr-CA` renders `fr`). Unset: the tenant's default language. A language the tenant has no wording in answers 400 `LOCALE_NOT_AVAILABLE`.
+             * @example fr
+             */
+            locale?: string;
+            /**
+             * @description The sample code to show (6 digits). Unset: `123456`.
+             * @example 042917
+             */
+            code?: string;
+            /** @description The lifetime to show, in minutes. Unset: the tenant's own code lifetime. */
+            minutes?: number;
+        };
+        /** @description The verification message the tenant's users get in this language, rendered with the sample code, exactly as dispatch would send it. */
+        TemplatePreviewReply: {
+            /** @enum {boolean} */
+            success: true;
+            message: string;
+            data: {
+                /**
+                 * @description The language rendered.
+                 * @example fr
+                 */
+                locale: string;
+                /** @description The subject line, as sent. */
+                subject: string;
+                /** @description The plain-text part, as sent. */
+                text: string;
+                /** @description The HTML part, as sent. */
+                html: string;
+                /** @description The parts the tenant wrote for this language; the others are the service's own wording. */
+                customParts: ("subject" | "text" | "html")[];
+            };
         };
         /** @description The process answers. */
         LiveReply: {
@@ -2493,6 +2549,246 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    previewTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplatePreviewRequest"];
+            };
+        };
+        responses: {
+            /** @description The subject, text and HTML parts as dispatch would send them. */
+            200: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplatePreviewReply"];
+                };
+            };
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
+            400: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is invalid",
+                     *       "code": "INVALID_BODY"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "LOCALE_NOT_AVAILABLE";
+                    };
+                };
+            };
+            /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
+            401: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /**
+                     * @description The authentication scheme to use: `Bearer` (RFC 6750).
+                     * @example Bearer realm="email-otp"
+                     */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "A valid API key is required: Authorization: Bearer <key>",
+                     *       "code": "UNAUTHORIZED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAUTHORIZED";
+                    };
+                };
+            };
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            403: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This origin is not allowed for this key",
+                     *       "code": "ORIGIN_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
+            413: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is too large",
+                     *       "code": "PAYLOAD_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
+            415: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Send the body as application/json",
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
                     };
                 };
             };

@@ -1,0 +1,47 @@
+/*
+ * CPU per dispatch of rendering the message, in process, without HTTP: the built-in wording
+ * against a tenant's own Liquid templates (the bench tenant's of `--templates`).
+ * `npm run bench:templates`.
+ *
+ * A dispatch splices its code into pieces rendered once per minute (lib/mail/liquid.ts); the
+ * last row is the render that happens when the minute changes, for every part at once.
+ */
+import { composeVerificationMessage } from '../lib/mail/compose.js'
+import { TenantTemplates } from '../lib/mail/tenant-templates.js'
+import { benchTenantsDocument, withTemplates } from './support/service.js'
+
+const OPERATIONS = 100_000
+const WARMUP = 10_000
+
+function cpuMicros (operation: (index: number) => unknown, operations = OPERATIONS): number {
+  for (let i = 0; i < WARMUP; i++) operation(i)
+  const before = process.cpuUsage()
+  for (let i = 0; i < operations; i++) operation(i)
+  const used = process.cpuUsage(before)
+  return (used.user + used.system) / operations
+}
+
+const entry = withTemplates(benchTenantsDocument('sk_live_unused')).tenants[0]
+if (entry === undefined) throw new Error('no bench tenant')
+const own = TenantTemplates.load(entry, { baseDir: process.cwd(), brand: entry.brand?.name ?? entry.id })
+const at = new Date()
+const message = (templates: TenantTemplates | undefined, index: number, requestedAt = at): unknown => composeVerificationMessage({
+  to: 'ada@example.com',
+  from: 'codes@bench.example',
+  brand: 'Bench & Co',
+  code: String(100_000 + (index % 900_000)),
+  ttlSeconds: 600,
+  locale: 'en',
+  tags: { tenant: 'bench', mode: 'live' },
+  requestedAt,
+  ...(templates === undefined ? {} : { templates })
+})
+
+const rows: Array<[string, number]> = [
+  ['built-in wording', cpuMicros((index) => message(undefined, index))],
+  ['tenant templates (subject, text, HTML)', cpuMicros((index) => message(own, index))],
+  // A new minute for every message: each one renders its three parts with LiquidJS.
+  ['tenant templates, rendered anew (once a minute)', cpuMicros((index) => message(own, index, new Date(at.getTime() + (index + 1) * 60_000)), OPERATIONS / 10)]
+]
+process.stdout.write(`node ${process.version}, ${OPERATIONS} messages each\n`)
+for (const [what, micros] of rows) process.stdout.write(`${what.padEnd(50)} ${micros.toFixed(2).padStart(8)} µs\n`)

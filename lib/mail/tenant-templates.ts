@@ -1,0 +1,212 @@
+import { readFileSync, realpathSync, statSync } from 'node:fs'
+import { isAbsolute, relative, resolve, sep } from 'node:path'
+import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
+import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
+import { BUILTIN_PARTS } from './templates.js'
+
+/** A template as the tenants file gives it: the Liquid source inline, or a file beside the tenants file. */
+export type TemplateSource = string | { file: string }
+
+/** A tenant's message settings, as in its tenants file entry. */
+export interface TemplatesEntry {
+  templates?: Record<string, Partial<Record<Part, TemplateSource>>>
+  constants?: Record<string, string>
+  defaultLocale?: string
+}
+
+export interface TemplatesLoadOptions {
+  /** Where relative template files are looked up (the tenants file's directory); none may lie outside it. */
+  baseDir: string
+  /** The tenant's brand, for the test renders. */
+  brand: string
+  /** Lifetimes, in minutes, the test renders use besides 1 and 10 (the tenant's own, when it sets one). */
+  minutes?: readonly number[]
+}
+
+/** A template refused at load: its language, its part (null for the language as a whole) and the rule. */
+export interface TemplateProblem {
+  locale: string
+  part: Part | null
+  /** Where in the tenant's entry, as a JSON pointer from it: `templates/fr/subject`, `defaultLocale`. */
+  pointer: string
+  rule: string
+}
+
+export class TemplatesError extends Error {
+  constructor (readonly problems: readonly TemplateProblem[]) {
+    super(problems.map((problem) => `${problem.locale}${problem.part === null ? '' : `/${problem.part}`}: ${problem.rule}`).join('; '))
+    this.name = 'TemplatesError'
+  }
+}
+
+/** A message ready for compose: every part rendered with the code. */
+export interface RenderedMessage {
+  locale: string
+  subject: string
+  text: string
+  html: string
+}
+
+/**
+ * A tenant's template that broke a rule when rendered for a dispatch (a branch the load's test
+ * renders did not take): the message went out in the built-in wording instead.
+ */
+export interface TemplateFallback {
+  locale: string
+  part: Part
+  rule: string
+}
+
+export interface RenderInput {
+  brand: string
+  code: string
+  minutes: number
+  /** ISO 8601, UTC, to the minute: `2026-05-01T12:34Z`. */
+  requestedAt: string
+}
+
+/** The request time as templates see it: to the minute, so that a minute's dispatches share one render. */
+export function requestTime (date: Date): string {
+  return `${date.toISOString().slice(0, 16)}Z`
+}
+
+const SAMPLE_TIME = '2026-01-31T09:05Z'
+/** A file larger than this many bytes cannot be within the character limits, whatever its encoding. */
+const BYTES_PER_CHARACTER = 4
+
+function readSource (source: TemplateSource, part: Part, baseDir: string): string {
+  if (typeof source === 'string') return source
+  const name = JSON.stringify(source.file)
+  if (isAbsolute(source.file)) throw new TemplateRuleError(`file ${name} must be a path relative to the tenants file's directory`)
+  const base = resolve(baseDir)
+  const lexical = resolve(base, source.file)
+  if (relative(base, lexical).split(sep)[0] === '..') throw new TemplateRuleError(`file ${name} is outside the tenants file's directory`)
+  let path: string
+  try {
+    path = realpathSync(lexical)
+    // Through a symbolic link, the file itself must still be inside the directory.
+    const realBase = realpathSync(base)
+    if (path !== realBase && !path.startsWith(realBase + sep)) throw new TemplateRuleError(`file ${name} is outside the tenants file's directory (through a symbolic link)`)
+    const stats = statSync(path)
+    if (!stats.isFile()) throw new TemplateRuleError(`file ${name} is not a regular file`)
+    if (stats.size > SOURCE_LIMITS[part] * BYTES_PER_CHARACTER) throw new TemplateRuleError(`file ${name} is longer than ${SOURCE_LIMITS[part]} characters`)
+    return readFileSync(path, 'utf8')
+  } catch (error) {
+    if (error instanceof TemplateRuleError) throw error
+    throw new TemplateRuleError(`file ${name} cannot be read: ${(error as NodeJS.ErrnoException).code ?? String(error)}`)
+  }
+}
+
+/**
+ * One tenant's message wording: its own Liquid templates where it has them (per language and
+ * part, parsed and checked once per load), the service's built-in wording everywhere else.
+ * Immutable but for each part's render cache; a reload builds a new one.
+ */
+export class TenantTemplates {
+  /** The languages the tenant's mail can be written in, its default first. */
+  readonly locales: readonly string[]
+  readonly defaultLocale: string
+  readonly #custom: ReadonlyMap<string, Partial<Record<Part, CompiledPart>>>
+  readonly #choice: LocaleChoice
+
+  private constructor (custom: Map<string, Partial<Record<Part, CompiledPart>>>, defaultLocale: string) {
+    this.#custom = custom
+    this.defaultLocale = defaultLocale
+    const all = new Set<string>([defaultLocale, ...SUPPORTED_LOCALES, ...custom.keys()])
+    this.locales = [...all]
+    this.#choice = { available: this.locales, fallback: defaultLocale }
+  }
+
+  /** The service's own wording in its four languages, English first. */
+  static readonly builtin = new TenantTemplates(new Map(), DEFAULT_LOCALE)
+
+  /**
+   * Reads, parses and checks every template of a tenant entry. Throws TemplatesError listing
+   * every template that breaks a rule (all of them, not only the first).
+   */
+  static load (entry: TemplatesEntry, options: TemplatesLoadOptions): TenantTemplates {
+    const templates = entry.templates ?? {}
+    if (Object.keys(templates).length === 0 && entry.defaultLocale === undefined) return TenantTemplates.builtin
+    const constants = Object.freeze({ ...entry.constants })
+    const brand = singleLine(options.brand)
+    const samples: PartValues[] = [...new Set([1, 10, ...(options.minutes ?? [])])].map((minutes) => ({ brand, minutes, requestedAt: SAMPLE_TIME }))
+    const problems: TemplateProblem[] = []
+    const custom = new Map<string, Partial<Record<Part, CompiledPart>>>()
+    for (const [locale, sources] of Object.entries(templates)) {
+      const missing = PARTS.filter((part) => sources[part] === undefined)
+      if (!isBuiltinLocale(locale) && missing.length > 0) {
+        problems.push({ locale, part: null, pointer: `templates/${locale}`, rule: `the service has no wording of its own in ${locale}: subject, text and html are all required (missing: ${missing.join(', ')})` })
+      }
+      const compiled: Partial<Record<Part, CompiledPart>> = {}
+      for (const part of PARTS) {
+        const source = sources[part]
+        if (source === undefined) continue
+        try {
+          compiled[part] = CompiledPart.compile(readSource(source, part, options.baseDir), part, locale, constants, samples)
+        } catch (error) {
+          if (!(error instanceof TemplateRuleError)) throw error
+          problems.push({ locale, part, pointer: `templates/${locale}/${part}`, rule: error.rule })
+        }
+      }
+      custom.set(locale, compiled)
+    }
+    const defaultLocale = entry.defaultLocale ?? DEFAULT_LOCALE
+    if (!isBuiltinLocale(defaultLocale) && !custom.has(defaultLocale)) {
+      problems.push({ locale: defaultLocale, part: null, pointer: 'defaultLocale', rule: `defaultLocale ${defaultLocale} has neither built-in wording nor templates in this tenant` })
+    }
+    if (problems.length > 0) throw new TemplatesError(problems)
+    return new TenantTemplates(custom, defaultLocale)
+  }
+
+  /** The language of a dispatch: the body's `locale`, else Accept-Language, else the tenant's default. */
+  negotiate (explicit: string | undefined, acceptLanguage: string | undefined): string {
+    return negotiateLocale(explicit, acceptLanguage, this.#choice)
+  }
+
+  /** The language among `locales` that an explicit request names (`fr-CA` → `fr`), if any. */
+  match (explicit: string): string | undefined {
+    return matchLocale(explicit, this.#choice)
+  }
+
+  /** The parts the tenant wrote itself in a language (the rest are built in). */
+  customParts (locale: string): Part[] {
+    const parts = this.#custom.get(locale)
+    return parts === undefined ? [] : PARTS.filter((part) => parts[part] !== undefined)
+  }
+
+  /**
+   * Renders the message in `locale` (one of `locales`). A tenant's part that breaks a rule
+   * for these values (possible only through a branch the load's test renders did not take)
+   * makes the whole message fall back to the built-in wording, reported in `fallback`: a
+   * dispatch never fails, and never sends a message that breaks the rules, because of a template.
+   */
+  render (locale: string, input: RenderInput): RenderedMessage & { fallback: TemplateFallback | null } {
+    const parts = this.#custom.get(locale)
+    const builtin: Locale = isBuiltinLocale(locale) ? locale : DEFAULT_LOCALE
+    if (parts !== undefined) {
+      const values: PartValues = { brand: input.brand, minutes: input.minutes, requestedAt: input.requestedAt }
+      let part: Part = 'subject'
+      try {
+        const subject = parts.subject?.render(values, input.code) ?? BUILTIN_PARTS.subject(builtin, input.brand)
+        part = 'text'
+        const text = parts.text?.render(values, input.code) ?? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes)
+        part = 'html'
+        const html = parts.html?.render(values, input.code) ?? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes)
+        return { locale, subject, text, html, fallback: null }
+      } catch (error) {
+        if (!(error instanceof TemplateRuleError)) throw error
+        return { ...this.#builtin(builtin, input), fallback: { locale, part, rule: error.rule } }
+      }
+    }
+    return { ...this.#builtin(builtin, input), fallback: null }
+  }
+
+  #builtin (locale: Locale, input: RenderInput): RenderedMessage {
+    return {
+      locale,
+      subject: BUILTIN_PARTS.subject(locale, input.brand),
+      text: BUILTIN_PARTS.text(locale, input.brand, input.code, input.minutes),
+      html: BUILTIN_PARTS.html(locale, input.brand, input.code, input.minutes)
+    }
+  }
+}

@@ -1,0 +1,55 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { perKey } from '../plugins/external/rate-limit.js'
+import { apiError } from '../lib/errors.js'
+import { renderVerificationParts } from '../lib/mail/compose.js'
+import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
+import { ref } from '../schemas/ref.js'
+import { TemplatePreviewBody, TemplatePreviewReply } from '../schemas/templates.js'
+
+/** The code a preview shows when the request names none. */
+const SAMPLE_CODE = '123456'
+
+const templateRoutes: FastifyPluginAsyncTypebox = async function templateRoutes (fastify) {
+  fastify.post('/templates/preview', {
+    config: { keyKinds: ['secret'], rateLimit: perKey(fastify.config.routeLimits.account) },
+    schema: {
+      operationId: 'previewTemplate',
+      summary: 'Render the tenant\'s verification message with a sample code',
+      description: 'What the tenant\'s users get in one language, rendered exactly as dispatch renders it (the tenant\'s own templates from the tenants file, the service\'s wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox.',
+      tags: ['templates'],
+      security: [{ bearerAuth: [] }],
+      body: ref(TemplatePreviewBody),
+      response: {
+        200: ref(TemplatePreviewReply, { description: 'The subject, text and HTML parts as dispatch would send them.' }),
+        // Nothing here needs the store (its per-key limit lets requests through when Redis is down): never 503.
+        ...errorResponses([...commonErrors.filter((code) => code !== 'UNAVAILABLE'), ...bodyErrors, 'LOCALE_NOT_AVAILABLE', 'KEY_NOT_PERMITTED'])
+      }
+    }
+  }, async function previewTemplate (request) {
+    const key = request.auth
+    if (key === null) throw apiError('UNAUTHORIZED')
+    const { tenant } = key
+    const { templates } = tenant
+    const locale = request.body.locale === undefined ? templates.defaultLocale : templates.match(request.body.locale)
+    if (locale === undefined) {
+      throw apiError('LOCALE_NOT_AVAILABLE', `The tenant has no message wording in ${request.body.locale ?? ''}; it has ${templates.locales.join(', ')}`)
+    }
+    const parts = renderVerificationParts({
+      templates,
+      locale,
+      brand: tenant.brandName,
+      code: request.body.code ?? SAMPLE_CODE,
+      ttlSeconds: request.body.minutes === undefined ? tenant.ttlSeconds ?? fastify.config.otpTtlSeconds : request.body.minutes * 60,
+      onTemplateFallback: (fallback) => {
+        request.log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; rendered the built-in wording')
+      }
+    })
+    return {
+      success: true as const,
+      message: 'Message rendered; nothing was sent',
+      data: { locale: parts.locale, subject: parts.subject, text: parts.text, html: parts.html, customParts: templates.customParts(parts.locale) }
+    }
+  })
+}
+
+export default templateRoutes

@@ -1,0 +1,91 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
+import { CheckFailed, run } from '../../../lib/cli/templates.js'
+import { writeTenants } from '../../helper.js'
+
+const CLI = fileURLToPath(new URL('../../../lib/cli/templates.ts', import.meta.url))
+
+async function cli (args: string[]): Promise<string[]> {
+  const lines: string[] = []
+  await run(args, (line) => { lines.push(line) })
+  return lines
+}
+
+/** The CLI as an operator runs it: a process, its output and its exit code. */
+async function processRun (args: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [code] = await once(child, 'exit') as [number | null]
+  return { code, stdout, stderr }
+}
+
+function brandedFile (t: Test): string {
+  t.testdir({ mail: { 'fr.html': '<p lang="{{ locale }}">{{ brand }} : <b>{{ code }}</b> ({{ minutes }} min)</p>' } })
+  return writeTenants(t, (file) => {
+    file.tenants[0]!.ttlSeconds = 300
+    file.tenants[0]!.templates = { fr: { subject: 'Connexion à {{ brand }}', html: { file: 'mail/fr.html' } } }
+  }).path
+}
+
+t.test('preview prints a tenant\'s message as dispatch would render it', async (t) => {
+  const path = brandedFile(t)
+  const lines = await cli(['preview', '--tenant', 'acme', '--locale', 'fr-CA', '--file', path])
+  t.same(lines.slice(0, 3), [
+    'Tenant:  acme',
+    'Locale:  fr (subject: own template, text: built-in, html: own template)',
+    'Subject: Connexion à Acme'
+  ])
+  const output = lines.join('\n')
+  t.match(output, '----- text -----\nVotre code de vérification Acme est 123456.\n\nIl expire dans 5 minutes.', 'the built-in text, with the tenant\'s lifetime')
+  t.match(output, '----- html -----\n<p lang="fr">Acme : <b>123456</b> (5 min)</p>')
+
+  t.same(await cli(['preview', '--tenant', 'acme', '--locale', 'fr', '--code', '042917', '--minutes', '15', '--part', 'html', '--file', path]), ['<p lang="fr">Acme : <b>042917</b> (15 min)</p>'], 'one part alone')
+  t.match((await cli(['preview', '--tenant', 'globex', '--file', path])).join('\n'), 'Subject: Your globex verification code', 'a tenant without templates: the built-in wording')
+
+  await t.rejects(cli(['preview', '--tenant', 'acme', '--locale', 'ja', '--file', path]), /tenant acme has no wording in ja; it has en, fr, de, es/)
+  await t.rejects(cli(['preview', '--tenant', 'nobody', '--file', path]), /no tenant nobody/)
+  await t.rejects(cli(['preview', '--tenant', 'acme', '--code', '12', '--file', path]), /--code must be 6 digits/)
+  await t.rejects(cli(['preview', '--tenant', 'acme', '--part', 'footer', '--file', path]), /--part must be one of subject, text, html/)
+  await t.rejects(cli(['preview', '--file', path]), /--tenant is required/)
+})
+
+t.test('check lists every refused template and exits 1; a good file exits 0', async (t) => {
+  const path = brandedFile(t)
+  t.same(await cli(['check', '--file', path]), [
+    'acme\tdefault en\town templates: fr (subject, html)',
+    'globex\tdefault en\tbuilt-in wording only',
+    `${path}: every template passes`
+  ])
+  const good = await processRun(['check', '--file', path])
+  t.equal(good.code, 0)
+
+  const broken = writeTenants(t, (file) => {
+    file.tenants[0]!.templates = { en: { subject: 'Code {{ code }}', html: '{% for i in (1..100000000) %}{{ code }}{% endfor %}' } }
+    file.tenants[1]!.templates = { de: { text: { file: '../outside.liquid' } } }
+  }).path
+  const error = await cli(['check', '--file', broken]).then(() => null, (thrown: unknown) => thrown)
+  t.type(error, CheckFailed)
+  t.same((error as CheckFailed).problems.map((problem) => problem.replace(/:.*/, '')), [
+    '/tenants/0/templates/en/subject (tenant acme, locale en, subject)',
+    '/tenants/0/templates/en/html (tenant acme, locale en, html)',
+    '/tenants/1/templates/de/text (tenant globex, locale de, text)'
+  ])
+  const refused = await processRun(['check', '--file', broken])
+  t.equal(refused.code, 1, 'exits 1')
+  t.match(refused.stderr, /the tenants file would be refused:\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+  t.match(refused.stderr, /\/tenants\/0\/templates\/en\/html .*allocates more than the limit/)
+  t.match(refused.stderr, /\/tenants\/1\/templates\/de\/text .*file "..\/outside.liquid" is outside the tenants file's directory/)
+  t.equal(refused.stdout, '')
+
+  const unreadable = await processRun(['check', '--file', `${t.testdirName}/missing.json`])
+  t.equal(unreadable.code, 1)
+  t.match(unreadable.stderr, /cannot be read: ENOENT/)
+  const usage = await processRun(['frobnicate'])
+  t.equal(usage.code, 1)
+  t.match(usage.stderr, /unknown command frobnicate[\s\S]*Usage:/)
+})

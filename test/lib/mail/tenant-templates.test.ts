@@ -1,0 +1,260 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { composeVerificationMessage, renderVerificationParts } from '../../../lib/mail/compose.js'
+import { MEMORY_LIMIT, OUTPUT_LIMITS } from '../../../lib/mail/liquid.js'
+import { negotiateLocale } from '../../../lib/mail/locale.js'
+import { TemplatesError, TenantTemplates, type TemplatesEntry, type TemplateSource } from '../../../lib/mail/tenant-templates.js'
+import { TenantRegistry, TenantsFileError } from '../../../lib/tenants/registry.js'
+
+const CODE = '482910'
+
+function load (entry: TemplatesEntry, baseDir = process.cwd(), brand = 'Acme'): TenantTemplates {
+  return TenantTemplates.load(entry, { baseDir, brand })
+}
+
+/** The one rule a single template breaks, as the load reports it. */
+function refusal (t: Test, source: TemplateSource, part: 'subject' | 'text' | 'html' = 'text', entry: Omit<TemplatesEntry, 'templates'> = {}, baseDir?: string): string {
+  try {
+    load({ ...entry, templates: { en: { [part]: source } } }, baseDir)
+  } catch (error) {
+    t.type(error, TemplatesError)
+    const { problems } = error as TemplatesError
+    t.equal(problems.length, 1, 'one problem')
+    t.same({ locale: problems[0]?.locale, part: problems[0]?.part }, { locale: 'en', part }, 'names the locale and the part')
+    return problems[0]?.rule ?? ''
+  }
+  t.fail('the template was accepted')
+  return ''
+}
+
+function compose (templates: TenantTemplates, locale: string, overrides: Partial<Parameters<typeof composeVerificationMessage>[0]> = {}): ReturnType<typeof composeVerificationMessage> {
+  return composeVerificationMessage({
+    to: 'person@example.com', from: 'codes@acme.test', brand: 'Acme', code: CODE, ttlSeconds: 600, locale, tags: {}, templates, ...overrides
+  })
+}
+
+t.test('a tenant\'s own parts replace the built-in ones, language by language', async (t) => {
+  const templates = load({
+    constants: { support: 'https://help.acme.test', legal: 'Acme SA, 1 rue de la Paix' },
+    defaultLocale: 'fr',
+    templates: {
+      fr: {
+        subject: 'Connexion à {{ brand }}',
+        text: 'Bonjour,\n\nVotre code : {{ code }} ({{ minutes }} min).\n{{ constants.legal }}\n',
+        html: '<html lang="{{ locale }}"><p>Code&nbsp;: <b>{{ code }}</b></p><p>{{ minutes }} {% if minutes == 1 %}minute{% else %}minutes{% endif %}</p><a href="{{ constants.support }}">Aide</a></html>'
+      },
+      en: { html: '<p>Your code: {{ code }}</p><small>{{ constants.legal }}</small>' }
+    }
+  })
+  t.same(templates.locales, ['fr', 'en', 'de', 'es'], 'the default first, then the built-in languages')
+  t.same(templates.customParts('fr'), ['subject', 'text', 'html'])
+  t.same(templates.customParts('en'), ['html'])
+  t.same(templates.customParts('de'), [])
+
+  const french = compose(templates, 'fr')
+  t.equal(french.subject, 'Connexion à Acme')
+  t.equal(french.text, `Bonjour,\n\nVotre code : ${CODE} (10 min).\nAcme SA, 1 rue de la Paix\n`)
+  t.equal(french.html, `<html lang="fr"><p>Code&nbsp;: <b>${CODE}</b></p><p>10 minutes</p><a href="https://help.acme.test">Aide</a></html>`)
+  t.match(compose(templates, 'fr', { ttlSeconds: 60 }).html, '<p>1 minute</p>', 'branches on the lifetime')
+
+  const english = compose(templates, 'en')
+  t.equal(english.subject, 'Your Acme verification code', 'a part the tenant did not write is the built-in one')
+  t.match(english.text, `Your Acme verification code is ${CODE}.`)
+  t.equal(english.html, `<p>Your code: ${CODE}</p><small>Acme SA, 1 rue de la Paix</small>`)
+
+  const german = compose(templates, 'de')
+  t.equal(german.subject, 'Ihr Bestätigungscode für Acme', 'a language the tenant did not write is all built in')
+  t.match(german.html, '<html lang="de">')
+})
+
+t.test('every dispatch gets its own code; the request time is UTC, to the minute, in the message\'s language', async (t) => {
+  const templates = load({
+    templates: {
+      fr: { text: '{{ code }} demandé le {{ requestedAt | date: "%-d %B %Y à %H:%M" }} ({{ requestedAt }})' },
+      de: { text: '{{ code }} am {{ requestedAt | date: "%-d. %B %Y" }}' }
+    }
+  })
+  const at = new Date('2026-03-09T23:59:58.123Z')
+  const first = renderVerificationParts({ templates, locale: 'fr', brand: 'Acme', code: '111111', ttlSeconds: 600, requestedAt: at })
+  const second = renderVerificationParts({ templates, locale: 'fr', brand: 'Acme', code: '222222', ttlSeconds: 600, requestedAt: at })
+  t.equal(first.text, '111111 demandé le 9 mars 2026 à 23:59 (2026-03-09T23:59Z)')
+  t.equal(second.text, '222222 demandé le 9 mars 2026 à 23:59 (2026-03-09T23:59Z)', 'the same minute, another code')
+  const later = renderVerificationParts({ templates, locale: 'fr', brand: 'Acme', code: '333333', ttlSeconds: 600, requestedAt: new Date('2026-03-10T00:00:01Z') })
+  t.equal(later.text, '333333 demandé le 10 mars 2026 à 00:00 (2026-03-10T00:00Z)', 'a new minute renders anew')
+  t.equal(renderVerificationParts({ templates, locale: 'de', brand: 'Acme', code: '444444', ttlSeconds: 600, requestedAt: at }).text, '444444 am 9. März 2026')
+})
+
+t.test('brand and constants are escaped in HTML and kept as written in the text part', async (t) => {
+  const hostile = '<script>alert("x")</script> & \'q\''
+  const templates = load({
+    constants: { footer: hostile, link: '" onmouseover="alert(1)' },
+    templates: { en: { html: '<p>{{ brand }} {{ code }}</p><p>{{ constants.footer }}</p><a title="{{ constants.link }}">x</a>', text: '{{ brand }} {{ code }} {{ constants.footer }}' } }
+  }, process.cwd(), hostile)
+  const message = compose(templates, 'en', { brand: hostile })
+  t.notMatch(message.html, /<script/, 'no script element')
+  t.notMatch(message.html, /" onmouseover/, 'no way out of an attribute')
+  t.equal(message.html, `<p>&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#39;q&#39; ${CODE}</p><p>&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#39;q&#39;</p><a title="&#34; onmouseover=&#34;alert(1)">x</a>`)
+  t.equal(message.text, `${hostile} ${CODE} ${hostile}`, 'the text part is not markup')
+  t.match(refusal(t, '{{ code }}{{ constants.footer | raw }}', 'html', { constants: { footer: 'x' } }), /the raw filter is not available/, 'no way to print a value unescaped')
+})
+
+t.test('the subject is one line, whatever the template, brand or constants hold', async (t) => {
+  const templates = load({ templates: { en: { subject: 'Sign in\r\nBcc: attacker@evil.test\n\n{{ brand }}\u2028{{ brand }}' } } })
+  const message = compose(templates, 'en', { brand: 'Acme\r\nX-Injected: 1' })
+  t.equal(message.subject, 'Sign in Bcc: attacker@evil.test Acme X-Injected: 1 Acme X-Injected: 1')
+  t.notMatch(message.subject, /[\r\n\u2028]/)
+  t.match(refusal(t, '{% if minutes == 0 %}x{% endif %}  \n ', 'subject'), /the subject renders empty/)
+})
+
+t.test('refused at load, each with the rule it breaks', async (t) => {
+  const cases: Array<[string, TemplateSource, 'subject' | 'text' | 'html', RegExp]> = [
+    ['no code', 'Your code is on its way.', 'text', /must contain the code, written \{\{ code \}\}/],
+    ['no code in HTML', '<p>{{ brand }}</p>', 'html', /must contain the code/],
+    ['the code in the subject', 'Your code: {{ code }}', 'subject', /the subject must not contain the code/],
+    ['the code in the subject, through a filter', '{{ brand }} {{ code | slice: 0, 3 }}', 'subject', /the subject must not contain the code/],
+    ['the code in the subject, in a tag', '{% if code %}x{% endif %}', 'subject', /the subject must not contain the code/],
+    ['the code twice', '{{ code }} again: {{ code }}', 'text', /exactly once; it has it 2 times/],
+    ['the code in a loop', '{% for i in (1..3) %}{{ code }}{% endfor %}', 'html', /exactly once; it has it 3 times/],
+    ['the code only on a branch the render does not take', '{% if minutes == 7 %}{{ code }}{% endif %}', 'text', /exactly once; it has it 0 times/],
+    ['the code through a filter', '{{ code | slice: 0, 3 }} {{ code | slice: 3, 3 }}', 'text', /the code may only be written \{\{ code \}\}/],
+    ['the code in a condition', '{{ code }}{% if code contains "9" %}!{% endif %}', 'text', /the code may only be written/],
+    ['the code captured', '{% capture c %}{{ code }}{% endcapture %}{{ c }}', 'html', /the code may only be written/],
+    ['the code assigned', '{% assign c = code %}{{ c }}', 'text', /the code may only be written/],
+    ['an infinite loop', '{{ code }}{% for i in (1..100000000) %}x{% endfor %}', 'text', new RegExp(`allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units`)],
+    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit/],
+    ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /allocates more than the limit/],
+    ['a huge output', `{{ code }}{% for i in (1..20000) %}${'x'.repeat(100)}{% endfor %}`, 'html', new RegExp(`the output is larger than ${OUTPUT_LIMITS.html} characters`)],
+    ['a huge subject', `{% for i in (1..30) %}${'y'.repeat(10)}{% endfor %}`, 'subject', new RegExp(`the output is larger than ${OUTPUT_LIMITS.subject} characters`)],
+    ['an unknown variable', '{{ code }} {{ brnad }}', 'text', /unknown variable "brnad" \(line 1, column 15\)/],
+    ['an unknown variable on a branch never taken', '{{ code }}{% if minutes > 100000 %}{{ requestId }}{% endif %}', 'text', /unknown variable "requestId"/],
+    ['the address', '{{ code }} sent to {{ email }}', 'text', /unknown variable "email"/],
+    ['an unknown filter', '{{ code }} {{ brand | shout }}', 'text', /does not parse: undefined filter: shout/],
+    ['an unknown constant', '{{ code }} {{ constants.legal }}', 'html', /unknown constant "constants.legal".*constants are none/],
+    ['the include tag', '{{ code }}{% include "footer.liquid" %}', 'html', /the include tag is not available: a template cannot read other templates or files/],
+    ['the render tag', '{{ code }}{% render "footer" %}', 'html', /the render tag is not available/],
+    ['the layout tag', '{% layout "base" %}{{ code }}', 'html', /the layout tag is not available/],
+    ['a syntax error', '{{ code }}{% if %}', 'text', /does not parse/],
+    ['an unclosed tag', '{{ code }}{% for i in (1..2) %}', 'text', /does not parse/],
+    ['a prototype', '{{ code }}{{ brand.constructor }}', 'text', /does not render: undefined variable: brand.constructor/]
+  ]
+  for (const [what, source, part, rule] of cases) {
+    t.match(refusal(t, source, part), rule, what)
+  }
+})
+
+t.test('template files: relative to the tenants file\'s directory, never outside it', async (t) => {
+  const root = t.testdir({
+    tenants: {
+      mail: { 'en.html.liquid': '<p>{{ code }}</p>', 'big.liquid': 'x'.repeat(300_000) },
+      'link-out.liquid': t.fixture('symlink', '../secret.liquid')
+    },
+    'secret.liquid': '{{ code }} outside'
+  })
+  const base = join(root, 'tenants')
+  t.equal(compose(load({ templates: { en: { html: { file: 'mail/en.html.liquid' } } } }, base), 'en').html, `<p>${CODE}</p>`)
+  t.equal(compose(load({ templates: { en: { html: { file: './mail/../mail/en.html.liquid' } } } }, base), 'en').html, `<p>${CODE}</p>`, 'a path that stays inside')
+  t.match(refusal(t, { file: '../secret.liquid' }, 'html', {}, base), /file "..\/secret.liquid" is outside the tenants file's directory/)
+  t.match(refusal(t, { file: 'mail/../../secret.liquid' }, 'html', {}, base), /is outside the tenants file's directory/)
+  t.match(refusal(t, { file: join(root, 'secret.liquid') }, 'html', {}, base), /must be a path relative to the tenants file's directory/)
+  t.match(refusal(t, { file: 'link-out.liquid' }, 'html', {}, base), /is outside the tenants file's directory \(through a symbolic link\)/)
+  t.match(refusal(t, { file: 'mail/missing.liquid' }, 'html', {}, base), /cannot be read: ENOENT/)
+  t.match(refusal(t, { file: 'mail' }, 'html', {}, base), /is not a regular file/)
+  t.match(refusal(t, { file: 'mail/big.liquid' }, 'subject', {}, base), /longer than 1024 characters/)
+})
+
+t.test('a language without built-in wording needs every part; the default must exist', async (t) => {
+  const italian = load({ defaultLocale: 'it', templates: { it: { subject: 'Il tuo codice {{ brand }}', text: 'Codice: {{ code }}', html: '<p>{{ code }}</p>' } } })
+  t.same(italian.locales, ['it', 'en', 'fr', 'de', 'es'])
+  t.equal(compose(italian, 'it').subject, 'Il tuo codice Acme')
+  t.equal(italian.negotiate(undefined, undefined), 'it', 'the tenant\'s default when nothing is asked')
+  t.equal(italian.negotiate(undefined, 'it-CH, en;q=0.5'), 'it')
+  t.equal(italian.negotiate('fr-BE', 'it'), 'fr', 'the body first')
+  t.equal(italian.negotiate(undefined, 'ja, *;q=0.1'), 'it', 'a wildcard is the tenant\'s default')
+
+  let error: unknown
+  try {
+    load({ defaultLocale: 'ja', templates: { it: { text: 'Codice: {{ code }}' }, 'pt-BR': { subject: 'x', text: '{{ code }}', html: '{{ code }}' } } })
+  } catch (thrown) {
+    error = thrown
+  }
+  t.type(error, TemplatesError)
+  t.same((error as TemplatesError).problems, [
+    { locale: 'it', part: null, pointer: 'templates/it', rule: 'the service has no wording of its own in it: subject, text and html are all required (missing: subject, html)' },
+    { locale: 'ja', part: null, pointer: 'defaultLocale', rule: 'defaultLocale ja has neither built-in wording nor templates in this tenant' }
+  ], 'every problem, not only the first')
+})
+
+t.test('negotiation among a tenant\'s languages, with the built-in behaviour unchanged', async (t) => {
+  const tenant = load({ templates: { 'pt-BR': { subject: 'Seu código', text: '{{ code }}', html: '{{ code }}' }, 'pt-PT': { subject: 'O seu código', text: '{{ code }}', html: '{{ code }}' } } })
+  t.equal(tenant.negotiate('pt', undefined), 'pt-BR', 'a bare language picks the first of its regions')
+  t.equal(tenant.negotiate('pt-pt', undefined), 'pt-PT', 'case-insensitive')
+  t.equal(tenant.negotiate(undefined, 'pt-PT;q=0.9, pt-BR;q=0.8'), 'pt-PT')
+  t.equal(tenant.negotiate(undefined, 'pt'), 'pt-BR')
+  t.equal(tenant.negotiate('zz', 'nl'), 'en', 'nothing matches: the default')
+  t.equal(tenant.match('pt-br'), 'pt-BR')
+  t.equal(tenant.match('nl'), undefined)
+  t.equal(negotiateLocale(undefined, 'fr-CA;q=0.8, de;q=0.9'), 'de', 'the service\'s own languages')
+})
+
+t.test('a template that breaks a rule for one dispatch only: the built-in wording goes out, and it is told', async (t) => {
+  // The load's test renders use 1 and 10 minutes; 7 takes another branch.
+  const templates = load({ templates: { en: { subject: 'Hi {{ brand }}', text: '{% if minutes == 7 %}no code{% else %}{{ code }}{% endif %}' } } })
+  const fallbacks: unknown[] = []
+  const seven = compose(templates, 'en', { ttlSeconds: 7 * 60, onTemplateFallback: (fallback) => { fallbacks.push(fallback) } })
+  t.equal(seven.subject, 'Your Acme verification code', 'the whole message in the built-in wording')
+  t.match(seven.text, CODE)
+  t.same(fallbacks, [{ locale: 'en', part: 'text', rule: 'the output must contain the code exactly once; it has it 0 times' }])
+  t.equal(compose(templates, 'en').subject, 'Hi Acme', 'other lifetimes are unaffected')
+})
+
+t.test('the registry names tenant, locale, part and rule, for every refused template of every tenant', async (t) => {
+  const file = {
+    tiers: { s: { allowance: 1, window: '1d', sandboxAllowance: 1 } },
+    tenants: [
+      { id: 'good', tier: 's', keys: [], templates: { en: { subject: 'Hello {{ brand }}' } } },
+      { id: 'acme', tier: 's', keys: [], templates: { fr: { subject: '{{ code }}', text: 'sans code' } } },
+      { id: 'globex', tier: 's', keys: [], templates: { en: { html: '{% include "x" %}{{ code }}' } } }
+    ]
+  }
+  let error: unknown
+  try {
+    TenantRegistry.fromJson(file)
+  } catch (thrown) {
+    error = thrown
+  }
+  t.type(error, TenantsFileError)
+  t.same((error as TenantsFileError).problems, [
+    '/tenants/1/templates/fr/subject (tenant acme, locale fr, subject): the subject must not contain the code: subjects show in notifications and mailbox lists',
+    '/tenants/1/templates/fr/text (tenant acme, locale fr, text): the template must contain the code, written {{ code }}',
+    '/tenants/2/templates/en/html (tenant globex, locale en, html): the template does not parse: the include tag is not available: a template cannot read other templates or files (tag "include" not found, line:1, col:1)'
+  ])
+  t.match((error as Error).message, /^tenants file: 3 templates are refused: \/tenants\/1\/templates\/fr\/subject \(tenant acme/)
+
+  const schema = (change: object): string => {
+    try {
+      TenantRegistry.fromJson({ ...file, tenants: [{ id: 'x', tier: 's', keys: [], ...change }] })
+    } catch (thrown) {
+      return (thrown as Error).message
+    }
+    return 'accepted'
+  }
+  t.match(schema({ defaultLocale: 'it', templates: { it: { text: '{{ code }}' } } }), /\/tenants\/0\/templates\/it \(tenant x, locale it\): the service has no wording of its own in it/, 'a language the service lacks, even as the default')
+  t.match(schema({ defaultLocale: 'ja' }), /\/tenants\/0\/defaultLocale \(tenant x, locale ja\): defaultLocale ja has neither/)
+  t.match(schema({ templates: { EN: { subject: 'x' } } }), /\/templates\/EN/, 'a language tag in its canonical case')
+  t.match(schema({ templates: { en: {} } }), /\/templates\/en/, 'at least one part')
+  t.match(schema({ templates: { en: { footer: 'x' } } }), /\/templates\/en\/footer/, 'only subject, text and html')
+  t.match(schema({ constants: { legal: 'line one\nline two' } }), /\/constants\/legal/, 'constants are one line')
+  t.match(schema({ constants: { 'not-a-name': 'x' } }), /\/constants\/not-a-name/, 'constant names are identifiers')
+  t.match(schema({ constants: { long: 'x'.repeat(501) } }), /\/constants\/long/, 'constants are short')
+  t.match(schema({ templates: { en: { html: { file: 'a.liquid', extra: 1 } } } }), /\/templates\/en\/html/, 'a file reference is only a path')
+  t.equal(schema({ defaultLocale: 'de', constants: { a: 'b' } }), 'accepted')
+})
+
+t.test('a tenant file\'s templates load relative to it', async (t) => {
+  const dir = t.testdir({ 'en.html': '<b>{{ code }}</b>' })
+  const path = join(dir, 'tenants.json')
+  writeFileSync(path, JSON.stringify({ tiers: { s: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id: 'acme', tier: 's', keys: [], templates: { en: { html: { file: 'en.html' } } } }] }))
+  const registry = await TenantRegistry.fromFile(path)
+  t.equal(compose(registry.tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
+})
