@@ -1,8 +1,7 @@
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { freePort } from './redis.js'
+import { spawnForTest } from './service-process.js'
 
 export interface RunningExample {
   base: string
@@ -19,34 +18,21 @@ export async function startExample (t: Test, script: string, env: Record<string,
   const listen = port ?? await freePort()
   const path = new URL(`../../examples/${script}`, import.meta.url).pathname
   const args = script.endsWith('.ts') ? ['--import', 'tsx', path] : [path]
-  const child = spawn(process.execPath, args, {
-    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(listen), ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  t.teardown(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = once(child, 'exit')
-      child.kill('SIGKILL')
-      await exited
-    }
-  })
+  const { child, output } = spawnForTest(t, args, { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(listen), ...env })
   const base = `http://127.0.0.1:${listen}`
   // Generous: tsx compiles on start, on a shared 2-core machine.
   for (let i = 0; ; i++) {
-    if (child.exitCode !== null) throw new Error(`${script} exited: ${output}`)
-    if (i >= 600) throw new Error(`${script} did not answer: ${output}`)
+    if (child.exitCode !== null) throw new Error(`${script} exited: ${output()}`)
+    if (i >= 600) throw new Error(`${script} did not answer: ${output()}`)
     if (await fetch(base).then(() => true, () => false)) break
     await sleep(100)
   }
   const waitFor = async (pattern: RegExp): Promise<void> => {
     for (let i = 0; i < 600; i++) {
-      if (pattern.test(output)) return
+      if (pattern.test(output())) return
       await sleep(50)
     }
-    throw new Error(`${script} never printed ${String(pattern)}: ${output}`)
+    throw new Error(`${script} never printed ${String(pattern)}: ${output()}`)
   }
-  return { base, output: () => output, waitFor }
+  return { base, output, waitFor }
 }

@@ -1,6 +1,6 @@
-import { connect, createServer, type Socket } from 'node:net'
-import { once } from 'node:events'
+import { connect } from 'node:net'
 import type { Test } from 'tap'
+import { startTcpPeer } from './mail-peers.js'
 
 export interface LossyProxy {
   /** `http://127.0.0.1:<port>`: use it as the service's base URL. */
@@ -18,34 +18,23 @@ export interface LossyProxy {
 export async function startLossyProxy (t: Test, target: string, lose = 1): Promise<LossyProxy> {
   const { hostname, port } = new URL(target)
   let connections = 0
-  const sockets = new Set<Socket>()
-  const server = createServer((client) => {
+  const listening = await startTcpPeer(t, (client) => {
     connections += 1
     const lossy = connections <= lose
     const upstream = connect(Number(port), hostname)
-    for (const socket of [client, upstream]) {
-      sockets.add(socket)
-      socket.on('close', () => sockets.delete(socket))
-      socket.on('error', () => { client.destroy(); upstream.destroy() })
-    }
+    const drop = (): void => { client.destroy(); upstream.destroy() }
+    upstream.on('error', drop)
+    client.on('error', drop)
+    client.on('close', () => upstream.destroy())
     client.pipe(upstream)
     if (lossy) {
-      upstream.once('data', () => { client.destroy(); upstream.destroy() })
+      upstream.once('data', drop)
     } else {
       upstream.pipe(client)
     }
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    for (const socket of sockets) socket.destroy()
-    server.close()
-    await once(server, 'close')
-  })
-  const address = server.address()
-  if (address === null || typeof address === 'string') throw new Error('no port')
   return {
-    base: `http://127.0.0.1:${address.port}`,
+    base: `http://127.0.0.1:${listening}`,
     get connections () { return connections }
   }
 }

@@ -19,13 +19,9 @@ export interface Running {
   waitFor: (pattern: RegExp, from?: number) => Promise<void>
 }
 
-/** Runs the service as a real process on a free loopback port. */
-export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
-  const port = await freePort()
-  const child = spawn(process.execPath, serverArgs, {
-    env: { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
+/** A child process whose output is collected, killed when the test ends if still running. */
+export function spawnForTest (t: Test, args: readonly string[], env: Record<string, string>): { child: ChildProcess, output: () => string } {
+  const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
@@ -36,24 +32,31 @@ export async function startServer (t: Test, env: Record<string, string>): Promis
       await exited
     }
   })
+  return { child, output: () => output }
+}
+
+/** Runs the service as a real process on a free loopback port. */
+export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
+  const port = await freePort()
+  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env })
   const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
     // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
     for (let i = 0; i < 600; i++) {
-      if (pattern.test(output.slice(from))) return
-      if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
+      if (pattern.test(collected().slice(from))) return
+      if (child.exitCode !== null) throw new Error(`server exited: ${collected()}`)
       await sleep(50)
     }
-    throw new Error(`timed out waiting for ${String(pattern)}: ${output}`)
+    throw new Error(`timed out waiting for ${String(pattern)}: ${collected()}`)
   }
   const base = `http://127.0.0.1:${port}`
   // Polled rather than read from the log, which LOG_LEVEL may silence.
   for (let i = 0; ; i++) {
-    if (child.exitCode !== null) throw new Error(`server exited: ${output}`)
-    if (i >= 600) throw new Error(`server did not answer /healthz: ${output}`)
+    if (child.exitCode !== null) throw new Error(`server exited: ${collected()}`)
+    if (i >= 600) throw new Error(`server did not answer /healthz: ${collected()}`)
     if (await fetch(`${base}/healthz`).then((response) => response.ok, () => false)) break
     await sleep(100)
   }
-  return { child, base, output: () => output, waitFor }
+  return { child, base, output: collected, waitFor }
 }
 
 /** A JSON POST with a key, over the network. */
