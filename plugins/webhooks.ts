@@ -17,7 +17,7 @@ declare module 'fastify' {
 /** How often each instance looks for deliveries another instance queued or a retry that fell due. */
 const POLL_MS = 1000
 /** Attempts in flight per process, all tenants together (each tenant at most WEBHOOK_MAX_IN_FLIGHT_PER_TENANT of them). */
-export const MAX_IN_FLIGHT = 64
+const MAX_IN_FLIGHT = 64
 /** Past an attempt's timeout by this much, a held delivery is taken to be lost with its process. */
 const STUCK_MARGIN_MS = 30_000
 
