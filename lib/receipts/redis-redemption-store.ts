@@ -34,9 +34,10 @@ type Command = (...keysAndArgs: string[]) => Promise<unknown>
  * Redeemed receipts in Redis, shared by every instance: one script checks the receipt's epoch
  * and marks it (`SET key 1 PX ttl NX`) in one atomic step. The epoch of a scope lives in Redis
  * next to its redemptions, without expiry: if Redis loses its data (a restart without
- * persistence, a flush, an eviction), the redemptions and the epoch go together, the next
- * redeem or receipt makes a new epoch, and every receipt of the old one is refused, so a lost
- * redemption record can never reopen a receipt.
+ * persistence, a flush), the redemptions and the epoch go together, the next redeem or
+ * receipt makes a new epoch, and every receipt of the old one is refused, so a lost
+ * redemption record can never reopen a receipt. (An eviction policy could drop one mark and
+ * keep the epoch: Redis must run with `noeviction`, as the README says.)
  */
 export class RedisRedemptionStore implements RedemptionStore {
   readonly #epochCommand: Command
