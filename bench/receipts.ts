@@ -11,7 +11,7 @@ import { deriveReceiptSigningKeys, parseReceiptSigningKeys, prepareSigningKeys, 
 
 const OPERATIONS = 20_000
 const WARMUP = 2_000
-const subject = { tenant: 'bench', mode: 'live' as const, requestId: 'otp_3q2-7wX0aH4vQm1sT9bK8c', addressHash: 'AAAAAAAAAAAAAAAAAAAAAA' }
+const subject = { tenant: 'bench', mode: 'live' as const, requestId: 'otp_3q2-7wX0aH4vQm1sT9bK8c', addressHash: 'AAAAAAAAAAAAAAAAAAAAAA', epoch: 'AAAAAAAAAAAAAAAAAAAAAA' }
 
 async function cpuMicros (operation: () => Promise<unknown> | unknown): Promise<number> {
   for (let i = 0; i < WARMUP; i++) await operation()

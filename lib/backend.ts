@@ -16,7 +16,7 @@ import { MemoryTokenStore } from './tokens/memory-token-store.js'
 import { RedisTokenStore } from './tokens/redis-token-store.js'
 import type { TokenStore } from './tokens/token-store.js'
 import { MemoryWebhookQueue } from './webhooks/memory-queue.js'
-import type { WebhookQueue } from './webhooks/queue.js'
+import type { WebhookQueue, WebhookQueueLimits } from './webhooks/queue.js'
 import { RedisWebhookQueue } from './webhooks/redis-queue.js'
 
 /**
@@ -35,8 +35,9 @@ export interface Backend {
   /** Receipts already redeemed (each redeems once). */
   readonly redemptions: RedemptionStore
   /**
-   * Webhook deliveries waiting or being retried, and the dead letters: a Redis stream shared by
-   * every instance and durable across their restarts; in memory, lost when the process stops.
+   * Webhook deliveries waiting or being retried, and the dead letters, one queue per tenant:
+   * Redis streams shared by every instance and durable across their restarts; in memory, lost
+   * when the process stops.
    */
   readonly webhookQueue: WebhookQueue
   /** The stores can answer (Redis reachable; the in-memory token store below its cap). */
@@ -48,6 +49,8 @@ export interface Backend {
 export interface BackendOptions {
   /** Cap on live codes in the in-memory token store. */
   memoryStoreMaxTokens: number
+  /** Each tenant's share of the webhook queue (the default cap when not given). */
+  webhookQueue?: WebhookQueueLimits
 }
 
 export function createBackend (redis: RedisClient | null, options: BackendOptions): Backend {
@@ -56,7 +59,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     const quota = new MemoryQuotaStore()
     const idempotency = new MemoryIdempotencyStore()
     const redemptions = new MemoryRedemptionStore()
-    const webhookQueue = new MemoryWebhookQueue()
+    const webhookQueue = new MemoryWebhookQueue(options.webhookQueue)
     return {
       kind: 'memory',
       tokens,
@@ -82,7 +85,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),
     redemptions: new RedisRedemptionStore(redis),
-    webhookQueue: new RedisWebhookQueue(redis),
+    webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     ready: async () => await tokens.ready(),
     close: async () => {}
   }

@@ -74,6 +74,8 @@ export interface Config {
   webhooks: {
     timeoutMs: number
     concurrencyPerEndpoint: number
+    maxInFlightPerTenant: number
+    maxQueuedPerTenant: number
     retry: { baseMs: number, maxDelayMs: number, forMs: number }
     allowHttpLoopback: boolean
     allowedNetworks: string[]
@@ -94,20 +96,7 @@ const DEFAULT_LOG_SENDER = 'Email OTP <no-reply@localhost>'
 
 /** Validates the environment once; throws ConfigError naming the first bad variable. */
 export function parseConfig (source: Readonly<Record<string, string | undefined>>): Config {
-  const raw: Record<string, unknown> = {}
-  for (const name of Object.keys(EnvSchema.properties)) {
-    const value = source[name]
-    // An empty variable (common in container manifests) means "not set".
-    if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
-  }
-  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw))
-  const firstError = Value.Errors(EnvSchema, env).First()
-  if (firstError !== undefined) {
-    const variable = firstError.path.replace(/^\//, '') || 'environment'
-    const shown = secretEnvVariables.has(variable) ? '' : ` (got ${JSON.stringify(raw[variable])})`
-    throw new ConfigError(variable, `${describe(firstError.schema as Parameters<typeof describe>[0])}${shown}`)
-  }
-  const valid = env as Env
+  const valid = validEnv(source)
 
   const redis = redisTopology(valid)
   const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
@@ -197,6 +186,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     webhooks: {
       timeoutMs: valid.WEBHOOK_TIMEOUT_MS,
       concurrencyPerEndpoint: valid.WEBHOOK_CONCURRENCY_PER_ENDPOINT,
+      maxInFlightPerTenant: valid.WEBHOOK_MAX_IN_FLIGHT_PER_TENANT,
+      maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT,
       retry: {
         baseMs: valid.WEBHOOK_RETRY_BASE_MS,
         maxDelayMs: Math.max(valid.WEBHOOK_RETRY_BASE_MS, valid.WEBHOOK_RETRY_MAX_DELAY_MS),
@@ -209,6 +200,35 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
 }
 
 const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const
+
+/**
+ * What a tool working on the service's Redis needs (the webhooks CLI): the topology and the
+ * webhook queue's per-tenant cap, checked as for the service, and nothing the tool does not use
+ * (no OTP_HMAC_KEYS: it signs nothing).
+ */
+export function parseRedisToolConfig (source: Readonly<Record<string, string | undefined>>): { redis: RedisTopology | null, redisVariable: string | null, webhooks: { maxQueuedPerTenant: number } } {
+  const valid = validEnv(source)
+  const redis = redisTopology(valid)
+  return { redis: redis?.topology ?? null, redisVariable: redis?.variable ?? null, webhooks: { maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT } }
+}
+
+/** The environment against its schema, defaults applied; throws ConfigError naming the first bad variable. */
+function validEnv (source: Readonly<Record<string, string | undefined>>): Env {
+  const raw: Record<string, unknown> = {}
+  for (const name of Object.keys(EnvSchema.properties)) {
+    const value = source[name]
+    // An empty variable (common in container manifests) means "not set".
+    if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
+  }
+  const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw))
+  const firstError = Value.Errors(EnvSchema, env).First()
+  if (firstError !== undefined) {
+    const variable = firstError.path.replace(/^\//, '') || 'environment'
+    const shown = secretEnvVariables.has(variable) ? '' : ` (got ${JSON.stringify(raw[variable])})`
+    throw new ConfigError(variable, `${describe(firstError.schema as Parameters<typeof describe>[0])}${shown}`)
+  }
+  return env as Env
+}
 
 /** The one Redis topology configured, and the variable that chose it; null for none. */
 function redisTopology (env: Env): { topology: RedisTopology, variable: string } | null {

@@ -10,7 +10,8 @@ declare module 'fastify' {
 
 /** The stores, in memory or in Redis as configured (lib/backend.ts chooses), closed on close. */
 export default fp(async function backendPlugin (fastify) {
-  const backend = createBackend(fastify.redis, { memoryStoreMaxTokens: fastify.config.memoryStoreMaxTokens })
+  const { config } = fastify
+  const backend = createBackend(fastify.redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant } })
   fastify.decorate('backend', backend)
   fastify.addHook('onClose', async () => { await backend.close() })
 }, { name: 'backend', dependencies: ['config', 'redis'], fastify: '5.x' })

@@ -3,7 +3,7 @@ import { Counter } from 'prom-client'
 import { IpRangeSet } from '../lib/net/ip-ranges.js'
 import type { TenantRegistry } from '../lib/tenants/registry.js'
 import { AddressPolicy } from '../lib/webhooks/address-policy.js'
-import { EventSink } from '../lib/webhooks/events.js'
+import { EventSink, OverflowReporter } from '../lib/webhooks/events.js'
 import { sendWebhook } from '../lib/webhooks/sender.js'
 import { WebhookWorker } from '../lib/webhooks/worker.js'
 
@@ -16,7 +16,7 @@ declare module 'fastify' {
 
 /** How often each instance looks for deliveries another instance queued or a retry that fell due. */
 const POLL_MS = 1000
-/** Attempts in flight per process, all endpoints together. */
+/** Attempts in flight per process, all tenants together (each tenant at most WEBHOOK_MAX_IN_FLIGHT_PER_TENANT of them). */
 const MAX_IN_FLIGHT = 64
 /** Past an attempt's timeout by this much, a held delivery is taken to be lost with its process. */
 const STUCK_MARGIN_MS = 30_000
@@ -25,8 +25,9 @@ const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 
 /**
  * Signed webhooks (Standard Webhooks): the event sink the request path emits to, the durable
- * queue (a Redis stream when Redis is configured, memory otherwise) and this process's
- * delivery worker, started once the app is ready and stopped, its attempts settled, on close.
+ * queue (one per tenant: Redis streams when Redis is configured, memory otherwise) and this
+ * process's delivery worker, started once the app is ready and stopped, its attempts settled,
+ * on close.
  */
 export default fp(async function webhooksPlugin (fastify) {
   const { config, backend, tenants } = fastify
@@ -41,7 +42,13 @@ export default fp(async function webhooksPlugin (fastify) {
     labelNames: ['outcome'] as const,
     registers: [fastify.metrics.registry]
   })
+  const overflowCount = new Counter({
+    name: 'email_otp_webhook_overflow_total',
+    help: 'Webhook deliveries moved to their tenant\'s dead letters because the tenant\'s queue was full (WEBHOOK_MAX_QUEUED_PER_TENANT).',
+    registers: [fastify.metrics.registry]
+  })
   const log = fastify.log.child({ component: 'webhooks' })
+  const overflow = new OverflowReporter(log, (count) => { overflowCount.inc(count) })
   const worker = new WebhookWorker({
     queue,
     endpoint: (tenantId, url) => tenants.current.tenants.get(tenantId)?.webhooks.find((endpoint) => endpoint.url === url) ?? null,
@@ -57,16 +64,18 @@ export default fp(async function webhooksPlugin (fastify) {
     send: async (endpoint, delivery, signal) => await sendWebhook(endpoint, delivery, { policy, timeoutMs: config.webhooks.timeoutMs, userAgent: 'email-otp-webhooks' }, signal),
     schedule: config.webhooks.retry,
     perEndpoint: config.webhooks.concurrencyPerEndpoint,
+    perTenant: config.webhooks.maxInFlightPerTenant,
     maxInFlight: MAX_IN_FLIGHT,
     pollMs: Math.min(POLL_MS, config.webhooks.retry.baseMs),
     stuckMs: config.webhooks.timeoutMs + STUCK_MARGIN_MS,
     log,
-    attempted: (outcome) => { attempts.inc({ outcome }) }
+    attempted: (outcome) => { attempts.inc({ outcome }) },
+    overflowed: overflow.report
   })
   if (backend.kind === 'memory') {
     log.info('webhook queue in memory: deliveries waiting or dead are lost when the process stops (set REDIS_URL for a durable queue)')
   }
-  fastify.decorate('webhooks', new EventSink(queue, { log, queued: () => { worker.wake() } }))
+  fastify.decorate('webhooks', new EventSink(queue, { log, queued: () => { worker.wake() }, overflowed: overflow.report }))
   fastify.addHook('onReady', async () => { worker.start() })
   // Closed before the backend its queue lives in (onClose hooks run in reverse order).
   fastify.addHook('onClose', async () => { await worker.close() })

@@ -38,6 +38,7 @@ function refusal (outcome: Exclude<RedeemOutcome, { ok: true }>): ApiError {
     case 'invalid_email': return apiError('INVALID_EMAIL', outcome.detail)
     case 'address_mismatch': return apiError('RECEIPT_ADDRESS_MISMATCH')
     case 'already_redeemed': return apiError('RECEIPT_ALREADY_REDEEMED')
+    case 'not_redeemable': return apiError('RECEIPT_NOT_REDEEMABLE')
   }
 }
 
@@ -47,13 +48,13 @@ const receiptRoutes: FastifyPluginAsyncTypebox = async function receiptRoutes (f
     schema: {
       operationId: 'redeemReceipt',
       summary: 'Check a verification receipt and use it up',
-      description: "For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED.",
+      description: "For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.",
       tags: ['receipts'],
       security: [{ bearerAuth: [] }],
       body: ref(RedeemBody),
       response: {
         200: ref(RedeemReply, { description: 'The receipt was genuine, for this tenant and mode (and address, when given), and is now used up. Its claims are returned.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'KEY_NOT_PERMITTED', 'RECEIPT_INVALID', 'RECEIPT_EXPIRED', 'RECEIPT_ADDRESS_MISMATCH', 'INVALID_EMAIL', 'RECEIPT_ALREADY_REDEEMED'])
+        ...errorResponses([...commonErrors, ...bodyErrors, 'KEY_NOT_PERMITTED', 'RECEIPT_INVALID', 'RECEIPT_EXPIRED', 'RECEIPT_ADDRESS_MISMATCH', 'INVALID_EMAIL', 'RECEIPT_ALREADY_REDEEMED', 'RECEIPT_NOT_REDEEMABLE'])
       }
     }
   }, async function redeem (request) {

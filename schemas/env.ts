@@ -56,6 +56,8 @@ export const EnvSchema = Type.Object({
   LOCKOUT_RESET_AFTER: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'A run of wrong guesses is forgotten this long after its last wrong guess or the end of its lock; a right guess forgets it at once.' }),
   WEBHOOK_TIMEOUT_MS: PositiveInt(10000, 100, 60000, 'Upper bound for one webhook delivery attempt (connection, TLS, answer).'),
   WEBHOOK_CONCURRENCY_PER_ENDPOINT: PositiveInt(4, 1, 100, 'Webhook attempts in flight at once per endpoint, per instance.'),
+  WEBHOOK_MAX_IN_FLIGHT_PER_TENANT: PositiveInt(8, 1, 64, 'Webhook attempts in flight at once per tenant, per instance, of the 64 an instance runs: a tenant whose endpoints never answer holds at most this many.'),
+  WEBHOOK_MAX_QUEUED_PER_TENANT: PositiveInt(10000, 100, 1_000_000, 'Webhook deliveries one tenant may have queued (waiting, in flight or due for a retry), and dead letters it keeps. Past it, that tenant\'s longest-waiting deliveries move to its own dead letters.'),
   WEBHOOK_RETRY_BASE_MS: PositiveInt(5000, 10, 3_600_000, 'Delay before the first webhook retry; each later one doubles, with jitter.'),
   WEBHOOK_RETRY_MAX_DELAY_MS: PositiveInt(7_200_000, 10, 86_400_000, 'Longest delay between two webhook attempts.'),
   WEBHOOK_RETRY_FOR: Type.String({ default: '24h', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'How long a failing webhook delivery is retried before it goes to the dead letters.' }),

@@ -37,6 +37,7 @@ export const errorCatalog = {
   IDEMPOTENCY_MISMATCH: { status: 422, message: 'This Idempotency-Key was used with a different request body' },
   IDEMPOTENCY_IN_FLIGHT: { status: 409, message: 'A request with this Idempotency-Key is still in progress' },
   RECEIPT_ALREADY_REDEEMED: { status: 409, message: 'The receipt was already redeemed' },
+  RECEIPT_NOT_REDEEMABLE: { status: 409, message: 'The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; retry later' },
   INTERNAL: { status: 500, message: 'Internal error' },
   DELIVERY_FAILED: { status: 502, message: 'The code could not be delivered; nothing was charged' },

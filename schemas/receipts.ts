@@ -22,7 +22,8 @@ export const ReceiptClaims = Type.Object({
   addressHash: Type.String({ pattern: '^[A-Za-z0-9_-]{22}$', description: 'base64url of the first 16 bytes of HMAC-SHA256(tenant address hash key, lower-cased address): compare it with the address your user claims.' }),
   iat: Type.Integer({ description: 'Issued at (seconds since the epoch).' }),
   exp: Type.Integer({ description: 'Expires at (seconds since the epoch).' }),
-  jti: Type.String({ description: 'Unique receipt id; a receipt redeems once.' })
+  jti: Type.String({ description: 'Unique receipt id; a receipt redeems once.' }),
+  epoch: Type.Optional(Type.String({ description: 'The redemption epoch the receipt was issued in. It changes when the service may have lost its record of redemptions (a restart of the embedded default, Redis losing its data): a receipt of an earlier epoch, or without one, is refused by redeem with 409 RECEIPT_NOT_REDEEMABLE. Opaque; a backend that checks receipts itself can ignore it.' }))
 }, { additionalProperties: false })
 
 export type ReceiptClaimsType = Static<typeof ReceiptClaims>

@@ -94,8 +94,11 @@ export const WebhookEndpointSchema = Type.Object({
   events: Type.Array(Type.Union(WEBHOOK_EVENT_TYPES.map((type) => Type.Literal(type))), { minItems: 1, uniqueItems: true, description: 'The event types sent to this endpoint.' })
 }, { additionalProperties: false })
 
+/** A tenant id: also part of Redis hash tags, so no braces, colons or slashes. */
+export const TENANT_ID_PATTERN = '^[a-z0-9][a-z0-9_-]{0,62}$'
+
 export const TenantSchema = Type.Object({
-  id: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,62}$' }),
+  id: Type.String({ pattern: TENANT_ID_PATTERN }),
   tier: Type.String({ minLength: 1, description: 'Name of a tier in `tiers`.' }),
   keys: Type.Array(KeySchema, { maxItems: 1000 }),
   brand: Type.Optional(BrandSchema),

@@ -1,23 +1,51 @@
 import { parseArgs } from 'node:util'
 import { Cluster, Redis } from 'ioredis'
-import { pino } from 'pino'
-import { parseConfig, type RedisTopology } from '../config.js'
+import { ConfigError, parseRedisToolConfig, type RedisTopology } from '../config.js'
 import type { RedisClient } from '../redis/client.js'
 import { RedisWebhookQueue } from '../webhooks/redis-queue.js'
+import { TENANT_ID_PATTERN } from '../../schemas/tenants.js'
 import { WebhookPayloadsDocument } from '../../schemas/webhooks.js'
 
-const usage = `Usage:
-  npm run webhooks -- dead-letters list [--limit N]
-  npm run webhooks -- dead-letters replay --all
-  npm run webhooks -- dead-letters replay --id ID [--id ID]...
-  npm run webhooks -- schema
+const listUsage = '  npm run webhooks -- dead-letters list [--tenant ID] [--limit N]'
+const replayUsage = `  npm run webhooks -- dead-letters replay --id ID [--id ID]...
+  npm run webhooks -- dead-letters replay --all [--tenant ID]`
+const schemaUsage = '  npm run webhooks -- schema'
 
-dead-letters reads the queue of the Redis the service uses (REDIS_URL, REDIS_SENTINELS or
-REDIS_CLUSTER_NODES, as for the service). list prints one JSON line per dead letter, newest
-first. replay queues them again: same webhook-id, a new retry period; they leave the list.
-schema prints the JSON Schema of the webhook payloads (schemas/webhooks.schema.json).`
+const deadLettersHelp = `dead-letters works on the queues in the Redis the service uses (REDIS_URL, REDIS_SENTINELS or
+REDIS_CLUSTER_NODES, with REDIS_USERNAME, REDIS_PASSWORD and REDIS_TLS, as for the service).
+Each tenant has its own dead letters: its newest WEBHOOK_MAX_QUEUED_PER_TENANT (10000).
+list prints one JSON line per dead letter, newest first, every tenant's unless --tenant
+(reason: failed, its attempts failed for WEBHOOK_RETRY_FOR; overflow, its tenant's queue was
+full). replay queues them again: same webhook-id, a new retry period; they leave the list.
+A tenant's letters are replayed only while its queue is below WEBHOOK_MAX_QUEUED_PER_TENANT.
+An id is <tenant>/<id>, as list prints it.`
 
-class UsageError extends Error {}
+const help: Record<string, string> = {
+  all: `Usage:
+${listUsage}
+${replayUsage}
+${schemaUsage}
+  npm run webhooks -- [COMMAND] --help
+
+${deadLettersHelp}
+schema prints the JSON Schema of the webhook payloads (schemas/webhooks.schema.json).`,
+  'dead-letters': `Usage:\n${listUsage}\n${replayUsage}\n\n${deadLettersHelp}`,
+  'dead-letters list': `Usage:\n${listUsage}\n\nOne JSON line per dead letter, newest first (--limit: 1 to 10000, 100 by default); every\ntenant's unless --tenant. Says so on stderr when there are none.`,
+  'dead-letters replay': `Usage:\n${replayUsage}\n\nQueues dead letters again (same webhook-id, a new retry period): those named by --id, or all\nof them (of one tenant with --tenant). Fails, naming them, for ids that name no dead letter\nand for letters left because their tenant's queue is full (WEBHOOK_MAX_QUEUED_PER_TENANT).`,
+  schema: `Usage:\n${schemaUsage}\n\nPrints the JSON Schema of every webhook payload, as published in schemas/webhooks.schema.json.`
+}
+
+/** A command line the CLI cannot run: the message, then the usage. */
+class UsageError extends Error {
+  readonly usage: string
+  constructor (message: string, usage = help.all ?? '') {
+    super(message)
+    this.usage = usage
+  }
+}
+
+/** A command that ran and failed: one line says why. */
+class CommandError extends Error {}
 
 /** The JSON Schema document of every webhook body, as published in schemas/webhooks.schema.json. */
 export function webhooksJsonSchema (): string {
@@ -49,34 +77,70 @@ function connect (topology: RedisTopology): RedisClient {
   }
 }
 
-export async function run (argv: string[], env: Readonly<Record<string, string | undefined>>, out: (line: string) => void): Promise<void> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { limit: { type: 'string' }, all: { type: 'boolean' }, id: { type: 'string', multiple: true } }
-  })
-  const [command, action] = positionals
-  if (command === 'schema') {
+const plural = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`
+
+/**
+ * Runs one command: `out` gets the results (stdout), `note` what a person reads besides them
+ * (stderr). Throws UsageError for a command line it cannot run and CommandError for a command
+ * that failed, each with one line to show.
+ */
+export async function run (argv: string[], env: Readonly<Record<string, string | undefined>>, out: (line: string) => void, note: (line: string) => void = () => {}): Promise<void> {
+  let parsed
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: { limit: { type: 'string' }, all: { type: 'boolean' }, id: { type: 'string', multiple: true }, tenant: { type: 'string' }, help: { type: 'boolean', short: 'h' } }
+    })
+  } catch (error) {
+    throw new UsageError((error as Error).message)
+  }
+  const { positionals, values } = parsed
+  const [command, action, extra] = positionals
+  const topic = [command, action].filter((word) => word !== undefined).join(' ')
+  if (values.help === true || command === 'help') {
+    out(help[topic] ?? help.all ?? '')
+    return
+  }
+  if (command === undefined) throw new UsageError('a command is required')
+  if (command === 'schema' && action === undefined) {
     out(webhooksJsonSchema().trimEnd())
     return
   }
-  if (command !== 'dead-letters' || (action !== 'list' && action !== 'replay')) throw new UsageError('unknown command')
-  const config = parseConfig(env)
+  if (command !== 'dead-letters') throw new UsageError(`unknown command ${topic}`)
+  if (action !== 'list' && action !== 'replay') throw new UsageError(action === undefined ? 'dead-letters needs list or replay' : `unknown command ${topic}`, help['dead-letters'])
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`, help[topic])
+  const tenant = values.tenant ?? null
+  if (tenant !== null && !new RegExp(TENANT_ID_PATTERN).test(tenant)) throw new UsageError('--tenant must be a tenant id (lower-case letters, digits, - and _)', help[topic])
+  const limit = values.limit === undefined ? 100 : Number(values.limit)
+  if (action === 'list' && (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000)) throw new UsageError('--limit must be an integer from 1 to 10000', help[topic])
+  const ids = values.id ?? []
+  if (action === 'replay' && (values.all === true) === (ids.length > 0)) throw new UsageError('replay needs either --all or --id ID', help[topic])
+  if (action === 'replay' && ids.length > 0 && tenant !== null) throw new UsageError('--tenant goes with --all; an id names its tenant', help[topic])
+
+  let config
+  try {
+    config = parseRedisToolConfig(env)
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CommandError(error.message)
+    throw error
+  }
   if (config.redis === null) {
-    throw new UsageError('dead letters are kept in Redis: set REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) as for the service. Without Redis they live in the service process and are only logged.')
+    throw new CommandError('dead letters are kept in Redis: set REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) as for the service. Without Redis they live in the service process and are only logged.')
   }
   const client = connect(config.redis)
   client.on('error', () => {})
   try {
-    const queue = new RedisWebhookQueue(client)
+    const queue = new RedisWebhookQueue(client, { perTenant: config.webhooks.maxQueuedPerTenant })
+    const redisFailure = (error: unknown): CommandError => new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
     if (action === 'list') {
-      const limit = values.limit === undefined ? 100 : Number(values.limit)
-      if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new UsageError('--limit must be an integer from 1 to 10000')
-      for (const letter of await queue.deadLetters(limit)) {
+      const letters = await queue.deadLetters(tenant, limit).catch((error: unknown) => { throw redisFailure(error) })
+      for (const letter of letters) {
         const { delivery } = letter
         out(JSON.stringify({
           id: letter.id,
           deadAt: new Date(letter.deadAtMs).toISOString(),
+          reason: letter.reason,
           tenant: delivery.tenant,
           url: delivery.url,
           type: delivery.type,
@@ -86,25 +150,25 @@ export async function run (argv: string[], env: Readonly<Record<string, string |
           lastError: delivery.lastError ?? null
         }))
       }
+      if (letters.length === 0) note(tenant === null ? 'No dead letters.' : `No dead letters for tenant ${tenant}.`)
       return
     }
-    const ids = values.id ?? []
-    if ((values.all === true) === (ids.length > 0)) throw new UsageError('replay needs either --all or --id ID')
-    const replayed = await queue.replay(values.all === true ? null : ids)
-    out(`replayed ${replayed} dead letter${replayed === 1 ? '' : 's'}`)
+    const result = await queue.replay(tenant, values.all === true ? null : ids).catch((error: unknown) => { throw redisFailure(error) })
+    out(`replayed ${plural(result.replayed, 'dead letter')}`)
+    const problems: string[] = []
+    if (result.unknown.length > 0) problems.push(`no dead letter ${result.unknown.join(', ')} (ids are <tenant>/<id>, as dead-letters list prints them)`)
+    if (result.full > 0) problems.push(`${plural(result.full, 'dead letter')} left: the tenant's queue is full (WEBHOOK_MAX_QUEUED_PER_TENANT); replay once it has drained`)
+    if (problems.length > 0) throw new CommandError(problems.join('; '))
   } finally {
     client.disconnect()
   }
 }
 
-if (process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1])) {
-  const log = pino({ name: 'email-otp-webhooks' }, pino.destination(2))
-  run(process.argv.slice(2), process.env, (line) => { process.stdout.write(line + '\n') }).catch((error: unknown) => {
-    if (error instanceof UsageError) {
-      process.stderr.write(`${error.message}\n\n${usage}\n`)
-      process.exit(2)
-    }
-    log.error({ err: error }, 'webhooks command failed')
-    process.exit(1)
+const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
+if (invokedDirectly) {
+  run(process.argv.slice(2), process.env, (line) => { process.stdout.write(line + '\n') }, (line) => { process.stderr.write(line + '\n') }).catch((error: unknown) => {
+    process.stderr.write(`webhooks: ${error instanceof Error ? error.message : String(error)}\n`)
+    if (error instanceof UsageError) process.stderr.write(`\n${error.usage}\n`)
+    process.exitCode = error instanceof UsageError ? 2 : 1
   })
 }

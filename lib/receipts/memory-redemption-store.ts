@@ -1,5 +1,5 @@
 import { StoreFullError } from '../store-errors.js'
-import { assertRedemption, redemptionKey, type RedemptionStore } from './redemption-store.js'
+import { assertRedemption, newEpoch, redemptionKey, type Redemption, type RedemptionStore } from './redemption-store.js'
 
 export interface MemoryRedemptionStoreOptions {
   /** Past this many unexpired entries, redeem fails (503) rather than grow without bound. */
@@ -11,9 +11,11 @@ export interface MemoryRedemptionStoreOptions {
 /**
  * Redeemed receipts in one process (the embedded default). Entries are kept until their
  * receipt expires; a sweep drops expired ones from the oldest (insertion order is nearly
- * expiry order, receipts all living RECEIPT_TTL_SECONDS).
+ * expiry order, receipts all living RECEIPT_TTL_SECONDS). They are lost with the process, so
+ * the epoch is the process's own: a receipt issued before a restart never redeems after it.
  */
 export class MemoryRedemptionStore implements RedemptionStore {
+  readonly #epoch = newEpoch()
   readonly #expiries = new Map<string, number>()
   readonly #maxEntries: number
   readonly #now: () => number
@@ -30,19 +32,24 @@ export class MemoryRedemptionStore implements RedemptionStore {
     return this.#expiries.size
   }
 
-  async redeem (scope: string, jti: string, ttlMs: number): Promise<boolean> {
+  async epoch (): Promise<string> {
+    return this.#epoch
+  }
+
+  async redeem (scope: string, jti: string, epoch: string | undefined, ttlMs: number): Promise<Redemption> {
     assertRedemption(scope, jti, ttlMs)
+    if (epoch !== this.#epoch) return 'other_epoch'
     const key = redemptionKey(scope, jti)
     const now = this.#now()
     const expiresAt = this.#expiries.get(key)
-    if (expiresAt !== undefined && expiresAt > now) return false
+    if (expiresAt !== undefined && expiresAt > now) return 'already_redeemed'
     if (this.#expiries.size >= this.#maxEntries) {
       this.#sweep(true)
       if (this.#expiries.size >= this.#maxEntries) throw new StoreFullError()
     }
     this.#expiries.delete(key)
     this.#expiries.set(key, now + ttlMs)
-    return true
+    return 'redeemed'
   }
 
   async close (): Promise<void> {

@@ -11,7 +11,12 @@ export interface ReceiptSubject {
   mode: KeyMode
   requestId: string
   addressHash: string
+  /** The redemption epoch it is issued in (lib/receipts/redemption-store.ts). */
+  epoch: string
 }
+
+/** How far the issuer's and the checker's clocks may disagree, in seconds (expiry and issue time). */
+export const RECEIPT_CLOCK_TOLERANCE_SECONDS = 5
 
 export type ReceiptCheck =
   | { ok: true, claims: ReceiptClaimsType }
@@ -49,7 +54,7 @@ export class ReceiptIssuer {
   /** The JWT: `typ` otp-receipt+jwt, the subject's claims, iss, aud (the tenant), iat, exp, jti. */
   async issue (subject: ReceiptSubject, nowMs = Date.now()): Promise<string> {
     const issuedAt = Math.floor(nowMs / 1000)
-    return await new SignJWT({ tenant: subject.tenant, mode: subject.mode, requestId: subject.requestId, addressHash: subject.addressHash })
+    return await new SignJWT({ tenant: subject.tenant, mode: subject.mode, requestId: subject.requestId, addressHash: subject.addressHash, epoch: subject.epoch })
       .setProtectedHeader({ alg: this.#signing.alg, kid: this.#signing.kid, typ: RECEIPT_TYPE })
       .setIssuer(this.#issuer)
       .setAudience(subject.tenant)
@@ -61,9 +66,12 @@ export class ReceiptIssuer {
 
   /**
    * The claims of a receipt this service signed with a listed key, unexpired, of the right
-   * type and shape. Anything else is `invalid` (or `expired`), without saying more.
+   * type and shape, and no longer-lived than RECEIPT_TTL_SECONDS nor issued in the future
+   * (beyond the clock tolerance): a receipt this service would have issued. So even a leaked
+   * signing key cannot mint receipts that outlive its rotation. Anything else is `invalid`
+   * (or `expired`), without saying more.
    */
-  async check (token: string): Promise<ReceiptCheck> {
+  async check (token: string, nowMs = Date.now()): Promise<ReceiptCheck> {
     let payload: unknown
     try {
       ({ payload } = await jwtVerify(token, this.#keySet, {
@@ -71,13 +79,17 @@ export class ReceiptIssuer {
         typ: RECEIPT_TYPE,
         algorithms: ['EdDSA', 'ES256'],
         requiredClaims: ['iat', 'exp', 'jti', 'aud'],
-        clockTolerance: 5
+        clockTolerance: RECEIPT_CLOCK_TOLERANCE_SECONDS,
+        // Also refuses an `iat` in the future (beyond the tolerance).
+        maxTokenAge: this.#ttlSeconds,
+        currentDate: new Date(nowMs)
       }))
     } catch (error) {
       return { ok: false, reason: error instanceof errors.JWTExpired ? 'expired' : 'invalid' }
     }
     if (!Value.Check(ReceiptClaims, payload)) return { ok: false, reason: 'invalid' }
     const claims = payload
+    if (claims.exp - claims.iat > this.#ttlSeconds) return { ok: false, reason: 'invalid' }
     return claims.aud === claims.tenant ? { ok: true, claims } : { ok: false, reason: 'invalid' }
   }
 }

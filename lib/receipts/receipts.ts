@@ -8,7 +8,7 @@ import type { RedemptionStore } from './redemption-store.js'
 
 export type RedeemOutcome =
   | { ok: true, claims: ReceiptClaimsType }
-  | { ok: false, refusal: 'invalid' | 'expired' | 'other_tenant' | 'invalid_email' | 'address_mismatch' | 'already_redeemed', detail?: string }
+  | { ok: false, refusal: 'invalid' | 'expired' | 'other_tenant' | 'invalid_email' | 'address_mismatch' | 'already_redeemed' | 'not_redeemable', detail?: string }
 
 /** A redeemed receipt is remembered a little past its expiry, so clock skew cannot reopen it. */
 const REDEMPTION_MARGIN_MS = 60_000
@@ -38,16 +38,18 @@ export class Receipts {
   }
 
   async issue (key: TenantKey, requestId: string, addressHash: string): Promise<string> {
-    return await this.#issuer.issue({ tenant: key.tenant.id, mode: key.mode, requestId, addressHash })
+    const epoch = await this.#redemptions.epoch(tenantScope(key.tenant.id, key.mode))
+    return await this.#issuer.issue({ tenant: key.tenant.id, mode: key.mode, requestId, addressHash, epoch })
   }
 
   /**
    * Checks a receipt for the redeeming key's tenant and mode (and, when given, the address the
-   * backend's user claims), then marks it redeemed. A refused receipt is not marked, so a
-   * backend that sent the wrong address can retry with the right one.
+   * backend's user claims), then marks it redeemed, if it was issued in the current epoch. A
+   * refused receipt is not marked, so a backend that sent the wrong address can retry with the
+   * right one.
    */
   async redeem (key: TenantKey, token: string, email: string | undefined, nowMs = Date.now()): Promise<RedeemOutcome> {
-    const checked = await this.#issuer.check(token)
+    const checked = await this.#issuer.check(token, nowMs)
     if (!checked.ok) return { ok: false, refusal: checked.reason }
     const { claims } = checked
     if (claims.tenant !== key.tenant.id || claims.mode !== key.mode) return { ok: false, refusal: 'other_tenant' }
@@ -57,7 +59,10 @@ export class Receipts {
       if (!this.#hasher.matches(key.tenant, address.email.address, claims.addressHash)) return { ok: false, refusal: 'address_mismatch' }
     }
     const ttlMs = Math.max(1, claims.exp * 1000 - nowMs) + REDEMPTION_MARGIN_MS
-    const first = await this.#redemptions.redeem(tenantScope(claims.tenant, claims.mode), claims.jti, ttlMs)
-    return first ? { ok: true, claims } : { ok: false, refusal: 'already_redeemed' }
+    switch (await this.#redemptions.redeem(tenantScope(claims.tenant, claims.mode), claims.jti, claims.epoch, ttlMs)) {
+      case 'redeemed': return { ok: true, claims }
+      case 'already_redeemed': return { ok: false, refusal: 'already_redeemed' }
+      case 'other_epoch': return { ok: false, refusal: 'not_redeemable' }
+    }
   }
 }

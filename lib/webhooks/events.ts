@@ -28,6 +28,8 @@ export interface EventSinkOptions {
   log: Pick<Logger, 'error'>
   /** Called once an event is in the queue (the local worker wakes up for it). */
   queued?: () => void
+  /** Called when queueing an event pushed some of its tenant's waiting deliveries into the tenant's dead letters. */
+  overflowed?: (tenant: string, count: number) => void
   now?: () => number
 }
 
@@ -53,11 +55,46 @@ export class EventSink {
     const body = JSON.stringify({ type, timestamp: new Date(nowMs).toISOString(), data: { tenant: tenant.id, mode, ...data } })
     const messageId = generateMessageId()
     const deliveries: Delivery[] = endpoints.map((endpoint) => ({ messageId, tenant: tenant.id, url: endpoint.url, type, body, createdAtMs: nowMs, attempts: 0 }))
-    this.#queue.enqueue(deliveries, once).then((queued) => {
+    this.#queue.enqueue(deliveries, once).then(({ queued, overflowed }) => {
+      if (overflowed > 0) this.#options.overflowed?.(tenant.id, overflowed)
       if (queued) this.#options.queued?.()
     }, (error: unknown) => {
       // The request that caused the event has been answered; the event alone is lost.
       this.#options.log.error({ err: error, tenant: tenant.id, mode, type, messageId }, 'webhook event could not be queued and is lost')
     })
+  }
+}
+
+/** An overflowing tenant queue is logged at most this often per tenant: once per burst. */
+export const OVERFLOW_LOG_INTERVAL_MS = 60_000
+
+/**
+ * Reports deliveries pushed out of a full tenant queue: every one counted (`counted`), and one
+ * log line per tenant and burst, naming how many went since the last line, so that a tenant
+ * flooding its own queue cannot flood the log.
+ */
+export class OverflowReporter {
+  readonly #log: Pick<Logger, 'warn'>
+  readonly #counted: (count: number) => void
+  readonly #now: () => number
+  /** Per tenant: when its last line was written, and what overflowed since. Bounded by the tenants. */
+  readonly #bursts = new Map<string, { loggedAtMs: number, since: number }>()
+
+  constructor (log: Pick<Logger, 'warn'>, counted: (count: number) => void, now: () => number = Date.now) {
+    this.#log = log
+    this.#counted = counted
+    this.#now = now
+  }
+
+  readonly report = (tenant: string, count: number): void => {
+    this.#counted(count)
+    const now = this.#now()
+    const burst = this.#bursts.get(tenant)
+    if (burst !== undefined && now - burst.loggedAtMs < OVERFLOW_LOG_INTERVAL_MS) {
+      burst.since += count
+      return
+    }
+    this.#bursts.set(tenant, { loggedAtMs: now, since: 0 })
+    this.#log.warn({ tenant, overflowed: count + (burst?.since ?? 0) }, 'webhook queue of a tenant is full (WEBHOOK_MAX_QUEUED_PER_TENANT): its longest-waiting deliveries were moved to its dead letters')
   }
 }

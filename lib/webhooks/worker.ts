@@ -18,6 +18,8 @@ export interface WorkerOptions {
   schedule: RetrySchedule
   /** Attempts in flight per endpoint in this process. */
   perEndpoint: number
+  /** Attempts in flight per tenant in this process: no tenant's endpoints hold more of the slots. */
+  perTenant: number
   /** Attempts in flight in this process. */
   maxInFlight: number
   /** How often the shared queue is polled for work other instances queued. */
@@ -27,6 +29,8 @@ export interface WorkerOptions {
   log: Pick<Logger, 'info' | 'warn' | 'error'>
   /** After each settled attempt, for metrics. */
   attempted?: (outcome: AttemptOutcome) => void
+  /** Deliveries of a tenant pushed out of its full queue into its dead letters (while draining an earlier layout). */
+  overflowed?: (tenant: string, count: number) => void
   random?: () => number
 }
 
@@ -35,15 +39,18 @@ const BUSY_DELAY_MS = 250
 
 /**
  * Delivers queued webhooks. Each process runs one worker, a consumer of the shared queue:
- * it claims what it has room for, attempts each delivery at most `perEndpoint` at a time per
- * endpoint, and settles it: delivered, retried later with exponential backoff and jitter,
- * or buried in the dead letters once WEBHOOK_RETRY_FOR has passed. The worker never runs on
- * a request: events reach it through the queue only.
+ * it claims what it has room for, shared out among the tenants with work and at most
+ * `perTenant` in flight per tenant (so endpoints that never answer hold at most that many of
+ * the `maxInFlight` slots, whatever their tenant's backlog), attempts each delivery at most
+ * `perEndpoint` at a time per endpoint, and settles it: delivered, retried later with
+ * exponential backoff and jitter, or buried in the dead letters once WEBHOOK_RETRY_FOR has
+ * passed. The worker never runs on a request: events reach it through the queue only.
  */
 export class WebhookWorker {
   readonly consumer = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`
   readonly #options: WorkerOptions
   readonly #perEndpoint = new Map<string, number>()
+  readonly #perTenant = new Map<string, number>()
   readonly #running = new Set<Promise<void>>()
   readonly #abort = new AbortController()
   #inFlight = 0
@@ -102,13 +109,19 @@ export class WebhookWorker {
     this.#again = false
     let claimedAll = false
     try {
-      const room = this.#options.maxInFlight - this.#inFlight
-      if (room > 0 && this.#options.active()) {
-        const claimed = await this.#options.queue.claim(this.consumer, room, this.#options.stuckMs)
+      const { queue, perTenant, stuckMs } = this.#options
+      if (this.#options.active()) {
+        if (queue.migrate !== undefined) {
+          for (const [tenant, count] of await queue.migrate(this.consumer, stuckMs)) this.#options.overflowed?.(tenant, count)
+        }
+        const room = this.#options.maxInFlight - this.#inFlight
+        if (room > 0) {
+          const claimed = await queue.claim(this.consumer, room, stuckMs, (tenant) => perTenant - (this.#perTenant.get(tenant) ?? 0))
+          for (const entry of claimed) this.#track(this.#handle(entry))
+          claimedAll = claimed.length === room
+        }
         if (this.#failing) this.#options.log.info('webhook queue reachable again')
         this.#failing = false
-        for (const entry of claimed) this.#track(this.#handle(entry))
-        claimedAll = claimed.length === room
       }
     } catch (error) {
       if (!this.#failing) this.#options.log.error({ err: error }, 'webhook queue unavailable; retrying')
@@ -130,6 +143,8 @@ export class WebhookWorker {
     const { queue, log } = this.#options
     const { delivery } = claimed
     this.#inFlight++
+    this.#perTenant.set(delivery.tenant, (this.#perTenant.get(delivery.tenant) ?? 0) + 1)
+    let attempted = true
     try {
       const endpoint = this.#options.endpoint(delivery.tenant, delivery.url)
       if (endpoint === null || !endpoint.events.has(delivery.type)) {
@@ -142,6 +157,7 @@ export class WebhookWorker {
       const busy = this.#perEndpoint.get(endpointKey) ?? 0
       if (busy >= this.#options.perEndpoint) {
         const dueMs = Date.now() + BUSY_DELAY_MS + Math.round((this.#options.random ?? Math.random)() * BUSY_DELAY_MS)
+        attempted = false
         await queue.retry(this.consumer, claimed, delivery, dueMs)
         this.wake(dueMs)
         return
@@ -161,7 +177,13 @@ export class WebhookWorker {
       log.error({ err: error, messageId: delivery.messageId }, 'webhook delivery could not be settled; it will be taken over')
     } finally {
       this.#inFlight--
-      if (!this.#closed) this.wake()
+      const left = (this.#perTenant.get(delivery.tenant) ?? 1) - 1
+      if (left === 0) this.#perTenant.delete(delivery.tenant)
+      else this.#perTenant.set(delivery.tenant, left)
+      // A slot an attempt freed is claimed again at once. A delivery put back because its
+      // endpoint was busy freed nothing: waking for it would claim the tenant's next deliveries
+      // for the same busy endpoints, and put them back, in a loop.
+      if (!this.#closed && attempted) this.wake()
     }
   }
 

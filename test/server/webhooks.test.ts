@@ -6,10 +6,10 @@ import { Value } from '@sinclair/typebox/value'
 import { run as webhooksCli } from '../../lib/cli/webhooks.js'
 import { WebhookPayloads } from '../../schemas/webhooks.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type FixtureKeys, type TestApp } from '../helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys, type TestApp } from '../helper.js'
 import { redisTestOptions, startRedis, type RedisServer } from '../support/redis.js'
 import { post, startServer } from '../support/service-process.js'
-import { startReceiver, webhookSecret, type WebhookReceiver } from '../support/webhook-receiver.js'
+import { startHangingEndpoints, startReceiver, webhookSecret, type WebhookReceiver } from '../support/webhook-receiver.js'
 
 type App = TestApp['app']
 
@@ -40,6 +40,15 @@ async function verify (app: App, key: string, requestId: string, userGuess: stri
 
 const wrong = (code: string): string => code === '000000' ? '111111' : '000000'
 
+/** Waits until the tenant's queue holds nothing: every delivery settled (delivered or dead), none to come. */
+async function waitUntilDrained (app: App, tenant: string): Promise<void> {
+  const started = Date.now()
+  while (await app.backend.webhookQueue.depth(tenant) > 0) {
+    if (Date.now() - started > 60_000) throw new Error(`the webhook queue of ${tenant} did not drain`)
+    await sleep(25)
+  }
+}
+
 function typesOf (receiver: WebhookReceiver): string[] {
   return receiver.verified.map((entry) => entry.payload.type as string)
 }
@@ -67,7 +76,7 @@ t.test('embedded default: every event type reaches a real endpoint, signed, with
   t.equal(failed.statusCode, 502)
 
   await receiver.waitFor(() => receiver.verified.length >= 7, 'seven events')
-  await sleep(300)
+  await waitUntilDrained(app, 'acme')
   t.same(typesOf(receiver).sort(), ['delivery.failed', 'quota.threshold', 'quota.threshold', 'recipient.locked', 'verification.failed', 'verification.failed', 'verification.succeeded'])
   t.equal(receiver.rejected, 0, 'every signature verified with the standardwebhooks library')
   t.equal(new Set(receiver.verified.map((entry) => entry.id)).size, 7, 'one webhook-id per event')
@@ -90,15 +99,17 @@ t.test('a failing, then slow, then healthy endpoint gets the event once it answe
   const secret = webhookSecret()
   const receiver = await startReceiver(t, secret, (attempt) => [{ status: 500 }, { status: 200, delayMs: 2500 }, { status: 503 }][attempt] ?? { status: 200 })
   const { path, keys } = withEndpoint(t, receiver.url, secret)
-  const { app, mail } = await buildApp(t, { ...FAST, TENANTS_FILE: path })
+  // Retries at least a second apart, so that each attempt's own webhook-timestamp (seconds) differs from the last.
+  const { app, mail } = await buildApp(t, { ...FAST, TENANTS_FILE: path, WEBHOOK_RETRY_BASE_MS: '2000', WEBHOOK_RETRY_MAX_DELAY_MS: '2000' })
   const requestId = await dispatch(app, keys.acmeLive, 'ada@example.com')
   t.equal(await verify(app, keys.acmeLive, requestId, mail.codeFor('ada@example.com')), 200)
   await receiver.waitFor(() => receiver.attempts >= 4, 'four attempts')
-  await sleep(500)
-  t.equal(receiver.attempts, 4, 'no attempt after the one that succeeded')
+  await waitUntilDrained(app, 'acme')
+  t.equal(receiver.attempts, 4, 'the success settled the delivery: no attempt after it')
   t.equal(new Set(receiver.verified.map((entry) => entry.id)).size, 1, 'every attempt carries the same webhook-id')
   const stamps = receiver.verified.map((entry) => entry.timestamp)
-  t.ok(stamps.every((stamp, index) => index === 0 || stamp >= (stamps[index - 1] ?? 0)), 'webhook-timestamp is each attempt\'s own')
+  t.ok(stamps.every((stamp, index) => index === 0 || stamp > (stamps[index - 1] ?? Infinity)), `webhook-timestamp increases strictly from attempt to attempt (${stamps.join(', ')})`)
+  t.ok(receiver.verified.every((entry) => Math.abs(entry.timestamp - entry.receivedAtMs / 1000) < 2), 'each is the time of its own attempt')
 })
 
 t.test('per-endpoint concurrency is bounded', async (t) => {
@@ -120,6 +131,47 @@ t.test('per-endpoint concurrency is bounded', async (t) => {
   await receiver.waitFor(() => receiver.verified.length >= 8, 'eight events', 60_000)
   t.ok(peak <= 2, `at most 2 at once (saw ${peak})`)
   t.equal(new Set(receiver.verified.map((entry) => entry.id)).size, 8)
+})
+
+t.test('a tenant whose 20 endpoints never answer does not delay another tenant\'s events', async (t) => {
+  const hanging = await startHangingEndpoints(t, 20)
+  const secret = webhookSecret()
+  const calm = await startReceiver(t, secret)
+  const { path, keys } = writeTenants(t, (file) => {
+    for (const tenant of file.tenants) {
+      if (tenant.id === 'acme') tenant.webhooks = hanging.urls.map((url) => ({ url, secret, events: ['verification.failed'] }))
+      if (tenant.id === 'globex') tenant.webhooks = [{ url: calm.url, secret, events: ['verification.succeeded'] }]
+    }
+  })
+  // Attempts wait a minute for an answer: the hanging endpoints hold their slots throughout.
+  const { app, logs } = await buildApp(t, { ...FAST, TENANTS_FILE: path, WEBHOOK_TIMEOUT_MS: '60000', LOCKOUT_THRESHOLD: '1000', WEBHOOK_MAX_QUEUED_PER_TENANT: '500' })
+  const refused: number[] = []
+  for (let i = 0; i < 100; i++) {
+    const requestId = await dispatch(app, keys.acmeLive, `noisy${i}@example.com`)
+    refused.push(await verify(app, keys.acmeLive, requestId, 'abcdef'))
+  }
+  t.ok(refused.every((status) => status === 400), '100 wrong guesses: 100 verification.failed events for 20 endpoints each')
+  await calm.waitFor(() => hanging.open >= 8, 'the noisy tenant\'s attempts hanging')
+  t.equal(await app.backend.webhookQueue.depth('acme'), 500, 'its backlog holds WEBHOOK_MAX_QUEUED_PER_TENANT deliveries')
+  const metrics = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+  t.match(metrics.body, /^email_otp_webhook_overflow_total 1500$/m, 'the 1,500 pushed into its dead letters are counted')
+  t.equal(logs.text.split('\n').filter((line) => line.includes('webhook queue of a tenant is full')).length, 1, 'and logged once for the burst')
+  t.match(logs.text, /"tenant":"acme","overflowed":[0-9]+/, 'naming the tenant')
+  t.same((await app.backend.webhookQueue.deadLetters('globex', 10)), [], 'nothing of the calm tenant\'s')
+
+  const latencies: number[] = []
+  for (let i = 0; i < 3; i++) {
+    const email = `calm${i}@example.com`
+    const requestId = await dispatch(app, keys.globexTest, email)
+    const inbox = await app.inject({ method: 'GET', url: `/sandbox/messages?email=${email}`, headers: bearer(keys.globexTest) })
+    const code = inbox.json().data.messages[0]?.code as string
+    const verifyingAt = Date.now()
+    t.equal(await verify(app, keys.globexTest, requestId, code), 200)
+    await calm.waitFor(() => calm.verified.some((entry) => entry.payload.data.requestId === requestId), `calm event ${i}`, 60_000)
+    latencies.push(Date.now() - verifyingAt)
+  }
+  t.ok(Math.max(...latencies) < 5000, `each calm event delivered within 5 s (${latencies.join(', ')} ms)`)
+  t.ok(hanging.peak <= 8, `the noisy tenant held at most WEBHOOK_MAX_IN_FLIGHT_PER_TENANT (8) attempts (peak ${hanging.peak})`)
 })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
@@ -144,11 +196,10 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     }
     const successes = (): string[] => receiver.verified.filter((entry) => entry.status === 200).map((entry) => entry.id)
     await receiver.waitFor(() => new Set(successes()).size >= events, `${events} delivered events`, 60_000)
-    await sleep(1500)
+    await waitUntilDrained(a.app, 'acme')
     t.ok(receiver.verified.some((entry) => entry.status === 500), 'some attempts failed and were retried')
-    t.equal(successes().length, events, 'no event answered 2xx twice')
+    t.equal(successes().length, events, 'with the queue drained: no event answered 2xx twice')
     t.equal(new Set(successes()).size, events)
-    t.same(await client.xlen('webhooks:{webhooks}:stream'), 0, 'nothing left in the queue')
   })
 
   t.test('an endpoint that always fails ends in the dead letters; the CLI lists and replays them', async (t) => {
@@ -159,9 +210,11 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     const requestId = await dispatch(app, keys.acmeLive, 'dead@example.com')
     t.equal(await verify(app, keys.acmeLive, requestId, mail.codeFor('dead@example.com')), 200)
 
+    const notes: string[] = []
+    // The CLI needs only the Redis variables: it signs nothing (no OTP_HMAC_KEYS).
     const cli = async (...argv: string[]): Promise<string[]> => {
       const lines: string[] = []
-      await webhooksCli(argv, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }, (line) => { lines.push(line) })
+      await webhooksCli(argv, { REDIS_URL: redis.url }, (line) => { lines.push(line) }, (line) => { notes.push(line) })
       return lines
     }
     let letters: any[] = []
@@ -174,17 +227,22 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     const [letter] = letters
     t.match(letter, { tenant: 'acme', url: receiver.url, type: 'verification.succeeded', messageId: /^msg_/, lastError: 'HTTP 500' })
     t.ok(letter.attempts >= 3, `${letter.attempts} attempts over the retry period`)
-    t.equal(receiver.attempts, letter.attempts, 'every attempt reached the endpoint')
+    t.equal(letter.id.startsWith('acme/'), true, 'ids name the tenant')
+    await waitUntilDrained(app, 'acme')
+    t.equal(receiver.attempts, letter.attempts, 'with nothing left queued, every attempt reached the endpoint and none will follow')
     const attemptsBefore = receiver.attempts
-    await sleep(500)
-    t.equal(receiver.attempts, attemptsBefore, 'a dead letter is not attempted again')
 
     receiver.behave(() => ({ status: 200 }))
     t.same(await cli('dead-letters', 'replay', '--id', letter.id), ['replayed 1 dead letter'])
     await receiver.waitFor(() => receiver.attempts > attemptsBefore, 'the replayed delivery')
     t.equal(receiver.verified.at(-1)?.id, letter.messageId, 'replayed with its webhook-id')
     t.same(await cli('dead-letters', 'list'), [])
+    t.equal(notes.at(-1), 'No dead letters.', 'an empty list says so (on stderr)')
+    t.same(await cli('dead-letters', 'list', '--tenant', 'globex'), [])
+    t.equal(notes.at(-1), 'No dead letters for tenant globex.')
     t.same(await cli('dead-letters', 'replay', '--all'), ['replayed 0 dead letters'])
+    await t.rejects(cli('dead-letters', 'replay', '--id', letter.id), new RegExp(`no dead letter ${letter.id}`), 'a letter already replayed is an error, not "replayed 0"')
+    await t.rejects(cli('dead-letters', 'replay', '--id', '1714560000000-0'), /ids are <tenant>\/<id>/)
     await t.rejects(webhooksCli(['dead-letters', 'list'], {}, () => {}), /kept in Redis/)
   })
 
@@ -200,9 +258,9 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.equal((await post(first.base, '/otp/verify', keys.acmeTest, { requestId: sent.body.data.requestId, userGuess: code })).status, 200)
     await receiver.waitFor(() => receiver.attempts >= 1, 'the first, failing attempt')
     // The receiver answers before the worker records the retry: wait for the record, then kill.
-    for (let i = 0; i < 100 && await client.zcard('webhooks:{webhooks}:retry') === 0; i++) await sleep(50)
+    for (let i = 0; i < 100 && await client.zcard('webhooks:{webhooks:acme}:retry') === 0; i++) await sleep(50)
     first.child.kill('SIGKILL')
-    t.equal(await client.zcard('webhooks:{webhooks}:retry'), 1, 'the retry waits in Redis while no instance runs')
+    t.equal(await client.zcard('webhooks:{webhooks:acme}:retry'), 1, 'the retry waits in Redis while no instance runs')
 
     await startServer(t, processEnv)
     await receiver.waitFor(() => receiver.attempts >= 2, 'the retry, from the new process', 60_000)

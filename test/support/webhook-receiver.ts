@@ -1,4 +1,5 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
+import { createServer as createNetServer, type Socket } from 'node:net'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
@@ -12,6 +13,8 @@ export interface ReceivedWebhook {
   headers: IncomingHttpHeaders
   /** What the receiver answered (or was about to, when the sender gave up first). */
   status: number
+  /** When the request arrived, epoch ms. */
+  receivedAtMs: number
 }
 
 /** What the receiver does with the n-th request (0-based): answer a status, after a delay. */
@@ -43,6 +46,7 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
   let behave = behaviour
   const pending = new Set<ServerResponse>()
   const server = createServer((request, response) => {
+    const receivedAtMs = Date.now()
     const attempt = attempts++
     let body = ''
     request.on('data', (chunk: Buffer) => { body += chunk.toString() })
@@ -56,7 +60,7 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
         return
       }
       const { status, delayMs = 0 } = behave(attempt)
-      verified.push({ id: String(request.headers['webhook-id']), timestamp: Number(request.headers['webhook-timestamp']), payload, headers: request.headers, status })
+      verified.push({ id: String(request.headers['webhook-id']), timestamp: Number(request.headers['webhook-timestamp']), payload, headers: request.headers, status, receivedAtMs })
       pending.add(response)
       setTimeout(() => {
         pending.delete(response)
@@ -92,4 +96,46 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
 /** A Standard Webhooks secret: whsec_ and 32 random bytes in base64. */
 export function webhookSecret (): string {
   return `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
+}
+
+export interface HangingEndpoints {
+  /** One URL per endpoint, all on one server. */
+  urls: string[]
+  /** Connections open now, and the most ever open at once. */
+  readonly open: number
+  readonly peak: number
+  /** Connections accepted so far. */
+  readonly accepted: number
+}
+
+/**
+ * Endpoints that accept the connection, read the request and never answer: what a partner's
+ * endpoint that hangs looks like to the sender. Connections are closed when the test ends.
+ */
+export async function startHangingEndpoints (t: Test, count: number): Promise<HangingEndpoints> {
+  const sockets = new Set<Socket>()
+  let peak = 0
+  let accepted = 0
+  const server = createNetServer((socket) => {
+    accepted++
+    sockets.add(socket)
+    peak = Math.max(peak, sockets.size)
+    socket.on('data', () => {})
+    socket.on('error', () => {})
+    socket.on('close', () => { sockets.delete(socket) })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise((resolve) => server.close(resolve))
+  })
+  const address = server.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  return {
+    urls: Array.from({ length: count }, (_, index) => `http://127.0.0.1:${address.port}/hang/${index}`),
+    get open () { return sockets.size },
+    get peak () { return peak },
+    get accepted () { return accepted }
+  }
 }

@@ -152,7 +152,7 @@ export interface paths {
         put?: never;
         /**
          * Check a verification receipt and use it up
-         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED.
+         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.
          */
         post: operations["redeemReceipt"];
         delete?: never;
@@ -241,13 +241,14 @@ export interface components {
          *     - `IDEMPOTENCY_MISMATCH` (422): This Idempotency-Key was used with a different request body.
          *     - `IDEMPOTENCY_IN_FLIGHT` (409): A request with this Idempotency-Key is still in progress.
          *     - `RECEIPT_ALREADY_REDEEMED` (409): The receipt was already redeemed.
+         *     - `RECEIPT_NOT_REDEEMABLE` (409): The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again.
          *     - `RATE_LIMITED` (429): Too many requests; retry later.
          *     - `INTERNAL` (500): Internal error.
          *     - `DELIVERY_FAILED` (502): The code could not be delivered; nothing was charged.
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -408,6 +409,8 @@ export interface components {
                     exp: number;
                     /** @description Unique receipt id; a receipt redeems once. */
                     jti: string;
+                    /** @description The redemption epoch the receipt was issued in. It changes when the service may have lost its record of redemptions (a restart of the embedded default, Redis losing its data): a receipt of an earlier epoch, or without one, is refused by redeem with 409 RECEIPT_NOT_REDEEMABLE. Opaque; a backend that checks receipts itself can ignore it. */
+                    epoch?: string;
                 };
             };
         };
@@ -2128,7 +2131,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `RECEIPT_ALREADY_REDEEMED`: The receipt was already redeemed. */
+            /** @description `RECEIPT_ALREADY_REDEEMED`: The receipt was already redeemed. `RECEIPT_NOT_REDEEMABLE`: The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again. */
             409: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2151,7 +2154,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "RECEIPT_ALREADY_REDEEMED";
+                        code: "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE";
                     };
                 };
             };

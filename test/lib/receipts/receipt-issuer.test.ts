@@ -2,7 +2,7 @@ import t from 'tap'
 import { createHmac, createSecretKey, generateKeyPairSync, randomBytes } from 'node:crypto'
 import { SignJWT, createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify } from 'jose'
 import { AddressHasher, addressHash } from '../../../lib/receipts/address-hash.js'
-import { ReceiptIssuer } from '../../../lib/receipts/receipt-issuer.js'
+import { RECEIPT_CLOCK_TOLERANCE_SECONDS, ReceiptIssuer } from '../../../lib/receipts/receipt-issuer.js'
 import { deriveReceiptSigningKeys, parseReceiptSigningKeys, prepareSigningKeys, type ReceiptKeyMaterial } from '../../../lib/receipts/signing-keys.js'
 import { TenantRegistry, type Tenant } from '../../../lib/tenants/registry.js'
 
@@ -17,7 +17,7 @@ async function issuerWith (keys: ReceiptKeyMaterial[], issuer = 'https://otp.exa
 
 const decodeJwtId = (token: string): string | undefined => decodeJwt(token).jti
 
-const subject = { tenant: 'acme', mode: 'live' as const, requestId: 'otp_abcdefghijklmnopqrstuv', addressHash: 'A'.repeat(22) }
+const subject = { tenant: 'acme', mode: 'live' as const, requestId: 'otp_abcdefghijklmnopqrstuv', addressHash: 'A'.repeat(22), epoch: 'E'.repeat(22) }
 
 t.test('a receipt is a JWT that jose verifies against the published keys', async (t) => {
   const [oldKey, newKey] = parseReceiptSigningKeys(`new:${pkcs8('ed25519')},old:${pkcs8('p256')}`).reverse()
@@ -56,6 +56,22 @@ t.test('anything but an unexpired receipt of a listed key is refused', async (t)
   t.same(await issuer.check(untyped), { ok: false, reason: 'invalid' }, 'a JWT of another type from the same key')
   const misshapen = await new SignJWT({ ...subject, mode: 'admin' }).setProtectedHeader({ alg: 'EdDSA', kid: 'k1', typ: 'otp-receipt+jwt' }).setIssuer('https://otp.example.com').setAudience('acme').setIssuedAt().setExpirationTime('5m').setJti('x').sign(key.privateKey)
   t.same(await issuer.check(misshapen), { ok: false, reason: 'invalid' }, 'claims of the wrong shape')
+})
+
+t.test('a receipt that lives longer than RECEIPT_TTL_SECONDS, or is issued in the future, is refused even with a good signature', async (t) => {
+  const [key] = parseReceiptSigningKeys(`k1:${pkcs8('ed25519')}`)
+  if (key === undefined) throw new Error('key')
+  const issuer = await issuerWith([key])
+  const now = Math.floor(Date.now() / 1000)
+  const signed = async (iat: number, exp: number): Promise<string> => await new SignJWT({ ...subject })
+    .setProtectedHeader({ alg: 'EdDSA', kid: 'k1', typ: 'otp-receipt+jwt' }).setIssuer('https://otp.example.com').setAudience('acme')
+    .setIssuedAt(iat).setExpirationTime(exp).setJti('minted').sign(key.privateKey)
+  t.equal((await issuer.check(await signed(now, now + 300))).ok, true, 'the service\'s own lifetime: accepted (the forgery is otherwise a good receipt)')
+  t.same(await issuer.check(await signed(now, now + 301)), { ok: false, reason: 'invalid' }, 'one second longer than RECEIPT_TTL_SECONDS')
+  t.same(await issuer.check(await signed(now - 100, now + 86_400)), { ok: false, reason: 'invalid' }, 'a day long')
+  t.same(await issuer.check(await signed(now + 60, now + 360)), { ok: false, reason: 'invalid' }, 'issued a minute in the future')
+  t.equal((await issuer.check(await signed(now + 4, now + 304))).ok, true, `issued within the clock tolerance (${RECEIPT_CLOCK_TOLERANCE_SECONDS} s) ahead: accepted`)
+  t.same(await issuer.check(await signed(now - 400, now + 5)), { ok: false, reason: 'expired' }, 'older than its lifetime: expired')
 })
 
 t.test('rotation: the new key signs, receipts of the old one verify while it is listed', async (t) => {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { IpRangeSet } from '../../../lib/net/ip-ranges.js'
 import type { WebhookEndpoint } from '../../../lib/tenants/registry.js'
-import { AddressPolicy } from '../../../lib/webhooks/address-policy.js'
+import { AddressPolicy, type Resolver } from '../../../lib/webhooks/address-policy.js'
 import { checkEndpointUrl } from '../../../lib/webhooks/endpoint-url.js'
 import { reachedQuotaThresholds } from '../../../lib/webhooks/events.js'
 import type { Delivery } from '../../../lib/webhooks/queue.js'
@@ -23,6 +23,37 @@ t.test('only public unicast addresses are allowed by default', async (t) => {
   t.match(strict.addressRefusal('::ffff:10.0.0.1'), /10\.0\.0\.1 is a private address/, 'IPv4-mapped IPv6 is judged as the IPv4 address')
   for (const address of ['93.184.215.14', '8.8.8.8', '2606:2800:21f:cb07:6820:80da:af6b:8b2c']) t.equal(strict.addressRefusal(address), null, `${address} allowed`)
   t.not(strict.addressRefusal('not-an-ip'), null)
+})
+
+t.test('IPv6 forms that embed an IPv4 address are judged by it; Teredo and local-use NAT64 are refused', async (t) => {
+  const embedded: Array<[address: string, form: string, ipv4: string]> = [
+    ['::ffff:10.0.0.1', 'IPv4-mapped', '10.0.0.1'],
+    ['::ffff:0:10.0.0.1', 'IPv4-translated', '10.0.0.1'],
+    ['::10.0.0.1', 'IPv4-compatible', '10.0.0.1'],
+    ['::127.0.0.1', 'IPv4-compatible', '127.0.0.1'],
+    ['::169.254.169.254', 'IPv4-compatible', '169.254.169.254'],
+    ['64:ff9b::10.0.0.1', 'NAT64', '10.0.0.1'],
+    ['64:ff9b::127.0.0.1', 'NAT64', '127.0.0.1'],
+    ['64:ff9b::192.168.1.1', 'NAT64', '192.168.1.1'],
+    ['64:ff9b::169.254.169.254', 'NAT64', '169.254.169.254'],
+    ['2002:a00:1::1', '6to4', '10.0.0.1'],
+    ['2002:7f00:1:1::', '6to4', '127.0.0.1'],
+    ['2002:a9fe:a9fe::1', '6to4', '169.254.169.254'],
+    ['2600::5efe:10.0.0.1', 'ISATAP', '10.0.0.1'],
+    ['2600:1::200:5efe:192.168.0.1', 'ISATAP', '192.168.0.1']
+  ]
+  for (const [address, form, ipv4] of embedded) t.match(strict.addressRefusal(address), new RegExp(`embeds ${ipv4.replace(/\./g, '\\.')} \\(${form}\\): ${ipv4.replace(/\./g, '\\.')} is a`), `${address}: ${form} of ${ipv4}`)
+  t.match(strict.addressRefusal('64:ff9b::169.254.169.254'), /cloud metadata|linkLocal/)
+  t.match(strict.addressRefusal('2001:0:4136:e378:8000:63bf:3fff:fdd2'), /Teredo/, 'Teredo: refused whatever it embeds')
+  t.match(strict.addressRefusal('64:ff9b:1::808:808'), /local-use NAT64/, 'local-use NAT64: refused, even of a public address')
+  for (const address of ['64:ff9b::8.8.8.8', '2002:808:808::1', '::ffff:8.8.8.8', '2600::5efe:8.8.8.8']) t.equal(strict.addressRefusal(address), null, `${address} embeds a public address: allowed`)
+
+  const loopback = new AddressPolicy({ allowLoopback: true, allowedNetworks: null })
+  t.equal(loopback.addressRefusal('::ffff:127.0.0.1'), null, 'with loopback allowed, ::ffff:127.0.0.1 is the local 127.0.0.1')
+  for (const address of ['64:ff9b::127.0.0.1', '::127.0.0.1', '2002:7f00:1::1']) t.not(loopback.addressRefusal(address), null, `${address} is another machine's loopback: refused even then`)
+  const allowing = new AddressPolicy({ allowLoopback: false, allowedNetworks: IpRangeSet.fromEntries(['10.20.0.0/16']).set })
+  t.equal(allowing.addressRefusal('64:ff9b::10.20.1.2'), null, 'an allowed network is allowed embedded too')
+  t.not(allowing.addressRefusal('64:ff9b::10.21.1.2'), null)
 })
 
 t.test('the operator may allow networks and loopback, never metadata', async (t) => {
@@ -58,6 +89,46 @@ t.test('the connection\'s own DNS lookup refuses what a name resolves to', async
   const loopback = new AddressPolicy({ allowLoopback: true, allowedNetworks: null })
   t.match(await lookup(loopback, false), /^(127\.0\.0\.1|::1)$/)
   t.match(await lookup(loopback, true), [{ address: /^(127\.0\.0\.1|::1)$/ }])
+})
+
+/** A resolver the test controls: the answers a partner's DNS (or an attacker's) could give. */
+function resolverOf (answers: Record<string, string[]>): Resolver {
+  return (hostname, _options, callback) => {
+    const addresses = answers[hostname]
+    setImmediate(() => {
+      if (addresses === undefined) callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' }), [])
+      else callback(null, addresses.map((address) => ({ address, family: address.includes(':') ? 6 : 4 })))
+    })
+  }
+}
+
+t.test('public names that resolve to internal addresses are refused on the connection path', async (t) => {
+  const answers: Record<string, string[]> = {
+    'private.partner.test': ['10.1.2.3'],
+    'rebinding.partner.test': ['93.184.215.14', '127.0.0.1'],
+    'metadata.partner.test': ['169.254.169.254'],
+    'mapped.partner.test': ['::ffff:127.0.0.1'],
+    'compatible.partner.test': ['::127.0.0.1'],
+    'nat64.partner.test': ['64:ff9b::7f00:1'],
+    '6to4.partner.test': ['2002:c0a8:101::1'],
+    'isatap.partner.test': ['2600::5efe:c0a8:101'],
+    'teredo.partner.test': ['2001:0:4136:e378:8000:63bf:3fff:fdd2'],
+    'public.partner.test': ['93.184.215.14', '64:ff9b::5db8:d70e']
+  }
+  const policy = new AddressPolicy({ allowLoopback: false, allowedNetworks: null, resolve: resolverOf(answers) })
+  const receiver = await startReceiver(t, secret)
+  for (const name of Object.keys(answers).filter((candidate) => !candidate.startsWith('public'))) {
+    const url = `https://${name}:${new URL(receiver.url).port}/hooks/otp`
+    const result = await sendWebhook(endpointFor(url), deliveryTo(url), { policy, timeoutMs: 1000, userAgent: 'test' })
+    t.match(result, { ok: false, error: new RegExp(`^refused: ${name.replace(/\./g, '\\.')}: `) }, `${name} → ${answers[name]?.join(', ') ?? ''}`)
+  }
+  t.equal(receiver.attempts, 0, 'nothing was connected to')
+  const unknown = await sendWebhook(endpointFor('https://nowhere.partner.test/'), deliveryTo('https://nowhere.partner.test/'), { policy, timeoutMs: 1000, userAgent: 'test' })
+  t.match(unknown, { ok: false, error: /^ENOTFOUND/ }, 'a name that does not resolve fails as such')
+  const checked = await new Promise((resolve, reject) => {
+    policy.lookup('public.partner.test', { all: true }, (error, addresses) => { if (error !== null) reject(error); else resolve(addresses) })
+  })
+  t.same(checked, [{ address: '93.184.215.14', family: 4 }, { address: '64:ff9b::5db8:d70e', family: 6 }], 'public addresses, NAT64 of a public one included, are handed to the connection')
 })
 
 const secret = webhookSecret()
@@ -120,13 +191,18 @@ t.test('retry schedule: exponential, jittered, capped, given up after its period
   t.equal(retryDelayMs(schedule, 4, () => 1), 8000)
   t.equal(retryDelayMs(schedule, 30, () => 1), 60_000, 'capped')
   t.equal(retryDelayMs(schedule, 30, () => 0), 30_000, 'jitter is at most half')
-  // With the defaults (5 s, 2 h cap) a delivery is tried for the whole day, about 25 times.
+  t.equal(givenUp(schedule, 0, schedule.forMs - 1), false, 'a failure just before the period ends is retried')
+  t.equal(givenUp(schedule, 0, schedule.forMs), true, 'one at its end is given up')
+  // With the defaults (5 s, 2 h cap) a delivery is tried for the whole day, about 25 times:
+  // the attempt times, from the event, and the failure at which it is given up.
   const defaults = { baseMs: 5000, maxDelayMs: 7_200_000, forMs: 86_400_000 }
-  let elapsed = 0
-  let attempts = 1
-  while (!givenUp(defaults, 0, elapsed)) elapsed += retryDelayMs(defaults, attempts++, () => 0.5)
-  t.ok(elapsed >= 86_400_000, 'the last attempt is at least 24 hours after the event')
-  t.ok(attempts > 15 && attempts < 40, `${attempts} attempts`)
+  const attemptsAt = [0]
+  while (!givenUp(defaults, 0, attemptsAt.at(-1) ?? 0)) attemptsAt.push((attemptsAt.at(-1) ?? 0) + retryDelayMs(defaults, attemptsAt.length, () => 0.5))
+  const givenUpAt = attemptsAt.at(-1) ?? 0
+  const before = attemptsAt.at(-2) ?? 0
+  t.ok(before < defaults.forMs, `the attempt before the last, at ${(before / 3_600_000).toFixed(2)} h, was still in the period`)
+  t.ok(givenUpAt >= defaults.forMs && givenUpAt <= defaults.forMs + defaults.maxDelayMs, `given up at the first failure after 24 h, within one longest delay of it (${(givenUpAt / 3_600_000).toFixed(2)} h)`)
+  t.ok(attemptsAt.length > 15 && attemptsAt.length < 40, `${attemptsAt.length} attempts`)
 })
 
 t.test('quota thresholds: the unit that reaches 80% and the one that reaches 100%', async (t) => {

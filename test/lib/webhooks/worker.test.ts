@@ -25,6 +25,7 @@ function worker (queue: MemoryWebhookQueue, endpoint: WebhookEndpoint | null, ov
     send: async (target, item, signal) => await sendWebhook(target, item, { policy, timeoutMs: 10_000, userAgent: 'test' }, signal),
     schedule: { baseMs: 50, maxDelayMs: 100, forMs: 60_000 },
     perEndpoint: 4,
+    perTenant: 8,
     maxInFlight: 16,
     pollMs: 50,
     stuckMs: 60_000,
@@ -63,10 +64,12 @@ t.test('a delivery whose endpoint is gone from the tenants file is dropped', asy
 
 t.test('while no tenant has an endpoint, the worker leaves the queue alone', async (t) => {
   const queue = new MemoryWebhookQueue()
-  const { worker: running, outcomes } = worker(queue, null, { active: () => false })
+  const looked = { times: 0 }
+  const { worker: running, outcomes } = worker(queue, null, { active: () => { looked.times++; return false } })
   await queue.enqueue([delivery('https://hooks.acme.test/x')])
   running.start()
-  await sleep(200)
+  // Three polls are the proof that it looked, and each time left the delivery where it was.
+  while (looked.times < 3) await sleep(20)
   await running.close()
   t.same(outcomes, [])
   t.equal((await queue.claim('next', 10, 0)).length, 1)
