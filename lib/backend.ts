@@ -46,13 +46,13 @@ export interface Backend {
 }
 
 export interface BackendOptions {
-  /** Cap on live codes in the in-memory token store. */
+  /** Cap on live codes per tenant and mode in the in-memory token store. */
   memoryStoreMaxTokens: number
 }
 
 export function createBackend (redis: RedisClient | null, options: BackendOptions): Backend {
   if (redis === null) {
-    const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
+    const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
     const quota = new MemoryQuotaStore()
     const idempotency = new MemoryIdempotencyStore()
     const redemptions = new MemoryRedemptionStore()
