@@ -22,7 +22,7 @@ const CAPTCHA_TOKEN = 'captcha-token'
  * flood from many sources, and a flood through one tenant's key never makes the process forget
  * another tenant's limited callers.
  */
-const LIMITED_CALLERS_PER_TENANT = 100_000
+const LIMITED_CALLERS_PER_TENANT = 10_000
 
 function toArray<T> (value: T | T[] | undefined): T[] {
   return value === undefined ? [] : Array.isArray(value) ? value : [value]

@@ -12,7 +12,7 @@ import { MemoryVelocityCounter, type WindowCount } from './velocity.js'
  * Velocity buckets kept in process per share (one kind of limit of one tenant and mode, or the
  * mailbox cap of one mode); past this many the share's least recently hit are forgotten.
  */
-export const VELOCITY_BUCKETS_PER_SHARE = 100_000
+export const VELOCITY_BUCKETS_PER_SHARE = 50_000
 /**
  * Mailboxes whose run of failures is kept in process per share (one lane of one tenant and
  * mode). A live run is never forgotten to make room: a full share refuses (503) what would
