@@ -15,7 +15,10 @@ function wrong (code: string): string {
 t.test('brute force against one mailbox meets an escalating lock that covers its outstanding codes', redisTestOptions(), async (t) => {
   const redis = await startRedis()
   t.teardown(async () => { await redis.stop() })
-  const { path, keys } = writeTenants(t)
+  const secondSecretKey = generateKey('secret', 'live')
+  const { path, keys } = writeTenants(t, (file) => {
+    file.tenants[0]?.keys.push({ id: 'acme_live2', kind: 'secret', mode: 'live', sha256: hashKey(secondSecretKey) })
+  })
   const { app, mail } = await buildApp(t, {
     TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, LOCKOUT_THRESHOLD: '3', LOCKOUT_DURATION: '3s'
   })
@@ -24,7 +27,7 @@ t.test('brute force against one mailbox meets an escalating lock that covers its
     port, localAddress, path, headers: { ...json, ...bearer(key), ...extra }, body: JSON.stringify(body)
   })
   const dispatch = async (email: string) => await call(keys.acmeLive, '/otp/request', { email })
-  const verify = async (requestId: string, userGuess: string, localAddress?: string) => await call(keys.acmeLive, '/otp/verify', { requestId, userGuess }, localAddress)
+  const verify = async (requestId: string, userGuess: string, localAddress?: string, key = keys.acmeLive) => await call(key, '/otp/verify', { requestId, userGuess }, localAddress)
 
   // Five codes outstanding for one person, under spellings of one mailbox.
   const outstanding: Array<{ requestId: string, code: string }> = []
@@ -34,8 +37,10 @@ t.test('brute force against one mailbox meets an escalating lock that covers its
     outstanding.push({ requestId: sent.body.data.requestId, code: mail.codeFor(email) })
   }
   const [a, b, c, d, e] = outstanding as [typeof outstanding[0], typeof outstanding[0], typeof outstanding[0], typeof outstanding[0], typeof outstanding[0]]
-  // Three wrong guesses in a row, from different sources and requestIds: the mailbox is locked.
-  for (const [index, guess] of [a, b, c].entries()) t.equal((await verify(guess.requestId, wrong(guess.code), `127.0.0.${40 + index}`)).status, 400)
+  // Three wrong guesses in a row, from different sources, requestIds and API keys: the mailbox is locked.
+  for (const [index, guess] of [a, b, c].entries()) {
+    t.equal((await verify(guess.requestId, wrong(guess.code), `127.0.0.${40 + index}`, index === 1 ? secondSecretKey : keys.acmeLive)).status, 400)
+  }
   const right = await verify(d.requestId, d.code)
   t.same([right.status, right.body.code], [400, 'CODE_MISMATCH'], 'a code minted before the lock fails even with the right guess, like any wrong one')
   const locked = await dispatch('victim@example.com')
