@@ -31,7 +31,7 @@ async function heapUsed (): Promise<number> {
 
 /** Heap bytes per token held by a MemoryTokenStore filled by `fill`, measured after full collections. */
 async function heapPerToken (fill: (store: MemoryTokenStore) => Promise<void>): Promise<number> {
-  const store = new MemoryTokenStore({ maxTokens: 2_000_000 })
+  const store = new MemoryTokenStore({ maxTokensPerScope: 2_000_000 })
   const before = await heapUsed()
   await fill(store)
   const after = await heapUsed()

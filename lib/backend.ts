@@ -11,6 +11,7 @@ import { MemoryRedemptionStore } from './receipts/memory-redemption-store.js'
 import type { RedemptionStore } from './receipts/redemption-store.js'
 import { RedisRedemptionStore } from './receipts/redis-redemption-store.js'
 import type { RedisClient } from './redis/client.js'
+import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { MemorySandboxInbox, RedisSandboxInbox, type SandboxInbox } from './sandbox/inbox.js'
 import { MemoryTokenStore } from './tokens/memory-token-store.js'
 import { RedisTokenStore } from './tokens/redis-token-store.js'
@@ -40,22 +41,27 @@ export interface Backend {
    * when the process stops.
    */
   readonly webhookQueue: WebhookQueue
-  /** The stores can answer (Redis reachable; the in-memory token store below its cap). */
-  ready (): Promise<boolean>
+  /**
+   * The stores can answer and keep what they are given: Redis reachable and not allowed to
+   * evict keys (`reason` says what is wrong, for operators); in memory, always.
+   */
+  ready (): Promise<{ ok: boolean, reason: string | null }>
   /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
   close (): Promise<void>
 }
 
 export interface BackendOptions {
-  /** Cap on live codes in the in-memory token store. */
+  /** Cap on live codes per tenant and mode in the in-memory token store. */
   memoryStoreMaxTokens: number
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
+  /** Where a Redis that may evict keys is reported (the service's logger; tools may leave it out). */
+  log?: EvictionLog
 }
 
 export function createBackend (redis: RedisClient | null, options: BackendOptions): Backend {
   if (redis === null) {
-    const tokens = new MemoryTokenStore({ maxTokens: options.memoryStoreMaxTokens })
+    const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
     const quota = new MemoryQuotaStore()
     const idempotency = new MemoryIdempotencyStore()
     const redemptions = new MemoryRedemptionStore()
@@ -69,7 +75,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
       sandboxInbox: new MemorySandboxInbox(),
       redemptions,
       webhookQueue,
-      ready: async () => await tokens.ready(),
+      ready: async () => ({ ok: await tokens.ready(), reason: null }),
       close: async () => {
         idempotency.close()
         await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
@@ -77,6 +83,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     }
   }
   const tokens = new RedisTokenStore(redis)
+  const eviction = new EvictionPolicyWatch(redis, options.log ?? { error: () => {}, info: () => {} })
   return {
     kind: 'redis',
     tokens,
@@ -86,7 +93,11 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
     sandboxInbox: new RedisSandboxInbox(redis),
     redemptions: new RedisRedemptionStore(redis),
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
-    ready: async () => await tokens.ready(),
+    ready: async () => {
+      if (!await tokens.ready()) return { ok: false, reason: 'Redis does not answer' }
+      const { ok, reason } = await eviction.check()
+      return { ok, reason }
+    },
     close: async () => {}
   }
 }

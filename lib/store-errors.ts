@@ -11,11 +11,17 @@ export class StoreUnavailableError extends Error {
   }
 }
 
-/** The in-memory store reached its cap: the caller answers 503 rather than grow without bound. */
+/**
+ * An in-memory store reached its cap (for the tenant asking): the caller answers 503 with
+ * `answer` rather than grow without bound or forget what another caller needs.
+ */
 export class StoreFullError extends Error {
-  constructor () {
-    super('token store is full')
+  readonly answer: string
+
+  constructor (what = 'token store', answer = 'Too many codes are outstanding; retry later') {
+    super(`${what} is full`)
     this.name = 'StoreFullError'
+    this.answer = answer
   }
 }
 

@@ -1,9 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { LruMap } from 'toad-cache'
 import { CaptchaVerifier } from '../lib/captcha/siteverify.js'
 import { apiError, type ApiError } from '../lib/errors.js'
+import { ShareLru } from '../lib/memory/share-lru.js'
 import { sourceBucket } from '../lib/net/source-address.js'
+import { tenantScope } from '../lib/tenants/scope.js'
 import { callerOf } from './otp.js'
 
 declare module 'fastify' {
@@ -16,8 +17,12 @@ declare module 'fastify' {
 /** The header a page sends the widget's answer in (the token the provider's widget returns). */
 const CAPTCHA_TOKEN = 'captcha-token'
 
-/** Callers remembered as past their limits, per instance: enough for a flood from many sources. */
-const LIMITED_CALLERS = 100_000
+/**
+ * Callers remembered as past their limits, per instance and per tenant and mode: enough for a
+ * flood from many sources, and a flood through one tenant's key never makes the process forget
+ * another tenant's limited callers.
+ */
+const LIMITED_CALLERS_PER_TENANT = 10_000
 
 function toArray<T> (value: T | T[] | undefined): T[] {
   return value === undefined ? [] : Array.isArray(value) ? value : [value]
@@ -37,8 +42,8 @@ function toArray<T> (value: T | T[] | undefined): T[] {
  */
 export default fp(async function captchaPlugin (fastify) {
   const verifier = new CaptchaVerifier({ timeoutMs: fastify.config.captchaTimeoutMs })
-  // Caller (key and source bucket) → until when its last refusal said it was limited.
-  const limitedUntil = new LruMap<number>(LIMITED_CALLERS)
+  // Per tenant scope, caller (key and source bucket) → until when its last refusal said it was limited.
+  const limitedUntil = new ShareLru<number>(LIMITED_CALLERS_PER_TENANT)
 
   async function checkCaptcha (request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const key = request.auth
@@ -48,14 +53,15 @@ export default fp(async function captchaPlugin (fastify) {
     if (token === undefined || token === '') throw apiError('CAPTCHA_REQUIRED')
     const caller = callerOf(request)
     const visitor = request.endUserAddress ?? request.clientAddress
+    const share = tenantScope(key.tenant.id, key.mode)
     const limitKey = `${key.id}\u0000${sourceBucket(visitor, fastify.config.ipv6BucketPrefix) ?? visitor}`
     const now = Date.now()
     let counted = false
-    if ((limitedUntil.get(limitKey) ?? 0) > now) {
+    if ((limitedUntil.get(share, limitKey) ?? 0) > now) {
       // Count before asking the provider: a caller still limited gets its 429 at no outside cost.
       const refusal = await fastify.otp.countRefused(caller, apiError('CAPTCHA_INVALID'))
       if (refusal.code === 'RATE_LIMITED') throw remember(refusal)
-      limitedUntil.delete(limitKey)
+      limitedUntil.delete(share, limitKey)
       counted = true
     }
     const outcome = typeof token === 'string'
@@ -73,7 +79,7 @@ export default fp(async function captchaPlugin (fastify) {
     function remember (refusal: ApiError): ApiError {
       if (refusal.code === 'RATE_LIMITED') {
         const retryAfter = Number.parseInt(String(refusal.headers?.['retry-after'] ?? '1'), 10)
-        limitedUntil.set(limitKey, Date.now() + Math.max(1, retryAfter) * 1000)
+        limitedUntil.set(share, limitKey, Date.now() + Math.max(1, retryAfter) * 1000)
       }
       return alreadyCounted(refusal)
     }

@@ -25,7 +25,7 @@ function send (reply: FastifyReply, error: ApiError): FastifyReply {
 export function toApiError (error: FastifyError | Error): ApiError {
   if (isApiError(error)) return error
   if (error instanceof StoreUnavailableError) return apiError('UNAVAILABLE', 'The token store is unavailable; retry later', { 'retry-after': '1' })
-  if (error instanceof StoreFullError) return apiError('UNAVAILABLE', 'Too many codes are outstanding; retry later', { 'retry-after': '5' })
+  if (error instanceof StoreFullError) return apiError('UNAVAILABLE', error.answer, { 'retry-after': '5' })
   const fastifyError = error as FastifyError
   if (fastifyError.validation !== undefined) return apiError('INVALID_BODY', describeValidation(fastifyError))
   const mapped = fastifyError.code === undefined ? undefined : fastifyCodes[fastifyError.code]

@@ -42,21 +42,21 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       tags: ['operations'],
       security: [],
       response: {
-        200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured) and the mailer is configured and open. The mail provider itself is not probed.' }),
+        200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured, and Redis\'s maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed.' }),
         503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this.' }),
         ...errorResponses(connectionErrors)
       }
     }
   }, async (request, reply) => {
     const { backend, mailer, blocklists, metrics } = service
-    const [tokenStoreOk, mailerOk] = await Promise.all([backend.ready(), mailer.ready()])
-    const ready = tokenStoreOk && mailerOk
+    const [tokenStore, mailerOk] = await Promise.all([backend.ready(), mailer.ready()])
+    const ready = tokenStore.ok && mailerOk
     reply.code(ready ? 200 : 503).header('cache-control', 'no-store')
     if (options.details !== 'everyone' && !metrics.presentsToken(request)) return { ready }
     return {
       ready,
       checks: {
-        tokenStore: { ok: tokenStoreOk, kind: backend.kind },
+        tokenStore: { ok: tokenStore.ok, kind: backend.kind, ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }) },
         mailer: { ok: mailerOk, kind: mailer.transport }
       },
       blocklists: blocklists.status()

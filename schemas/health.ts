@@ -1,6 +1,10 @@
 import { Type } from '@sinclair/typebox'
 
-const Check = Type.Object({ ok: Type.Boolean(), kind: Type.String() })
+const Check = Type.Object({
+  ok: Type.Boolean(),
+  kind: Type.String(),
+  reason: Type.Optional(Type.String({ description: 'Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys).' }))
+})
 
 const BlockListStatus = Type.Object({
   name: Type.String(),

@@ -23,7 +23,7 @@ export class CodeSeeder {
     const registry = TenantRegistry.fromJson(benchTenantsDocument(liveKey))
     const key = registry.authenticate(liveKey, Date.now())
     if (key === null) throw new Error('the bench key does not authenticate')
-    const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, LOCKOUT_THRESHOLD: '100000000' })
+    const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, RATE_LIMIT_MAILBOX: 'off', LOCKOUT_THRESHOLD: '100000000' })
     this.#caller = { key, address: '127.0.0.1', log: quiet }
     const hmacKeys = [{ id: 'k1', secret: hmacSecret }]
     const hasher = new AddressHasher(hmacKeys)

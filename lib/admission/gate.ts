@@ -20,7 +20,8 @@ export interface Exceeded {
 
 /**
  * What a store reports for a dispatch, counted and written atomically. `counts` follow the
- * plan's limits up to the first one exceeded (the rest were not counted).
+ * plan's own limits, then its shared limits, up to the first one exceeded (the rest were not
+ * counted).
  */
 export type DispatchCounts =
   /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
@@ -30,10 +31,10 @@ export type DispatchCounts =
   | { kind: 'quota_exceeded', counts: WindowCount[], quota: QuotaDecision }
   | { kind: 'issued', counts: WindowCount[], quota: QuotaDecision }
 
-/** What a store reports for a verify. */
+/** What a store reports for a verify; `counts` as for a dispatch. */
 export type VerifyCounts =
   | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
-  /** No such token (never issued, expired, used, another tenant's): nothing else changed. */
+  /** No such token (never issued, expired, used, another tenant's): only the caller's own limits were counted. */
   | { kind: 'missing', counts: WindowCount[] }
   /** The token was consumed while its recipient is locked: not compared, not counted. */
   | { kind: 'locked', counts: WindowCount[] }
@@ -47,8 +48,8 @@ export interface AdmissionStore {
   verify (plan: VerifyPlan): Promise<VerifyCounts>
   /** Counts a refused request against the caller's limits, up to the first one exceeded. */
   count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
-  /** Ends a recipient's lock and forgets its run of failures; true when there was one. */
-  clearLockout (key: string): Promise<boolean>
+  /** Ends the locks of these lockout keys and forgets their runs of failures; true when there was one. */
+  clearLockout (keys: readonly string[]): Promise<boolean>
 }
 
 export type Headers = Record<string, string>
@@ -76,6 +77,13 @@ export type VerifyDecision =
 function seconds (ms: number): string {
   return String(Math.max(1, Math.ceil(ms / 1000)))
 }
+
+/**
+ * What a page hears when its dispatch meets a locked mailbox: a constant, in the words of
+ * every other 429 a page gets. The lock's own length would tell the stranger who caused it
+ * exactly when to lock the mailbox again.
+ */
+export const BROWSER_LOCKED_RETRY_SECONDS = 60
 
 /** What a limit's counter says in RateLimit-* headers, as @fastify/rate-limit sends them. */
 function rateLimitHeaders (limit: LimitHit, count: WindowCount): Headers {
@@ -131,15 +139,19 @@ export class AdmissionGate {
     if (counts.kind === 'collision') return counts
     if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(audience, counts.exceeded) }
     if (counts.kind === 'locked') {
+      if (audience === 'browser') {
+        const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
+        return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } } }
+      }
       const retry = seconds(counts.lockedForMs)
-      const message = audience === 'backend' ? `Too many wrong codes were entered for this address; retry in ${retry} s` : `Too many requests; retry in ${retry} s`
-      return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message, headers: { 'retry-after': retry } } }
+      return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many wrong codes were entered for this address; retry in ${retry} s`, headers: { 'retry-after': retry } } }
     }
     const { quota } = counts
+    const limits = [...plan.ownLimits, ...plan.sharedLimits]
     // A page never sees the tenant's billing volume.
     const headers = audience === 'backend'
-      ? { ...limitHeaders(audience, plan.limits, counts.counts), ...quotaHeaders(plan.quota.tenant.limit, quota, plan.quota.nowMs) }
-      : limitHeaders(audience, plan.limits, counts.counts)
+      ? { ...limitHeaders(audience, limits, counts.counts), ...quotaHeaders(plan.quota.tenant.limit, quota, plan.quota.nowMs) }
+      : limitHeaders(audience, limits, counts.counts)
     if (counts.kind === 'quota_exceeded') {
       const message = audience === 'backend'
         ? `The ${plan.quota.description} is used up until ${new Date(quota.resetMs).toISOString()}`
@@ -152,7 +164,7 @@ export class AdmissionGate {
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {
     const counts = await this.#store.verify(plan)
     if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(plan.audience, counts.exceeded) }
-    const headers = limitHeaders(plan.audience, plan.limits, counts.counts)
+    const headers = limitHeaders(plan.audience, [...plan.ownLimits, ...plan.sharedLimits], counts.counts)
     switch (counts.kind) {
       case 'mismatch': return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs, addressHash: counts.addressHash }
       case 'verified': return { kind: 'verified', headers, addressHash: counts.addressHash }
@@ -166,7 +178,7 @@ export class AdmissionGate {
     return exceeded === null ? null : limitRefusal(plan.audience, exceeded)
   }
 
-  async clearLockout (key: string): Promise<boolean> {
-    return await this.#store.clearLockout(key)
+  async clearLockout (keys: readonly string[]): Promise<boolean> {
+    return await this.#store.clearLockout(keys)
   }
 }

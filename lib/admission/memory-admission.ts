@@ -2,15 +2,23 @@ import { timingSafeEqual } from 'node:crypto'
 import type { MemoryQuotaStore } from '../quota/memory-quota-store.js'
 import type { MemoryTokenStore } from '../tokens/memory-token-store.js'
 import { splitRecord } from '../tokens/token-store.js'
+import { StoreFullError } from '../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { MemoryLockout } from './lockout.js'
-import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from './plan.js'
+import { lockoutShare, quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from './plan.js'
 import { MemoryVelocityCounter, type WindowCount } from './velocity.js'
 
-/** Velocity buckets kept in process; past this many the least recently seen are forgotten. */
-const VELOCITY_BUCKETS = 100_000
-/** Mailboxes whose run of failures is kept in process, least recently touched forgotten first. */
-const LOCKOUT_MAILBOXES = 100_000
+/**
+ * Velocity buckets kept in process per share (one kind of limit of one tenant and mode, or the
+ * mailbox cap of one mode); past this many the share's least recently hit are forgotten.
+ */
+export const VELOCITY_BUCKETS_PER_SHARE = 50_000
+/**
+ * Mailboxes whose run of failures is kept in process per share (one lane of one tenant and
+ * mode). A live run is never forgotten to make room: a full share refuses (503) what would
+ * need a new one, in that lane of that tenant only.
+ */
+export const LOCKOUT_STATES_PER_SHARE = 100_000
 
 function sameForm (stored: string, candidate: string): boolean {
   const a = Buffer.from(stored)
@@ -24,25 +32,32 @@ function sameForm (stored: string, candidate: string): boolean {
  * completion without yielding, so it is as atomic as a script.
  */
 export class MemoryAdmission implements AdmissionStore {
-  readonly #velocity = new MemoryVelocityCounter(VELOCITY_BUCKETS)
-  readonly #lockout = new MemoryLockout(LOCKOUT_MAILBOXES)
+  readonly #velocity: MemoryVelocityCounter
+  readonly #lockout: MemoryLockout
   readonly #tokens: MemoryTokenStore
   readonly #quota: MemoryQuotaStore
 
-  constructor (tokens: MemoryTokenStore, quota: MemoryQuotaStore) {
+  constructor (tokens: MemoryTokenStore, quota: MemoryQuotaStore, capacity: { velocityBucketsPerShare?: number, lockoutStatesPerShare?: number } = {}) {
+    this.#velocity = new MemoryVelocityCounter(capacity.velocityBucketsPerShare ?? VELOCITY_BUCKETS_PER_SHARE)
+    this.#lockout = new MemoryLockout({ statesPerShare: capacity.lockoutStatesPerShare ?? LOCKOUT_STATES_PER_SHARE, shareOf: lockoutShare })
     this.#tokens = tokens
     this.#quota = quota
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
-    const { limits, mailbox, lockoutKey, quota, token } = plan
+    const { mailbox, lockoutKey, quota, token } = plan
     const now = Date.now()
-    const { counts, exceeded } = this.#hit(limits, now)
+    const counts: WindowCount[] = []
+    const own = this.#hit(plan.ownLimits, now, counts)
+    if (own !== null) return { kind: 'limited', counts, exceeded: own }
     const lockedForMs = this.#lockout.lockedFor(lockoutKey, now)
     if (lockedForMs > 0) return { kind: 'locked', counts, lockedForMs }
-    if (exceeded !== null) return { kind: 'limited', counts, exceeded }
+    // A code whose wrong guess could not be counted must not be sent.
+    if (!this.#lockout.hasRoom(lockoutKey, now)) throw lockoutFull()
+    const shared = this.#hit(plan.sharedLimits, now, counts)
+    if (shared !== null) return { kind: 'limited', counts, exceeded: shared }
     if (mailbox !== null) {
-      const count = this.#velocity.hit(mailbox.bucket, mailbox.windowMs, now)
+      const count = this.#velocity.hit(mailbox.share, mailbox.bucket, mailbox.windowMs, now)
       if (count.current > mailbox.max) return { kind: 'limited', counts, exceeded: { limit: mailbox, count } }
     }
     const claims = quotaClaims(quota)
@@ -67,13 +82,20 @@ export class MemoryAdmission implements AdmissionStore {
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {
     const now = Date.now()
-    const { counts, exceeded } = this.#hit(plan.limits, now)
-    if (exceeded !== null) return { kind: 'limited', counts, exceeded }
-    const record = await this.#tokens.take(plan.tokenKey)
+    const counts: WindowCount[] = []
+    const own = this.#hit(plan.ownLimits, now, counts)
+    if (own !== null) return { kind: 'limited', counts, exceeded: own }
+    const record = this.#tokens.peek(plan.tokenKey)
     if (record === null) return { kind: 'missing', counts }
-    const { storedForm, recipientTag, addressHash } = splitRecord(record)
-    const lockoutKey = plan.lockout.keyPrefix + recipientTag
-    if (this.#lockout.lockedFor(lockoutKey, now) > 0) return { kind: 'locked', counts }
+    const shared = this.#hit(plan.sharedLimits, now, counts)
+    if (shared !== null) return { kind: 'limited', counts, exceeded: shared }
+    const { storedForm, laneSubject, addressHash } = splitRecord(record)
+    const lockoutKey = plan.lockout.keyPrefix + laneSubject
+    const locked = this.#lockout.lockedFor(lockoutKey, now) > 0
+    // Refused before the code is used: it stays for a later try.
+    if (!locked && !this.#lockout.hasRoom(lockoutKey, now)) throw lockoutFull()
+    this.#tokens.discard(plan.tokenKey)
+    if (locked) return { kind: 'locked', counts }
     let verified = false
     // Every form is compared, so timing does not tell which key matched.
     for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
@@ -85,21 +107,28 @@ export class MemoryAdmission implements AdmissionStore {
   }
 
   async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {
-    return this.#hit(plan.limits, Date.now())
-  }
-
-  async clearLockout (key: string): Promise<boolean> {
-    return this.#lockout.clear(key)
-  }
-
-  /** Counts the limits in order, up to the first one exceeded. */
-  #hit (limits: readonly LimitHit[], now: number): { counts: WindowCount[], exceeded: Exceeded | null } {
     const counts: WindowCount[] = []
-    for (const limit of limits) {
-      const count = this.#velocity.hit(limit.bucket, limit.windowMs, now)
-      counts.push(count)
-      if (count.current > limit.max) return { counts, exceeded: { limit, count } }
-    }
-    return { counts, exceeded: null }
+    const exceeded = this.#hit(plan.limits, Date.now(), counts)
+    return { counts, exceeded }
   }
+
+  async clearLockout (keys: readonly string[]): Promise<boolean> {
+    let cleared = false
+    for (const key of keys) if (this.#lockout.clear(key)) cleared = true
+    return cleared
+  }
+
+  /** Counts the limits in order into `counts`, up to the first one exceeded, which it returns. */
+  #hit (limits: readonly LimitHit[], now: number, counts: WindowCount[]): Exceeded | null {
+    for (const limit of limits) {
+      const count = this.#velocity.hit(limit.share, limit.bucket, limit.windowMs, now)
+      counts.push(count)
+      if (count.current > limit.max) return { limit, count }
+    }
+    return null
+  }
+}
+
+function lockoutFull (): StoreFullError {
+  return new StoreFullError('lockout share', 'Too many recipients have recent wrong codes; retry later')
 }

@@ -15,9 +15,9 @@ import type { RateLimit, VelocityLimits } from './velocity.js'
  * - `source`: the client, or the end user a backend forwards (End-User-IP), per address
  *   (IPv6 per prefix);
  * - `backend`: a backend that forwards its end users, per key and backend address;
- * - `recipient`: the recipient mailbox, per tenant;
+ * - `recipient`: the recipient mailbox, per tenant and lane;
  * - `key`: the API key;
- * - `mailbox`: the recipient mailbox across every tenant (the service-wide cap).
+ * - `mailbox`: the recipient mailbox across every tenant, per lane (the service-wide cap).
  */
 export type LimitName = 'source' | 'backend' | 'recipient' | 'key' | 'mailbox'
 
@@ -27,6 +27,13 @@ export interface LimitHit {
   bucket: string
   max: number
   windowMs: number
+  /**
+   * The share of the in-process counters the bucket lives in (memory-admission.ts): one per
+   * kind of limit and tenant scope, the service-wide mailbox cap one per mode. New buckets
+   * only ever displace old ones of their own share, so a flood through one tenant never
+   * resets another's counters. Redis keeps every bucket and ignores it.
+   */
+  share: string
 }
 
 /** One allowance counter a dispatch takes a unit of: the tenant's, or a restricted key's share. */
@@ -46,17 +53,41 @@ export interface QuotaClaim {
  */
 export type Audience = 'backend' | 'browser'
 
+/*
+ * Lanes. Each tenant and mode counts a mailbox in two lanes: the backend lane, for codes a
+ * secret key asked for (the partner's backend), and the browser lane, for codes a restricted
+ * key asked for (anyone holding the page's public key). The lane is chosen at dispatch and
+ * written into the code's record, so a wrong guess counts in the lane of the code it guessed,
+ * whoever sends it. Each lane has its own lockout, recipient bucket and service-wide mailbox
+ * bucket: a stranger, who holds only public keys and can only guess codes he asked for
+ * himself (requestIds are secret), can lock or fill the browser lane and never the backend
+ * lane, the owner's way in (see README, "Security model").
+ *
+ * The backend lane keeps the names the counters had before lanes (the bare recipient tag),
+ * so existing locks and counts go on applying to it, and a record without a lane is read as
+ * the backend lane's.
+ */
+
+/** The lane's name for a mailbox: what its lockout key and buckets end with, and what a record carries. */
+export function laneSubject (lane: Audience, recipientTag: string): string {
+  return lane === 'backend' ? recipientTag : `browser:${recipientTag}`
+}
+
 /**
  * Everything a dispatch must pass and write, decided together. The limits are counted in
- * order, up to the first one exceeded: a source past its own limit no longer counts against
- * the buckets it shares with others (the key's, the recipient's). Then the recipient's
- * lockout, the service-wide mailbox cap (counted only for a dispatch that passed everything
+ * order, up to the first one exceeded: the caller's own (`ownLimits`: its source, and a
+ * forwarding backend's address), then the lane's lockout, then the buckets it shares with
+ * other callers (`sharedLimits`: the recipient's in its lane, the key's). So a source past its
+ * own limit, or a dispatch to a locked mailbox, no longer counts against what other callers
+ * need. Then the service-wide mailbox cap (counted only for a dispatch that passed everything
  * else), the allowance (every claim, or none), and the new token.
  */
 export interface DispatchPlan {
   audience: Audience
-  limits: readonly LimitHit[]
+  ownLimits: readonly LimitHit[]
+  sharedLimits: readonly LimitHit[]
   mailbox: LimitHit | null
+  /** The mailbox's lockout state in the lane of the dispatching key. */
   lockoutKey: string
   /** The tenant's allowance and, for a restricted key, its own share: a unit of both or of none. */
   quota: { tenant: QuotaClaim, share: QuotaClaim | null, nowMs: number, description: string }
@@ -64,21 +95,28 @@ export interface DispatchPlan {
 }
 
 /**
- * A verify: the limits, then the token's consumption (whatever the guess), and, unless the
- * recipient is locked, the comparison and the recipient's run of failures (cleared by a right
- * guess, extended by a wrong one). `storedForms` is the record's hash part the guess would
- * have under each verifying key (empty for a malformed guess, which can match nothing).
+ * A verify: the caller's own limits; then, only if the requestId has a live code, the shared
+ * limits (the key's), the token's consumption (whatever the guess) and, unless the code's
+ * lane is locked, the comparison and the lane's run of failures (cleared by a right guess,
+ * extended by a wrong one). A verify of an unknown requestId costs the service nothing, so
+ * it counts only against the caller's own buckets: junk from any number of sources cannot
+ * fill the key's bucket. `storedForms` is the record's hash part the guess would have under
+ * each verifying key (empty for a malformed guess, which can match nothing).
  */
 export interface VerifyPlan {
   audience: Audience
-  limits: readonly LimitHit[]
+  ownLimits: readonly LimitHit[]
+  sharedLimits: readonly LimitHit[]
   tokenKey: string
   storedForms: readonly string[]
-  /** The recipient's state is `<prefix><recipient tag>`, the tag being read from the token. */
+  /** The lane's state is `<prefix><lane subject>`, the subject being read from the token. */
   lockout: { keyPrefix: string, policy: LockoutPolicy }
 }
 
-/** A request refused before admission (a bad address, say): it still counts as a request. */
+/**
+ * A request refused before admission (a bad address, say): it still counts as a request,
+ * against the caller's own buckets only, never against the key's that every caller shares.
+ */
 export interface RefusalPlan {
   audience: Audience
   limits: readonly LimitHit[]
@@ -111,34 +149,51 @@ const VELOCITY_PREFIX = 'rl:'
 
 function tenantLimit (policy: AdmissionPolicy, key: TenantKey, name: 'source' | 'backend' | 'recipient' | 'key', bucket: string): LimitHit {
   const { max, windowMs } = key.tenant.limits[name] ?? policy.limits[name]
-  return { name, bucket: `${VELOCITY_PREFIX}${name[0] ?? ''}:${scopeTag(key.tenant.id, key.mode)}:${bucket}`, max, windowMs }
+  const prefix = `${VELOCITY_PREFIX}${name[0] ?? ''}:${scopeTag(key.tenant.id, key.mode)}`
+  return { name, bucket: `${prefix}:${bucket}`, max, windowMs, share: prefix }
 }
 
-/** The caller's own buckets, in the order they are counted: source, backend, key. */
-function callerLimits (policy: AdmissionPolicy, requester: Requester): LimitHit[] {
+/** The caller's own buckets, in the order they are counted: source, then a forwarding backend's. */
+function ownLimits (policy: AdmissionPolicy, requester: Requester): LimitHit[] {
   const { key, sourceBucket, backendBucket } = requester
   const limits = [tenantLimit(policy, key, 'source', sourceBucket)]
   if (backendBucket !== null) limits.push(tenantLimit(policy, key, 'backend', `${key.id}:${backendBucket}`))
-  limits.push(tenantLimit(policy, key, 'key', key.id))
   return limits
 }
 
-function audienceOf (key: TenantKey): Audience {
+/** Who reads a key's answers, which is also the lane its codes go in. */
+export function audienceOf (key: TenantKey): Audience {
   return key.kind === 'restricted' ? 'browser' : 'backend'
 }
 
-/** Where a recipient's wrong guesses are counted, per tenant and mode. */
+/** Where a recipient's wrong guesses are counted, per tenant and mode; the lane subject follows. */
 export function lockoutKeyPrefix (tenantId: string, mode: KeyMode): string {
   return `lockout:${scopeTag(tenantId, mode)}:`
 }
 
+/** Both lanes' lockout keys of a mailbox, which a tenant's unlock clears together. */
+export function lockoutKeys (tenantId: string, mode: KeyMode, recipientTag: string): string[] {
+  const prefix = lockoutKeyPrefix(tenantId, mode)
+  return [prefix + laneSubject('backend', recipientTag), prefix + laneSubject('browser', recipientTag)]
+}
+
 /**
- * The service-wide bucket of a mailbox. Live and sandbox traffic are counted apart: sandbox
- * keys send no mail, and a public sandbox key must not use up a real person's allowance.
+ * The in-process share a lockout state belongs to: its tenant, mode and lane (the key up to
+ * its last `:`, since neither tenant ids nor recipient tags hold one).
  */
-function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, recipientTag: string): LimitHit | null {
+export function lockoutShare (lockoutKey: string): string {
+  return lockoutKey.slice(0, lockoutKey.lastIndexOf(':'))
+}
+
+/**
+ * The service-wide bucket of a mailbox in a lane. Live and sandbox traffic are counted apart:
+ * sandbox keys send no mail, and a public sandbox key must not use up a real person's
+ * allowance. Each lane has its own, so that strangers filling the browser lane's cap through
+ * several tenants' public keys cannot stop the partners' backends from reaching the owner.
+ */
+function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): LimitHit | null {
   if (policy.mailbox === null) return null
-  return { name: 'mailbox', bucket: `${VELOCITY_PREFIX}m:{mailbox:${mode}:${recipientTag}}`, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs }
+  return { name: 'mailbox', bucket: `${VELOCITY_PREFIX}m:{mailbox:${mode}:${subject}}`, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs, share: `${VELOCITY_PREFIX}m:${mode}` }
 }
 
 /** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */
@@ -156,16 +211,18 @@ export interface DispatchRequest extends Requester {
 export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest): DispatchPlan {
   const { key, recipientTag, token, nowMs } = request
   const { tenant, mode } = key
-  const [source, ...rest] = callerLimits(policy, request)
+  const audience = audienceOf(key)
+  const subject = laneSubject(audience, recipientTag)
   const allowance = tenant.tier[mode]
   const scope = tenantScope(tenant.id, mode)
   return {
-    audience: audienceOf(key),
-    // The recipient's bucket right after the caller's own source: a source past its limit
-    // can no longer fill a recipient's bucket for everyone else.
-    limits: [...(source === undefined ? [] : [source]), tenantLimit(policy, key, 'recipient', recipientTag), ...rest],
-    mailbox: mailboxLimit(policy, mode, recipientTag),
-    lockoutKey: lockoutKeyPrefix(tenant.id, mode) + recipientTag,
+    audience,
+    ownLimits: ownLimits(policy, request),
+    // The recipient's bucket before the key's: a dispatch refused for its recipient does not
+    // use up the key's bucket for every other caller.
+    sharedLimits: [tenantLimit(policy, key, 'recipient', subject), tenantLimit(policy, key, 'key', key.id)],
+    mailbox: mailboxLimit(policy, mode, subject),
+    lockoutKey: lockoutKeyPrefix(tenant.id, mode) + subject,
     quota: {
       tenant: { scope, share: null, limit: allowance.limit, window: allowance.window },
       share: key.allowanceShare === null ? null : { scope, share: key.id, limit: Math.floor(allowance.limit * key.allowanceShare), window: allowance.window },
@@ -185,7 +242,8 @@ export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): Ve
   const { key, tokenKey, storedForms } = request
   return {
     audience: audienceOf(key),
-    limits: callerLimits(policy, request),
+    ownLimits: ownLimits(policy, request),
+    sharedLimits: [tenantLimit(policy, key, 'key', key.id)],
     tokenKey,
     storedForms,
     lockout: { keyPrefix: lockoutKeyPrefix(key.tenant.id, key.mode), policy: policy.lockout }
@@ -193,5 +251,5 @@ export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): Ve
 }
 
 export function refusalPlan (policy: AdmissionPolicy, requester: Requester): RefusalPlan {
-  return { audience: audienceOf(requester.key), limits: callerLimits(policy, requester) }
+  return { audience: audienceOf(requester.key), limits: ownLimits(policy, requester) }
 }

@@ -25,13 +25,13 @@ const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } a
  */
 
 /**
- * Counts KEYS[first..] with max and window ms in ARGV[firstArg + 2(i - first)] and the next,
- * in order, up to the first one exceeded; appends count and ms left of each to `reply`.
+ * Counts KEYS[first..last] with max and window ms in ARGV[firstArg + 2(i - first)] and the
+ * next, in order, up to the first one exceeded; appends count and ms left of each to `reply`.
  * Returns the 1-based position of the exceeded limit (0: none).
  */
 const HIT_LIMITS_LUA = `
-local function hitLimits (first, firstArg, reply)
-  for i = first, #KEYS do
+local function hitLimits (first, last, firstArg, reply)
+  for i = first, last do
     local arg = firstArg + 2 * (i - first)
     local current, ttl = hitLimit(KEYS[i], ARGV[arg + 1])
     reply[#reply + 1] = current
@@ -44,10 +44,10 @@ end
 
 /**
  * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
- * when counted here, then one bucket per limit.
+ * when counted here, then one bucket per limit (the caller's own, then the shared ones).
  * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
- * limit and expiry (epoch ms) per quota counter, max and window ms of the mailbox bucket, then
- * max and window ms per limit.
+ * number of own limits o, limit and expiry (epoch ms) per quota counter, max and window ms of
+ * the mailbox bucket, then max and window ms per limit.
  * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  */
@@ -55,21 +55,30 @@ const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${RESERVE_Q
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
 local quotas = tonumber(ARGV[3])
 local mailboxes = tonumber(ARGV[4])
+local own = tonumber(ARGV[5])
+local firstLimit = 3 + quotas + mailboxes
+local firstLimitArg = 6 + 2 * (quotas + mailboxes)
 local reply = { ${DISPATCH.issued}, 0, 0, 0 }
-local exceeded = hitLimits(3 + quotas + mailboxes, 5 + 2 * (quotas + mailboxes), reply)
+local exceeded = hitLimits(firstLimit, firstLimit + own - 1, firstLimitArg, reply)
+if exceeded > 0 then
+  reply[1] = ${DISPATCH.limited}
+  reply[2] = exceeded
+  return reply
+end
 local lockedMs = lockedFor(KEYS[2], lockoutNow())
 if lockedMs > 0 then
   reply[1] = ${DISPATCH.locked}
   reply[2] = lockedMs
   return reply
 end
+exceeded = hitLimits(firstLimit + own, #KEYS, firstLimitArg + 2 * own, reply)
 if exceeded > 0 then
   reply[1] = ${DISPATCH.limited}
-  reply[2] = exceeded
+  reply[2] = own + exceeded
   return reply
 end
 if mailboxes == 1 then
-  local arg = 5 + 2 * quotas
+  local arg = 6 + 2 * quotas
   local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
   if current > tonumber(ARGV[arg]) then
     reply[1] = ${DISPATCH.mailboxLimited}
@@ -78,7 +87,7 @@ if mailboxes == 1 then
     return reply
   end
 end
-local allowed, used = reserveQuotas(3, quotas, 5)
+local allowed, used = reserveQuotas(3, quotas, 6)
 reply[3] = allowed
 reply[4] = used
 if allowed == 0 then
@@ -104,11 +113,13 @@ return { 0 }
 `
 
 /**
- * KEYS: token, then one bucket per limit.
+ * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
+ * when the requestId has a live code).
  * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
- * of stored forms n, the n stored forms, then max and window ms per limit.
+ * of stored forms n, number of own limits o, the n stored forms, then max and window ms per
+ * limit.
  * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
- * and ms left per limit }.
+ * and ms left per limit counted }.
  *
  * The comparison is plain string equality on keyed hashes: its timing could only tell how
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
@@ -116,17 +127,25 @@ return { 0 }
  */
 const VERIFY_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
 local forms = tonumber(ARGV[6])
+local own = tonumber(ARGV[7])
+local firstLimitArg = forms + 8
 local reply = { ${VERIFY.limited}, 0, 0, '' }
-local exceeded = hitLimits(2, forms + 7, reply)
+local exceeded = hitLimits(2, 1 + own, firstLimitArg, reply)
 if exceeded > 0 then
   reply[2] = exceeded
   return reply
 end
-local record = takeToken(KEYS[1])
+local record = readToken(KEYS[1])
 if not record then
   reply[1] = ${VERIFY.missing}
   return reply
 end
+exceeded = hitLimits(2 + own, #KEYS, firstLimitArg + 2 * own, reply)
+if exceeded > 0 then
+  reply[2] = own + exceeded
+  return reply
+end
+dropToken(KEYS[1])
 local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
 if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
 reply[1] = ${VERIFY.mismatch}
@@ -140,7 +159,7 @@ if lockedFor(lockoutKey, now) > 0 then
 end
 local verified = false
 for f = 1, forms do
-  if ARGV[6 + f] == stored then verified = true end
+  if ARGV[7 + f] == stored then verified = true end
 end
 if verified then
   clearLockout(lockoutKey)
@@ -154,7 +173,7 @@ return reply
 /** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
 const COUNT_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
 local reply = { 0 }
-reply[1] = hitLimits(1, 1, reply)
+reply[1] = hitLimits(1, #KEYS, 1, reply)
 return reply
 `
 
@@ -252,12 +271,13 @@ export class RedisAdmission implements AdmissionStore {
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
-    const { limits, lockoutKey, quota, token } = plan
+    const { lockoutKey, quota, token } = plan
+    const limits = [...plan.ownLimits, ...plan.sharedLimits]
     const counters = quotaClaims(quota).map((claim) => ({ limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }))
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
     const keys = [token.key, lockoutKey, ...slots.map((slot) => slot.key)]
-    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1']
+    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length)]
     for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
     if (mailbox !== null) {
       keys.push(mailbox.bucket)
@@ -300,14 +320,15 @@ export class RedisAdmission implements AdmissionStore {
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {
     const { policy, keyPrefix } = plan.lockout
+    const limits = [...plan.ownLimits, ...plan.sharedLimits]
     const keys = [plan.tokenKey]
-    const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), ...plan.storedForms]
-    limitArgs(plan.limits, keys, args)
+    const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
+    limitArgs(limits, keys, args)
     const { raw, reply, text } = await this.#run('verify', keys, args, 3)
     const hits = counts(reply, 4)
     const addressHash = text === '' ? null : text
     switch (reply[0]) {
-      case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(plan.limits, hits, reply[1], 'verify', raw) }
+      case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'verify', raw) }
       case VERIFY.missing: return { kind: 'missing', counts: hits }
       case VERIFY.locked: return { kind: 'locked', counts: hits }
       case VERIFY.verified: return { kind: 'verified', counts: hits, addressHash }
@@ -326,7 +347,8 @@ export class RedisAdmission implements AdmissionStore {
     return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
   }
 
-  async clearLockout (key: string): Promise<boolean> {
-    return await storeCall('lockout clear', async () => await this.#client.del(key)) > 0
+  /** One DEL: a mailbox's lanes share their tenant's hash tag, so on a Cluster they live in one slot. */
+  async clearLockout (keys: readonly string[]): Promise<boolean> {
+    return await storeCall('lockout clear', async () => await this.#client.del(...keys)) > 0
   }
 }

@@ -1,4 +1,4 @@
-import { LruMap } from 'toad-cache'
+import { ShareLru } from '../memory/share-lru.js'
 import { parseWindow } from '../quota/window.js'
 
 /** A velocity limit: at most `max` requests per `windowMs`. */
@@ -56,24 +56,26 @@ end
 `
 
 /**
- * The in-process twin of HIT_LIMIT_LUA, for the embedded default. Buckets live in an LRU map
- * (toad-cache, as @fastify/rate-limit's own in-memory store): past `maxBuckets` the least
- * recently hit are forgotten, which bounds memory under a flood of distinct sources.
+ * The in-process twin of HIT_LIMIT_LUA, for the embedded default. Buckets live in shares
+ * (plan.ts names them: one per kind of limit and tenant scope), each an LRU map of
+ * `bucketsPerShare`: past it the least recently hit buckets of that share are forgotten,
+ * which bounds memory under a flood of distinct sources without letting a flood through one
+ * tenant reset another's counters.
  */
 export class MemoryVelocityCounter {
-  readonly #buckets: LruMap<{ count: number, endsAtMs: number }>
+  readonly #buckets: ShareLru<{ count: number, endsAtMs: number }>
 
-  constructor (maxBuckets: number) {
-    this.#buckets = new LruMap(maxBuckets)
+  constructor (bucketsPerShare: number) {
+    this.#buckets = new ShareLru(bucketsPerShare)
   }
 
-  hit (bucket: string, windowMs: number, nowMs = Date.now()): WindowCount {
-    const entry = this.#buckets.get(bucket)
+  hit (share: string, bucket: string, windowMs: number, nowMs = Date.now()): WindowCount {
+    const entry = this.#buckets.get(share, bucket)
     if (entry === undefined || entry.endsAtMs <= nowMs) {
-      this.#buckets.set(bucket, { count: 1, endsAtMs: nowMs + windowMs })
+      this.#buckets.set(share, bucket, { count: 1, endsAtMs: nowMs + windowMs })
       return { current: 1, ttlMs: windowMs }
     }
-    // get() has already moved the bucket to the recent end of the LRU order.
+    // get() has already moved the bucket to the recent end of its share's LRU order.
     entry.count++
     return { current: entry.count, ttlMs: entry.endsAtMs - nowMs }
   }

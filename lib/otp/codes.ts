@@ -42,18 +42,18 @@ export interface MintedCode {
 }
 
 /**
- * Mints a code bound to its tenant, mode and requestId. The record carries the recipient's
- * tag so that wrong guesses can be counted per mailbox, and the tenant's address hash for the
- * receipt of a right guess.
+ * Mints a code bound to its tenant, mode and requestId. The record carries the mailbox as its
+ * lane counts it (`laneSubject`) so that wrong guesses can be counted per mailbox and lane,
+ * and the tenant's address hash for the receipt of a right guess.
  */
-export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, recipientTag: string, addressHash: string): MintedCode {
+export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, laneSubject: string, addressHash: string): MintedCode {
   const requestId = generateRequestId()
   const code = generateCode()
   return {
     requestId,
     code,
     tokenKey: tokenKey(tenantId, mode, requestId),
-    record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), recipientTag, addressHash)
+    record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), laneSubject, addressHash)
   }
 }
 

@@ -1,4 +1,4 @@
-import { dispatchPlan, lockoutKeyPrefix, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { Backend } from '../backend.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -116,7 +116,7 @@ export class OtpService {
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const requester = this.#requester(caller)
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-      const minted = mintCode(signer, tenant.id, mode, recipientTag, addressHash)
+      const minted = mintCode(signer, tenant.id, mode, laneSubject(audienceOf(key), recipientTag), addressHash)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
         ...requester,
@@ -216,16 +216,16 @@ export class OtpService {
   }
 
   /**
-   * Ends the lock of a recipient mailbox in the key's mode and forgets its wrong guesses (a
-   * tenant that has verified its user another way). True when the mailbox had a lock or a run
-   * of failures.
+   * Ends the locks of a recipient mailbox in the key's mode, in both lanes, and forgets its
+   * wrong guesses (a tenant that has verified its user another way). True when the mailbox had
+   * a lock or a run of failures in either lane.
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
     const checked = validateEmail(address)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
     const tag = this.#options.signer.tag(checked.email.canonical)
-    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeyPrefix(key.tenant.id, key.mode) + tag)
+    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, tag))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
   }

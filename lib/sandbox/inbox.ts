@@ -1,3 +1,4 @@
+import { ShareLru } from '../memory/share-lru.js'
 import type { RedisClient } from '../redis/client.js'
 import { storeCall } from '../store-errors.js'
 
@@ -23,34 +24,32 @@ export interface SandboxInbox {
 export const SANDBOX_RETENTION_MS = 60 * 60 * 1000
 /** Per address: enough for any test flow, small enough to bound memory. */
 export const SANDBOX_MESSAGES_PER_ADDRESS = 20
-const MEMORY_MAX_ADDRESSES = 10_000
-
-function boxKey (tenantId: string, address: string): string {
-  return `${tenantId}\0${address.toLowerCase()}`
-}
+/**
+ * Addresses whose messages one tenant keeps in process: past it, that tenant's least recently
+ * written box goes, never another tenant's (sandbox keys can be public, the demo key is).
+ */
+export const MEMORY_ADDRESSES_PER_TENANT = 1000
 
 function fresh (message: SandboxMessage, now: number): boolean {
   return Date.parse(message.createdAt) > now - SANDBOX_RETENTION_MS
 }
 
 export class MemorySandboxInbox implements SandboxInbox {
-  readonly #boxes = new Map<string, SandboxMessage[]>()
+  readonly #boxes: ShareLru<SandboxMessage[]>
+
+  constructor (addressesPerTenant = MEMORY_ADDRESSES_PER_TENANT) {
+    this.#boxes = new ShareLru(addressesPerTenant)
+  }
 
   async add (tenantId: string, message: SandboxMessage): Promise<void> {
-    const key = boxKey(tenantId, message.to)
-    const box = [message, ...(this.#boxes.get(key) ?? [])].slice(0, SANDBOX_MESSAGES_PER_ADDRESS)
-    // Re-inserting keeps the map ordered by last use; the oldest box goes first when full.
-    this.#boxes.delete(key)
-    this.#boxes.set(key, box)
-    if (this.#boxes.size > MEMORY_MAX_ADDRESSES) {
-      const oldest = this.#boxes.keys().next().value
-      if (oldest !== undefined) this.#boxes.delete(oldest)
-    }
+    const address = message.to.toLowerCase()
+    const box = [message, ...(this.#boxes.get(tenantId, address) ?? [])].slice(0, SANDBOX_MESSAGES_PER_ADDRESS)
+    this.#boxes.set(tenantId, address, box)
   }
 
   async list (tenantId: string, address: string): Promise<SandboxMessage[]> {
     const now = Date.now()
-    return (this.#boxes.get(boxKey(tenantId, address)) ?? []).filter((message) => fresh(message, now))
+    return (this.#boxes.get(tenantId, address.toLowerCase()) ?? []).filter((message) => fresh(message, now))
   }
 }
 

@@ -1,88 +1,136 @@
 import { StoreFullError } from '../store-errors.js'
-import type { TokenStore } from './token-store.js'
+import { tokenScope, type TokenStore } from './token-store.js'
 
 export interface MemoryTokenStoreOptions {
-  maxTokens: number
+  /** Cap on live codes per tenant scope (tenant and mode). */
+  maxTokensPerScope: number
   sweepIntervalMs?: number
   now?: () => number
 }
 
-// A sweep tick stops after this many live entries, so one tick never blocks the event loop
-// for long however many tokens are stored.
-const SWEEP_LIVE_BUDGET = 1024
+// A sweep tick stops after this many live entries of each scope, so one tick never blocks
+// the event loop for long however many tokens are stored.
+const SWEEP_LIVE_BUDGET = 64
+/** A full scope is scanned whole for expired tokens at most this often. */
+const FULL_SCOPE_SWEEP_MS = 1000
+
+interface Scope {
+  entries: Map<string, string>
+  nextFullSweepMs: number
+}
 
 /**
- * Tokens in one process. Each entry is a single string `expiresAt|record` (one object per
- * token keeps the heap small at a million tokens). Map order is insertion order, and
- * insertion order is nearly expiry order, so the sweep walks from the oldest entry.
+ * Tokens in one process, capped per tenant scope: a tenant that reaches its cap gets 503 for
+ * its own dispatches while every other tenant goes on (a single cap for all would let one
+ * tenant's flood refuse everyone's codes). Each entry is a single string `expiresAt|record`
+ * (one object per token keeps the heap small at a million tokens). A scope's map order is
+ * insertion order, and within a tenant insertion order is expiry order (one lifetime per
+ * tenant), so the sweep walks each scope from its oldest entry.
  */
 export class MemoryTokenStore implements TokenStore {
-  readonly #entries = new Map<string, string>()
-  readonly #maxTokens: number
+  readonly #scopes = new Map<string, Scope>()
+  readonly #maxTokensPerScope: number
   readonly #now: () => number
   readonly #timer: NodeJS.Timeout
+  #closed = false
 
   constructor (options: MemoryTokenStoreOptions) {
-    this.#maxTokens = options.maxTokens
+    this.#maxTokensPerScope = options.maxTokensPerScope
     this.#now = options.now ?? Date.now
     this.#timer = setInterval(() => { this.sweep(SWEEP_LIVE_BUDGET) }, options.sweepIntervalMs ?? 1000)
     this.#timer.unref()
   }
 
   get size (): number {
-    return this.#entries.size
+    let size = 0
+    for (const scope of this.#scopes.values()) size += scope.entries.size
+    return size
   }
 
   async put (key: string, record: string, ttlMs: number): Promise<boolean> {
     const now = this.#now()
-    const existing = this.#entries.get(key)
+    const scope = this.#scope(key)
+    const existing = scope.entries.get(key)
     if (existing !== undefined && expiresAt(existing) > now) return false
-    if (this.#entries.size >= this.#maxTokens && existing === undefined) {
-      this.sweep(Number.POSITIVE_INFINITY)
-      if (this.#entries.size >= this.#maxTokens) throw new StoreFullError()
+    if (existing === undefined && scope.entries.size >= this.#maxTokensPerScope) {
+      // Scanned at most once a second: a tenant at its cap must not cost every request a full scan.
+      if (now >= scope.nextFullSweepMs) {
+        scope.nextFullSweepMs = now + FULL_SCOPE_SWEEP_MS
+        sweepScope(scope, now, Number.POSITIVE_INFINITY)
+      }
+      if (scope.entries.size >= this.#maxTokensPerScope) throw new StoreFullError()
     }
     // Re-inserting moves the key to the end, keeping the map in expiry order for the sweep.
-    this.#entries.delete(key)
-    this.#entries.set(flat(key), flat(`${now + ttlMs}|${record}`))
+    scope.entries.delete(key)
+    scope.entries.set(flat(key), flat(`${now + ttlMs}|${record}`))
     return true
   }
 
-  async take (key: string): Promise<string | null> {
-    const entry = this.#entries.get(key)
+  /** The record of a live token, left in place (admission counts the key's bucket only for live codes). */
+  peek (key: string): string | null {
+    const entry = this.#scopes.get(tokenScope(key))?.entries.get(key)
     if (entry === undefined) return null
-    this.#entries.delete(key)
     const separator = entry.indexOf('|')
     return Number(entry.slice(0, separator)) > this.#now() ? entry.slice(separator + 1) : null
   }
 
-  async delete (key: string): Promise<void> {
-    this.#entries.delete(key)
+  async take (key: string): Promise<string | null> {
+    const record = this.peek(key)
+    this.discard(key)
+    return record
   }
 
-  /** Drops expired entries from the oldest on, until `liveBudget` live ones were passed. */
+  async delete (key: string): Promise<void> {
+    this.discard(key)
+  }
+
+  /** Removes the token at once (admission consumes a peeked code in the same synchronous step). */
+  discard (key: string): void {
+    this.#scopes.get(tokenScope(key))?.entries.delete(key)
+  }
+
+  /** Drops expired entries from each scope's oldest on, until `liveBudget` live ones of it were passed. */
   sweep (liveBudget: number): number {
     const now = this.#now()
     let removed = 0
-    let live = 0
-    for (const [key, entry] of this.#entries) {
-      if (expiresAt(entry) <= now) {
-        this.#entries.delete(key)
-        removed++
-      } else if (++live >= liveBudget) {
-        break
-      }
-    }
+    for (const scope of this.#scopes.values()) removed += sweepScope(scope, now, liveBudget)
     return removed
   }
 
+  /** Always, until closed: a tenant at its cap is refused on its own, and takes nobody out of rotation. */
   async ready (): Promise<boolean> {
-    return this.#entries.size < this.#maxTokens
+    return !this.#closed
   }
 
   async close (): Promise<void> {
+    this.#closed = true
     clearInterval(this.#timer)
-    this.#entries.clear()
+    this.#scopes.clear()
   }
+
+  #scope (key: string): Scope {
+    const name = tokenScope(key)
+    let scope = this.#scopes.get(name)
+    if (scope === undefined) {
+      scope = { entries: new Map(), nextFullSweepMs: 0 }
+      this.#scopes.set(flat(name), scope)
+    }
+    return scope
+  }
+}
+
+function sweepScope ({ entries }: Scope, now: number, liveBudget: number): number {
+  let removed = 0
+  let live = 0
+  for (const [key, entry] of entries) {
+    if (expiresAt(entry) <= now) {
+      entries.delete(key)
+      removed++
+    } else if (++live >= liveBudget) {
+      break
+    }
+  }
+  return removed
 }
 
 /**

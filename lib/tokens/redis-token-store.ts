@@ -6,8 +6,9 @@ import type { TokenStore } from './token-store.js'
  * The token write and take as Lua functions, for the admission scripts that fold them into
  * a dispatch's or a verify's one round trip (lib/admission/redis-admission.ts):
  * `tokenExists` before anything is counted (a taken requestId is a retry with a new one),
- * `writeToken` with its expiry in one SET, `takeToken` as GETDEL, so a code is consumed
- * atomically by the first verify, right or wrong.
+ * `writeToken` with its expiry in one SET, `readToken` and `dropToken` in the same script, so
+ * a code is consumed atomically by the first verify, right or wrong, and a verify refused
+ * between the two (the key's bucket) leaves it in place.
  */
 export const TOKEN_LUA = `
 local function tokenExists (key)
@@ -16,8 +17,11 @@ end
 local function writeToken (key, record, ttlMs)
   redis.call('SET', key, record, 'PX', ttlMs)
 end
-local function takeToken (key)
-  return redis.call('GETDEL', key)
+local function readToken (key)
+  return redis.call('GET', key)
+end
+local function dropToken (key)
+  redis.call('DEL', key)
 end
 `
 

@@ -27,20 +27,28 @@ export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): s
 }
 
 /**
- * What a token holds: the code's stored form (`keyId.mac`), the keyed tag of the recipient's
- * mailbox (wrong guesses are counted per mailbox) and the tenant's keyed hash of the address
- * (for the receipt and the events of its verify, which knows only the requestId). Keyed
- * hashes all three, never the code or the address.
+ * What a token holds: the code's stored form (`keyId.mac`), the mailbox as its lane counts it
+ * (the keyed tag of the recipient's mailbox, prefixed by `browser:` for a code a restricted
+ * key asked for: see lib/admission/plan.ts, "Lanes"), since wrong guesses are counted per
+ * mailbox and lane, and the tenant's keyed hash of the address (for the receipt and the events
+ * of its verify, which knows only the requestId). Keyed hashes all three, never the code or
+ * the address.
  */
-export function tokenRecord (storedForm: string, recipientTag: string, addressHash: string): string {
-  return `${storedForm}|${recipientTag}|${addressHash}`
+export function tokenRecord (storedForm: string, laneSubject: string, addressHash: string): string {
+  return `${storedForm}|${laneSubject}|${addressHash}`
 }
 
 /**
  * The parts of a record. A record written before records carried the address hash has two
- * parts; its hash is null.
+ * parts; its hash is null. A record written before lanes carries the bare tag: the backend
+ * lane's subject.
  */
-export function splitRecord (record: string): { storedForm: string, recipientTag: string, addressHash: string | null } {
-  const [storedForm = '', recipientTag = '', addressHash = null] = record.split('|', 3)
-  return { storedForm, recipientTag, addressHash }
+export function splitRecord (record: string): { storedForm: string, laneSubject: string, addressHash: string | null } {
+  const [storedForm = '', laneSubject = '', addressHash = null] = record.split('|', 3)
+  return { storedForm, laneSubject, addressHash }
+}
+
+/** The tenant scope (`{acme:live}`) of a token's key: what the in-process store caps tokens per. */
+export function tokenScope (key: string): string {
+  return key.slice(0, key.indexOf('}') + 1)
 }

@@ -28,11 +28,20 @@ export default fp(async function rateLimitPlugin (fastify) {
   })
 }, { name: 'rate-limit', dependencies: ['config', 'redis', 'client-address'], fastify: '5.x' })
 
+/**
+ * Keys one account route remembers in process: more than any tenants file holds, so that no
+ * key's count is forgotten to make room for another's. Only authenticated keys reach these
+ * counters, and each route has its own table, apart from the per-address tables of the public
+ * routes that strangers can fill.
+ */
+const ACCOUNT_KEYS_PER_ROUTE = 100_000
+
 /** A route's limit per API key (the route runs after authentication). */
 export function perKey (limit: { max: number, windowMs: number }): RateLimitOptions {
   return {
     max: limit.max,
     timeWindow: limit.windowMs,
+    cache: ACCOUNT_KEYS_PER_ROUTE,
     hook: 'preHandler',
     keyGenerator: (request: FastifyRequest) => request.auth === null ? request.clientAddress : `${request.auth.tenant.id}:${request.auth.mode}:${request.auth.id}`
   }

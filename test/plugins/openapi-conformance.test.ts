@@ -160,13 +160,15 @@ t.test('every answer the service sends is the one the document describes', async
   await exchange(main.app, 'previewTemplate', 'not JSON', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
   await dispatch('End-User-IP from a restricted key', keys.acmeBrowser, 'a@example.com', { origin: 'https://app.acme.test', 'end-user-ip': '198.51.100.1' })
 
-  // Velocity limits: 429 with the limit's state. The second dispatch stops at its recipient's
-  // bucket, so the key's counts the first dispatch and the two verifies.
+  // Velocity limits: 429 with the limit's state. The key's bucket counts the two dispatches
+  // that reach it (the one stopped at its recipient's bucket does not) and the verify of a live
+  // code; a verify of an unknown requestId counts only the caller's own bucket.
   const limited = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_RECIPIENT: '1/1m', RATE_LIMIT_KEY: '2/1m', RATE_LIMIT_ACCOUNT: '1/1m', RATE_LIMIT_PUBLIC: '1/1m' })
-  await dispatch('first', keys.acmeLive, 'dora@example.com', {}, limited.app)
+  const dora = await dispatch('first', keys.acmeLive, 'dora@example.com', {}, limited.app)
   await dispatch('recipient limit', keys.acmeLive, 'dora@example.com', {}, limited.app)
+  await dispatch('second', keys.acmeLive, 'eve@example.com', {}, limited.app)
   await verify('wrong code', keys.acmeLive, { requestId: 'abc', userGuess: '000000' }, {}, limited.app)
-  await verify('key limit', keys.acmeLive, { requestId: 'abc', userGuess: '000000' }, {}, limited.app)
+  await verify('key limit', keys.acmeLive, { requestId: dora.json().data.requestId, userGuess: '000000' }, {}, limited.app)
   for (const what of ['first', 'account limit']) {
     await get('getUsage', what, '/usage', keys.acmeTest, {}, limited.app)
     await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)

@@ -33,3 +33,26 @@ t.test('routes outside the OTP admission step have limits of their own, shared t
   t.same(ready, [200, 200, 200, 200, 429], '/readyz pings the stores: limited per address too')
   t.equal((await get(portA, '/healthz', {}, '127.0.0.84')).status, 200, 'liveness is never limited')
 })
+
+t.test('in process, a flood from fresh addresses on public routes forgets no key\'s account limit', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_ACCOUNT: '3/1m', RATE_LIMIT_PUBLIC: '1000/1m' })
+  const port = await listenApp(app)
+  const get = async (path: string, headers: Record<string, string>, localAddress: string) => await send({ port, localAddress, method: 'GET', path, headers })
+  t.equal((await get('/usage', bearer(keys.acmeLive), '127.0.0.85')).status, 200)
+  t.equal((await get('/usage', bearer(keys.acmeLive), '127.0.0.85')).status, 200)
+  // More fresh addresses than @fastify/rate-limit's in-memory table holds by default (5,000).
+  const flood = 6000
+  let answered = 0
+  for (let batch = 0; batch < flood; batch += 50) {
+    const statuses = await Promise.all(Array.from({ length: 50 }, async (_, i) => {
+      const n = batch + i
+      return (await get(n % 2 === 0 ? '/readyz' : `/scan/${n}`, {}, `127.2.${n >> 8}.${n & 255}`)).status
+    }))
+    answered += statuses.filter((status) => status === 200 || status === 404).length
+  }
+  t.equal(answered, flood, 'every fresh address was counted (none was limited)')
+  const after = await get('/usage', bearer(keys.acmeLive), '127.0.0.85')
+  t.same([after.status, after.headers['ratelimit-remaining']], [200, '0'], 'the key\'s count survived: its third call of the window')
+  t.equal((await get('/usage', bearer(keys.acmeLive), '127.0.0.86')).status, 429, 'and its fourth is refused')
+})

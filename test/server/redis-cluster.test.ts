@@ -147,13 +147,14 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const admission = new RedisAdmission(client)
       for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
         const tag = `{${scope}}`
-        const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000 }]
+        const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000, share: `rl:r:${tag}` }]
         const lockout = { keyPrefix: `lockout:${tag}:`, policy: { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 } }
         const dispatch = async (requestId: string) => await admission.dispatch({
           audience: 'backend',
-          limits,
+          ownLimits: [],
+          sharedLimits: limits,
           // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
-          mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000 },
+          mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000, share: 'rl:m:live' },
           lockoutKey: `lockout:${tag}:ada`,
           quota: {
             tenant: { scope, share: null, limit: 1000, window: hour },
@@ -164,7 +165,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
           token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>
-          await admission.verify({ audience: 'backend', limits, tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
 
         t.equal((await dispatch('a')).kind, 'issued', scope)
         t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
@@ -187,7 +188,8 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const scopes = Array.from({ length: 12 }, (_, i) => `tenant${i}:live`)
       const verdicts = await Promise.all(scopes.map(async (scope) => await admission.dispatch({
         audience: 'backend',
-        limits: [{ name: 'source', bucket: `rl:s:{${scope}}:x`, max: 100, windowMs: 60_000 }],
+        ownLimits: [{ name: 'source', bucket: `rl:s:{${scope}}:x`, max: 100, windowMs: 60_000, share: `rl:s:{${scope}}` }],
+        sharedLimits: [],
         mailbox: null,
         lockoutKey: `lockout:{${scope}}:ada`,
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
@@ -203,8 +205,9 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const quota = new RedisQuotaStore(client)
       const dispatch = async (requestId: string) => await admission.dispatch({
         audience: 'backend',
-        limits: [],
-        mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000 },
+        ownLimits: [],
+        sharedLimits: [],
+        mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000, share: 'rl:m:live' },
         lockoutKey: `lockout:${tag}:capped`,
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
         token: { key: `otp:${tag}:${requestId}`, record: 'k1.x|capped', ttlMs: 60_000 }

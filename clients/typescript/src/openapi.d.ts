@@ -475,10 +475,14 @@ export interface components {
                 tokenStore: {
                     ok: boolean;
                     kind: string;
+                    /** @description Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys). */
+                    reason?: string;
                 };
                 mailer: {
                     ok: boolean;
                     kind: string;
+                    /** @description Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys). */
+                    reason?: string;
                 };
             };
             /** @description Size and age of each network block list; a list whose refresh fails keeps serving its last good version. Only for callers with METRICS_TOKEN, and on the internal listener. */
@@ -622,7 +626,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready: the token store answers (a Redis PING when Redis is configured) and the mailer is configured and open. The mail provider itself is not probed. */
+            /** @description Ready: the token store answers (a Redis PING when Redis is configured, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
             200: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */

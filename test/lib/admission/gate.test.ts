@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { AdmissionGate, type AdmissionStore } from '../../../lib/admission/gate.js'
+import { AdmissionGate, BROWSER_LOCKED_RETRY_SECONDS, type AdmissionStore } from '../../../lib/admission/gate.js'
 import { MemoryAdmission } from '../../../lib/admission/memory-admission.js'
 import type { LockoutPolicy } from '../../../lib/admission/lockout.js'
 import type { DispatchPlan, LimitHit, LimitName, VerifyPlan } from '../../../lib/admission/plan.js'
@@ -29,7 +29,7 @@ const SCOPE = 'acme:live'
 const TAG = `{${SCOPE}}`
 
 function limit (name: LimitName, max: number): LimitHit {
-  return { name, bucket: `rl:${name}:${TAG}:x`, max, windowMs: 60_000 }
+  return { name, bucket: `rl:${name}:${TAG}:x`, max, windowMs: 60_000, share: `rl:${name}:${TAG}` }
 }
 
 function quota (limit: number, share: number | null = null): DispatchPlan['quota'] {
@@ -46,7 +46,8 @@ const LOCKOUT: LockoutPolicy = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000,
 function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {}): DispatchPlan {
   return {
     audience: 'backend',
-    limits: [limit('recipient', 100), limit('source', 100)],
+    ownLimits: [limit('source', 100)],
+    sharedLimits: [limit('recipient', 100)],
     mailbox: null,
     lockoutKey: `lockout:${TAG}:ada`,
     quota: quota(100),
@@ -58,7 +59,8 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
 function verifyPlan (requestId: string, storedForms: string[], overrides: Partial<VerifyPlan> = {}): VerifyPlan {
   return {
     audience: 'backend',
-    limits: [limit('source', 100)],
+    ownLimits: [limit('source', 100)],
+    sharedLimits: [],
     tokenKey: `otp:${TAG}:${requestId}`,
     storedForms,
     lockout: { keyPrefix: `lockout:${TAG}:`, policy: LOCKOUT },
@@ -78,18 +80,18 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal(await tokens.take(`otp:${TAG}:a`), 'k1.code-a|ada')
     const counts = await store.dispatch(dispatchPlan('b'))
     t.strictSame(counts.kind === 'issued' && counts.counts.map((count) => count.current), [2, 2], 'each limit counted once per request')
-    t.ok(counts.kind === 'issued' && counts.counts.every((count) => count.ttlMs > 59_000 && count.ttlMs <= 60_000), 'each window started with its first hit')
+    t.ok(counts.kind === 'issued' && counts.counts.every((count) => count.ttlMs > 30_000 && count.ttlMs <= 60_000), 'each window started with its first hit')
   })
 
   t.test('the tightest limit speaks in the RateLimit-* headers', async (t) => {
     const { gate } = await makePeers(t)
-    const decision = await gate.dispatch(dispatchPlan('a', { limits: [limit('recipient', 5), limit('source', 100)] }))
+    const decision = await gate.dispatch(dispatchPlan('a', { ownLimits: [limit('source', 100)], sharedLimits: [limit('recipient', 5)] }))
     t.match(decision, { kind: 'admitted', headers: { 'ratelimit-limit': '5', 'ratelimit-remaining': '4', 'ratelimit-reset': '60' } })
   })
 
   t.test('an exceeded limit refuses with 429 before the quota and the token', async (t) => {
     const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
-    const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { limits: [limit('source', 100), limit('recipient', 1)] })
+    const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { ownLimits: [limit('source', 100)], sharedLimits: [limit('recipient', 1)] })
     t.equal((await gate.dispatch(plan('a'))).kind, 'admitted')
     const refused = await gate.dispatch(plan('b'))
     t.match(refused, {
@@ -105,17 +107,46 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('limits count in order up to the first exceeded: a source past its limit no longer fills shared buckets', async (t) => {
     const { gate, store } = await makePeers(t)
-    const limits = [limit('source', 2), limit('key', 100)]
-    for (let i = 0; i < 5; i++) await gate.verify(verifyPlan(`v${i}`, [], { limits }))
-    const counted = await store.verify(verifyPlan('last', [], { limits }))
+    const mine = { ownLimits: [limit('source', 2)], sharedLimits: [limit('key', 100)] }
+    for (const requestId of ['v0', 'v1', 'v2', 'v3', 'v4', 'last', 'other']) await gate.dispatch(dispatchPlan(requestId, { ownLimits: [], sharedLimits: [] }))
+    for (let i = 0; i < 5; i++) await gate.verify(verifyPlan(`v${i}`, [], mine))
+    const counted = await store.verify(verifyPlan('last', [], mine))
     t.strictSame(counted.counts.map((count) => count.current), [6], 'the source counted six times, the key only while the source was within its limit')
-    const other = await store.verify(verifyPlan('other', [], { limits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }, limit('key', 100)] }))
+    const other = await store.verify(verifyPlan('other', [], { ...mine, ownLimits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }] }))
     t.strictSame(other.counts.map((count) => count.current), [1, 3], 'another source still has its whole budget and the key bucket holds two of the first source\'s hits')
+  })
+
+  t.test('a verify of an unknown requestId counts only the caller\'s own buckets: junk cannot fill the key\'s', async (t) => {
+    const { gate, store } = await makePeers(t)
+    const plan = (requestId: string, source: string, forms: string[] = []): VerifyPlan => verifyPlan(requestId, forms, {
+      audience: 'browser',
+      ownLimits: [{ ...limit('source', 3), bucket: `rl:source:${TAG}:${source}` }],
+      sharedLimits: [limit('key', 2)]
+    })
+    const junk = []
+    // Ten sources, each up to its own limit and past it: forty made-up requestIds.
+    for (let source = 0; source < 10; source++) {
+      for (let i = 0; i < 4; i++) junk.push(await store.verify(plan(`junk-${source}-${i}`, `s${source}`)))
+    }
+    t.equal(junk.filter((counts) => counts.kind === 'missing').length, 30, 'each source\'s first three are answered like any wrong code')
+    t.ok(junk.every((counts) => counts.kind === 'missing' ? counts.counts.length === 1 : counts.kind === 'limited' && counts.exceeded.limit.name === 'source'), 'the rest meet their own source\'s limit, never the key\'s')
+    await gate.dispatch(dispatchPlan('real'))
+    const real = await store.verify(plan('real', 'user', ['k1.code-real']))
+    t.equal(real.kind, 'verified', 'a real user\'s code still verifies through the key')
+    t.strictSame(real.counts.map((count) => count.current), [1, 1], 'the key\'s bucket counted this live code only')
+  })
+
+  t.test('a verify refused for the key\'s bucket leaves its code usable', async (t) => {
+    const { gate } = await makePeers(t)
+    await gate.dispatch(dispatchPlan('kept'))
+    const full = { sharedLimits: [limit('key', 0)] }
+    t.match(await gate.verify(verifyPlan('kept', ['k1.code-kept'], full)), { kind: 'refused', refusal: { code: 'RATE_LIMITED' } })
+    t.equal((await gate.verify(verifyPlan('kept', ['k1.code-kept'], { sharedLimits: [{ ...limit('key', 100), bucket: `rl:key:${TAG}:other` }] }))).kind, 'verified', 'not consumed by the refusal')
   })
 
   t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
     const { gate } = await makePeers(t)
-    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', limits: [limit('source', 10), limit('recipient', 2), limit('key', 5)] })
+    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [limit('recipient', 2), limit('key', 5)] })
     const admitted = await gate.dispatch(browser('a'))
     t.match(admitted, { kind: 'admitted', headers: { 'ratelimit-limit': '10', 'ratelimit-remaining': '9' } })
     t.notOk(admitted.kind === 'admitted' && 'quota-limit' in admitted.headers, 'no Quota-* headers')
@@ -141,8 +172,8 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('the service-wide mailbox cap counts only dispatches that pass everything else', async (t) => {
     const { gate, quota: quotaStore } = await makePeers(t)
-    const mailbox: LimitHit = { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 2, windowMs: 60_000 }
-    const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, limits: [limit('source', 100), { ...limit('recipient', recipientMax), bucket: `rl:recipient:${TAG}:${requestId}` }] })
+    const mailbox: LimitHit = { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 2, windowMs: 60_000, share: 'rl:m:live' }
+    const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, sharedLimits: [{ ...limit('recipient', recipientMax), bucket: `rl:recipient:${TAG}:${requestId}` }] })
     t.match(await gate.dispatch(plan('a', 0)), { kind: 'refused', refusal: { message: /recipient/ } }, 'a dispatch refused by its tenant\'s limit')
     t.equal((await gate.dispatch(plan('b'))).kind, 'admitted')
     t.equal((await gate.dispatch(plan('c'))).kind, 'admitted', 'the refused one did not count against the mailbox')
@@ -186,8 +217,8 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   t.test('a limited verify leaves the token alone', async (t) => {
     const { gate } = await makePeers(t)
     await gate.dispatch(dispatchPlan('kept'))
-    const limited = await gate.verify(verifyPlan('kept', ['k1.code-kept'], { limits: [limit('key', 0)] }))
-    t.match(limited, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /this key/ } })
+    const limited = await gate.verify(verifyPlan('kept', ['k1.code-kept'], { ownLimits: [limit('source', 0)] }))
+    t.match(limited, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /this source/ } })
     t.equal((await gate.verify(verifyPlan('kept', ['k1.code-kept']))).kind, 'verified')
   })
 
@@ -209,14 +240,59 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const locked = await gate.dispatch(dispatchPlan('after'))
     t.match(locked, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /wrong codes/ } })
     const retry = locked.kind === 'refused' ? Number(locked.refusal.headers['retry-after']) : 0
-    t.ok(retry > 58 && retry <= 60, `dispatch waits for the lock to end (retry after ${retry} s)`)
+    t.ok(retry > 30 && retry <= 60, `dispatch waits for the lock to end (retry after ${retry} s)`)
     t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'locked', 'a code minted before the lock cannot be tried, even with the right guess')
     t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'missing', 'and it is used up')
     const other = await gate.dispatch(dispatchPlan('other', { lockoutKey: `lockout:${TAG}:bob` }))
     t.equal(other.kind, 'admitted', 'another recipient is not locked')
-    t.equal(await gate.clearLockout(`lockout:${TAG}:ada`), true, 'a tenant clears the lock')
+    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), true, 'a tenant clears the lock')
     t.equal((await gate.dispatch(dispatchPlan('cleared'))).kind, 'admitted')
-    t.equal(await gate.clearLockout(`lockout:${TAG}:ada`), false, 'nothing left to clear')
+    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), false, 'nothing left to clear')
+  })
+
+  t.test('lanes: wrong guesses on codes a page asked for lock the browser lane only, and a page never hears when it ends', async (t) => {
+    const { gate } = await makePeers(t)
+    const policy = { ...LOCKOUT, baseMs: 600_000 }
+    const browserLane = { keyPrefix: `lockout:${TAG}:`, policy }
+    const pageCode = (requestId: string): DispatchPlan => dispatchPlan(requestId, {
+      audience: 'browser',
+      sharedLimits: [{ ...limit('recipient', 100), bucket: `rl:recipient:${TAG}:browser:ada` }],
+      lockoutKey: `lockout:${TAG}:browser:ada`,
+      token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|browser:ada`, ttlMs: 60_000 }
+    })
+    const guess = async (requestId: string, form: string, audience: 'backend' | 'browser' = 'browser') => await gate.verify(verifyPlan(requestId, [form], { audience, lockout: browserLane }))
+    t.equal((await gate.dispatch(dispatchPlan('owner'))).kind, 'admitted', 'the owner\'s backend asked for a code')
+    t.equal((await gate.dispatch(pageCode('outstanding'))).kind, 'admitted')
+    for (const requestId of ['s1', 's2', 's3']) {
+      t.equal((await gate.dispatch(pageCode(requestId))).kind, 'admitted')
+      await guess(requestId, 'k1.nope')
+    }
+    const refused = await gate.dispatch(pageCode('s4'))
+    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_LOCKED_RETRY_SECONDS} s` } })
+    t.strictSame(refused.kind === 'refused' && refused.refusal.headers, { 'retry-after': String(BROWSER_LOCKED_RETRY_SECONDS) }, 'a constant, not the lock\'s ten minutes')
+    t.equal((await guess('outstanding', 'k1.code-outstanding')).kind, 'locked', 'the browser lane\'s codes are consumed unread')
+    t.equal((await guess('owner', 'k1.code-owner')).kind, 'verified', 'the backend lane\'s code verifies, whatever key sends the guess')
+    t.equal((await gate.dispatch(dispatchPlan('owner2'))).kind, 'admitted', 'and the backend lane still dispatches')
+    for (const requestId of ['b1', 'b2', 'b3']) {
+      await gate.dispatch(dispatchPlan(requestId))
+      await guess(requestId, 'k1.nope')
+    }
+    const backendLocked = await gate.dispatch(dispatchPlan('b4'))
+    t.match(backendLocked, { kind: 'refused', refusal: { message: /wrong codes/ } }, 'a backend-lane code guessed through a page counts in the backend lane')
+    const retry = backendLocked.kind === 'refused' ? Number(backendLocked.refusal.headers['retry-after']) : 0
+    t.ok(retry > 300 && retry <= 600, `the backend hears the lock's own end (retry after ${retry} s)`)
+    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), true)
+    t.equal((await gate.dispatch(pageCode('s5'))).kind, 'admitted', 'an unlock clears both lanes')
+    t.equal((await gate.dispatch(dispatchPlan('b5'))).kind, 'admitted')
+  })
+
+  t.test('a record written before lanes counts in the backend lane', async (t) => {
+    const { gate } = await makePeers(t)
+    for (const requestId of ['o1', 'o2', 'o3']) {
+      await gate.dispatch(dispatchPlan(requestId, { token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 } }))
+      await gate.verify(verifyPlan(requestId, ['k1.nope'], { audience: 'browser' }))
+    }
+    t.match(await gate.dispatch(dispatchPlan('after')), { kind: 'refused', refusal: { message: /wrong codes/ } })
   })
 
   t.test('a refused request counts against the caller\'s limits; past them it is a 429', async (t) => {
@@ -225,12 +301,12 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal(await gate.countRefused(plan), null)
     t.equal(await gate.countRefused(plan), null)
     t.match(await gate.countRefused(plan), { code: 'RATE_LIMITED', message: /source/, headers: { 'retry-after': '60' } })
-    t.match(await gate.dispatch(dispatchPlan('a', { limits: [limit('source', 2)] })), { kind: 'refused' }, 'the refusals used the source\'s budget')
+    t.match(await gate.dispatch(dispatchPlan('a', { ownLimits: [limit('source', 2)] })), { kind: 'refused' }, 'the refusals used the source\'s budget')
   })
 }
 
 function memoryPeers (t: Test, maxTokens = 1000): Peers {
-  const tokens = new MemoryTokenStore({ maxTokens })
+  const tokens = new MemoryTokenStore({ maxTokensPerScope: maxTokens })
   const quotaStore = new MemoryQuotaStore()
   const store = new MemoryAdmission(tokens, quotaStore)
   t.teardown(async () => { await tokens.close() })
@@ -239,6 +315,28 @@ function memoryPeers (t: Test, maxTokens = 1000): Peers {
 
 t.test('in process', async (t) => {
   admissionSuite(t, async (t) => memoryPeers(t))
+
+  t.test('a full lockout share refuses new mailboxes of its lane with 503, forgets no run, and leaves the other lane alone', async (t) => {
+    const tokens = new MemoryTokenStore({ maxTokensPerScope: 1000 })
+    t.teardown(async () => { await tokens.close() })
+    const gate = new AdmissionGate(new MemoryAdmission(tokens, new MemoryQuotaStore(), { lockoutStatesPerShare: 2 }))
+    const pageCode = (requestId: string, mailbox: string): DispatchPlan => dispatchPlan(requestId, {
+      audience: 'browser',
+      lockoutKey: `lockout:${TAG}:browser:${mailbox}`,
+      token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|browser:${mailbox}`, ttlMs: 60_000 }
+    })
+    for (const mailbox of ['m1', 'm2']) {
+      await gate.dispatch(pageCode(mailbox, mailbox))
+      t.equal((await gate.verify(verifyPlan(mailbox, ['k1.nope']))).kind, 'mismatch', 'a run starts')
+    }
+    await t.rejects(gate.dispatch(pageCode('m3', 'm3')), StoreFullError, 'no code is sent whose wrong guess could not be counted')
+    t.equal((await gate.dispatch(pageCode('m1-again', 'm1'))).kind, 'admitted', 'a mailbox with a run goes on')
+    t.match(await gate.verify(verifyPlan('m1-again', ['k1.nope'])), { kind: 'mismatch' }, 'and its run grows')
+    await gate.dispatch(pageCode('m1-last', 'm1'))
+    t.match(await gate.verify(verifyPlan('m1-last', ['k1.nope'])), { kind: 'mismatch', lockStartedMs: 60_000 }, 'the run was never forgotten: the third wrong guess locks')
+    t.equal((await gate.dispatch(dispatchPlan('backend-lane', { lockoutKey: `lockout:${TAG}:m3` }))).kind, 'admitted', 'the backend lane has its own share')
+    t.equal((await gate.verify(verifyPlan('backend-lane', ['k1.nope']))).kind, 'mismatch')
+  })
 
   t.test('a full token store refuses without charging', async (t) => {
     const { gate, quota: quotaStore } = memoryPeers(t, 1)
@@ -286,7 +384,9 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     monitor.on('monitor', (_time: string, args: string[], source: string) => { if (source !== 'lua') seen.push(args[0]?.toLowerCase() ?? '') })
     await gate.dispatch(dispatchPlan('one'))
     await gate.verify(verifyPlan('one', ['k1.code-one']))
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    t.strictSame(seen, ['evalsha', 'evalsha'])
+    // MONITOR reports in order: once it shows this marker, it has shown everything before it.
+    await client.echo('marker')
+    for (const deadline = Date.now() + 5000; !seen.includes('echo') && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 10))
+    t.strictSame(seen, ['evalsha', 'evalsha', 'echo'])
   })
 })

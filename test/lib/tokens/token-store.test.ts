@@ -2,7 +2,7 @@ import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { MemoryTokenStore } from '../../../lib/tokens/memory-token-store.js'
 import { RedisTokenStore } from '../../../lib/tokens/redis-token-store.js'
-import { type TokenStore } from '../../../lib/tokens/token-store.js'
+import { tokenKey, type TokenStore } from '../../../lib/tokens/token-store.js'
 import { StoreFullError, StoreUnavailableError } from '../../../lib/store-errors.js'
 import { redisTestOptions, startRedis } from '../../support/redis.js'
 
@@ -56,28 +56,40 @@ function tokenStoreSuite (t: Test, makeStore: (t: Test) => Promise<TokenStore>):
 
 t.test('memory token store', async (t) => {
   tokenStoreSuite(t, async (t) => {
-    const store = new MemoryTokenStore({ maxTokens: 1000 })
+    const store = new MemoryTokenStore({ maxTokensPerScope: 1000 })
     t.teardown(async () => { await store.close() })
     return store
   })
 
   t.test('a cap bounds memory; expired tokens are swept before refusing', async (t) => {
     let now = 1_000_000
-    const store = new MemoryTokenStore({ maxTokens: 3, now: () => now })
+    const store = new MemoryTokenStore({ maxTokensPerScope: 3, now: () => now })
     t.teardown(async () => { await store.close() })
     await store.put('x1', 'r', 1000)
     await store.put('x2', 'r', 1000)
     await store.put('x3', 'r', 5000)
     await t.rejects(store.put('x4', 'r', 1000), StoreFullError)
-    t.equal(await store.ready(), false, 'a full store is not ready')
+    t.equal(await store.ready(), true, 'a full scope takes nobody out of rotation')
     now += 2000
     t.equal(await store.put('x4', 'r', 1000), true, 'two expired tokens made room')
     t.equal(store.size, 2)
   })
 
+  t.test('each tenant scope has its own cap: one at its cap leaves every other storing codes', async (t) => {
+    const store = new MemoryTokenStore({ maxTokensPerScope: 2 })
+    t.teardown(async () => { await store.close() })
+    await store.put(tokenKey('acme', 'live', 'a1'), 'r', 60_000)
+    await store.put(tokenKey('acme', 'live', 'a2'), 'r', 60_000)
+    await t.rejects(store.put(tokenKey('acme', 'live', 'a3'), 'r', 60_000), StoreFullError, 'acme is at its cap')
+    t.equal(await store.put(tokenKey('acme', 'test', 't1'), 'r', 60_000), true, 'its sandbox is another scope')
+    t.equal(await store.put(tokenKey('globex', 'live', 'g1'), 'r', 60_000), true, 'another tenant stores its codes')
+    t.equal(await store.take(tokenKey('acme', 'live', 'a1')), 'r', 'acme\'s own codes are intact')
+    t.equal(await store.put(tokenKey('acme', 'live', 'a3'), 'r', 60_000), true, 'a used code made room')
+  })
+
   t.test('the sweep removes expired tokens from the oldest on', async (t) => {
     let now = 0
-    const store = new MemoryTokenStore({ maxTokens: 100, now: () => now })
+    const store = new MemoryTokenStore({ maxTokensPerScope: 100, now: () => now })
     t.teardown(async () => { await store.close() })
     for (let i = 0; i < 10; i++) await store.put(`s${i}`, 'r', 100)
     await store.put('long', 'r', 10_000)
