@@ -23,7 +23,7 @@ function cpuMicros (operation: (index: number) => unknown, operations = OPERATIO
 
 const entry = withTemplates(benchTenantsDocument('sk_live_unused')).tenants[0]
 if (entry === undefined) throw new Error('no bench tenant')
-const own = TenantTemplates.load(entry, { baseDir: process.cwd(), brand: entry.brand?.name ?? entry.id })
+const own = TenantTemplates.load(entry, { folder: null, brand: entry.brand?.name ?? entry.id })
 const at = new Date()
 const message = (templates: TenantTemplates | undefined, index: number, requestedAt = at): unknown => composeVerificationMessage({
   to: 'ada@example.com',

@@ -16,6 +16,7 @@ export const EnvSchema = Type.Object({
     { default: 'info', description: 'pino log level.' }
   ),
   TENANTS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Path of the tenants file (JSON). Unset: the built-in demo tenant with the documented sandbox key.' })),
+  TEMPLATES_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Folder of the tenants\' template files: a folder per tenant (`<TEMPLATES_DIR>/<tenant id>/`) holds the files its `{ "file": … }` templates name. Unset: `templates/` beside TENANTS_FILE. It must not be or contain the tenants file\'s folder, nor contain a block list.' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'redis:// or rediss:// URL. Set: tokens and counters live in Redis, shared by every instance. Unset: in memory, one instance.' })),
   REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels, instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^\\S+$', description: 'Name of the primary the Sentinels monitor (their `sentinel monitor <name> …`). Required with REDIS_SENTINELS.' })),

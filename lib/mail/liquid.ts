@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { Liquid, Output, toValueSync, type Template } from 'liquidjs'
+import { Liquid, Output, toValueSync, type FS, type Template } from 'liquidjs'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -52,26 +52,44 @@ export class TemplateRuleError extends Error {
   }
 }
 
+/** The file system LiquidJS is given: every call is refused, whatever a template or an option asks. */
+export const NO_FILES: FS = {
+  exists: async () => { throw new Error('templates cannot read files') },
+  existsSync: () => { throw new Error('templates cannot read files') },
+  readFile: async () => { throw new Error('templates cannot read files') },
+  readFileSync: () => { throw new Error('templates cannot read files') },
+  resolve: () => { throw new Error('templates cannot read files') },
+  contains: async () => false,
+  containsSync: () => false
+}
+
+/** The tags that read other templates or files; the `liquid` tag, which can wrap them, knows only the tags left. */
+export const FILE_TAGS: readonly string[] = ['include', 'render', 'layout', 'block']
+
 /**
  * One engine per language (the `date` filter names months and days in it) and per part kind:
  * the HTML part escapes every output (`outputEscape`), the text part and the subject do not
  * (they are not markup; the subject is made one line after rendering).
  *
- * What a template cannot do: read files (`include`, `render` and `layout` are removed, and
- * the engine's template lookup is an empty map), call code, reach prototypes
- * (`ownPropertyOnly`), print a value unescaped in HTML (the `raw` filter is removed), use a
- * variable or filter that does not exist (strict: a typo is an error, not an empty string),
- * or run without bounds (parse, time and allocation limits).
+ * What a template cannot do: read files (the file tags are removed, in every form, and the
+ * engine has no root, partials or layouts folder, no relative or dynamic partials, and a file
+ * system that refuses every call), call code, reach prototypes (`ownPropertyOnly`), print a
+ * value unescaped in HTML (the `raw` filter is removed), use a variable or filter that does
+ * not exist (strict: a typo is an error, not an empty string), or run without bounds (parse,
+ * time and allocation limits).
  */
 const engines = new Map<string, Liquid>()
 
-function engineFor (locale: string, part: Part): Liquid {
+export function engineFor (locale: string, part: Part): Liquid {
   const escaped = part === 'html'
   const name = `${locale}\u0000${escaped ? 'html' : 'text'}`
   let engine = engines.get(name)
   if (engine === undefined) {
     engine = new Liquid({
-      templates: {},
+      fs: NO_FILES,
+      root: [],
+      partials: [],
+      layouts: [],
       relativeReference: false,
       dynamicPartials: false,
       strictVariables: true,
@@ -85,7 +103,7 @@ function engineFor (locale: string, part: Part): Liquid {
       renderLimit: RENDER_LIMIT_MS,
       memoryLimit: MEMORY_LIMIT
     })
-    for (const tag of ['include', 'render', 'layout', 'block']) Reflect.deleteProperty(engine.tags, tag)
+    for (const tag of FILE_TAGS) Reflect.deleteProperty(engine.tags, tag)
     Reflect.deleteProperty(engine.filters, 'raw')
     engines.set(name, engine)
   }

@@ -10,14 +10,18 @@ process.env.AWS_SECRET_ACCESS_KEY = 'test'
 const codeIn = (text: string | undefined): string => /\b(\d{6})\b/.exec(text ?? '')?.[1] ?? ''
 
 /**
- * acme writes its own mail in French and German (files beside the tenants file and inline),
+ * acme writes its own mail in French and German (files in its template folder and inline),
  * with constants; its brand and one constant try to inject markup.
  */
 function brandedTenants (t: Test): ReturnType<typeof writeTenants> {
   t.testdir({
-    mail: {
-      'fr.html.liquid': '<!DOCTYPE html><html lang="{{ locale }}"><body><h1>{{ brand }}</h1><p>Votre code&nbsp;: <strong>{{ code }}</strong></p><p>Il expire dans {{ minutes }} minutes.</p><footer>{{ constants.legal }} · <a href="{{ constants.support }}">Aide</a></footer></body></html>\n',
-      'fr.txt.liquid': 'Bonjour,\n\nVotre code {{ brand }} : {{ code }}\nIl expire dans {{ minutes }} minutes.\n\n{{ constants.legal }}\n'
+    templates: {
+      acme: {
+        mail: {
+          'fr.html.liquid': '<!DOCTYPE html><html lang="{{ locale }}"><body><h1>{{ brand }}</h1><p>Votre code&nbsp;: <strong>{{ code }}</strong></p><p>Il expire dans {{ minutes }} minutes.</p><footer>{{ constants.legal }} · <a href="{{ constants.support }}">Aide</a></footer></body></html>\n',
+          'fr.txt.liquid': 'Bonjour,\n\nVotre code {{ brand }} : {{ code }}\nIl expire dans {{ minutes }} minutes.\n\n{{ constants.legal }}\n'
+        }
+      }
     }
   })
   return writeTenants(t, (file: TenantsFile) => {
