@@ -58,8 +58,8 @@ export interface Config {
   rateLimits: VelocityLimits
   /** The service-wide cap per mailbox across tenants; null when switched off. */
   mailboxLimit: RateLimit | null
-  /** Limits of the routes outside the OTP admission step: per key (account), per client (public). */
-  routeLimits: { account: RateLimit, public: RateLimit }
+  /** Limits of the routes outside the OTP admission step: per key (account), per tenant (preview), per client (public). */
+  routeLimits: { account: RateLimit, preview: RateLimit, public: RateLimit }
   lockout: LockoutPolicy
   metricsToken: string | null
   /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
@@ -191,6 +191,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     mailboxLimit: valid.RATE_LIMIT_MAILBOX === 'off' ? null : rateLimit('RATE_LIMIT_MAILBOX', valid.RATE_LIMIT_MAILBOX),
     routeLimits: {
       account: rateLimit('RATE_LIMIT_ACCOUNT', valid.RATE_LIMIT_ACCOUNT),
+      preview: rateLimit('RATE_LIMIT_PREVIEW', valid.RATE_LIMIT_PREVIEW),
       public: rateLimit('RATE_LIMIT_PUBLIC', valid.RATE_LIMIT_PUBLIC)
     },
     lockout,

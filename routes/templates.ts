@@ -1,21 +1,35 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perKey } from '../plugins/external/rate-limit.js'
 import { apiError } from '../lib/errors.js'
-import { renderVerificationParts } from '../lib/mail/compose.js'
+import { previewVerificationParts } from '../lib/mail/compose.js'
+import { TenantSlots } from '../lib/tenants/tenant-slots.js'
 import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
 import { ref } from '../schemas/ref.js'
 import { TemplatePreviewBody, TemplatePreviewReply } from '../schemas/templates.js'
 
 /** The code a preview shows when the request names none. */
 const SAMPLE_CODE = '123456'
+/** Previews of one tenant rendering at once in this process; more are refused with 429. */
+export const PREVIEWS_PER_TENANT = 1
 
 const templateRoutes: FastifyPluginAsyncTypebox = async function templateRoutes (fastify) {
+  // A tenant can mint many keys: its previews are counted per tenant too, across instances
+  // when the limits live in Redis, and one at a time per instance (lib/mail/liquid-bounds.ts
+  // bounds each part's render; see the README's "Security model").
+  const { preview: previewLimit } = fastify.config.routeLimits
+  const previewsOfTenant = fastify.createRateLimit({
+    max: previewLimit.max,
+    timeWindow: previewLimit.windowMs,
+    keyGenerator: (request) => `preview:${request.auth?.tenant.id ?? request.clientAddress}`
+  })
+  const rendering = new TenantSlots(PREVIEWS_PER_TENANT)
+
   fastify.post('/templates/preview', {
     config: { keyKinds: ['secret'], rateLimit: perKey(fastify.config.routeLimits.account) },
     schema: {
       operationId: 'previewTemplate',
       summary: 'Render the tenant\'s verification message with a sample code',
-      description: 'What the tenant\'s users get in one language, rendered exactly as dispatch renders it (the tenant\'s own templates from the tenants file, the service\'s wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox.',
+      description: 'What the tenant\'s users get in one language, rendered exactly as dispatch renders it (the tenant\'s own templates from the tenants file, the service\'s wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox. Each part is rendered afresh within its render budget (a part that breaks a rule shows the built-in wording, as dispatch would send it). Limited per key (`RATE_LIMIT_ACCOUNT`) and per tenant, all its keys together (`RATE_LIMIT_PREVIEW`, and one preview of a tenant at a time per instance): 429 `RATE_LIMITED` with `Retry-After`.',
       tags: ['templates'],
       security: [{ bearerAuth: [] }],
       body: ref(TemplatePreviewBody),
@@ -34,20 +48,31 @@ const templateRoutes: FastifyPluginAsyncTypebox = async function templateRoutes 
     if (locale === undefined) {
       throw apiError('LOCALE_NOT_AVAILABLE', `The tenant has no message wording in ${request.body.locale ?? ''}; it has ${templates.locales.join(', ')}`)
     }
-    const parts = renderVerificationParts({
-      templates,
-      locale,
-      brand: tenant.brandName,
-      code: request.body.code ?? SAMPLE_CODE,
-      ttlSeconds: request.body.minutes === undefined ? tenant.ttlSeconds ?? fastify.config.otpTtlSeconds : request.body.minutes * 60,
-      onTemplateFallback: (fallback) => {
-        request.log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; rendered the built-in wording')
+    const release = rendering.acquire(tenant.id)
+    if (release === null) throw apiError('RATE_LIMITED', 'Another preview of this tenant is being rendered; retry once it is done', { 'retry-after': '1' })
+    try {
+      const limit = await previewsOfTenant(request)
+      if (!limit.isAllowed && limit.isExceeded) {
+        const seconds = String(Math.max(1, limit.ttlInSeconds))
+        throw apiError('RATE_LIMITED', `Too many previews for this tenant; retry in ${seconds} s`, { 'retry-after': seconds })
       }
-    })
-    return {
-      success: true as const,
-      message: 'Message rendered; nothing was sent',
-      data: { locale: parts.locale, subject: parts.subject, text: parts.text, html: parts.html, customParts: templates.customParts(parts.locale) }
+      const parts = await previewVerificationParts({
+        templates,
+        locale,
+        brand: tenant.brandName,
+        code: request.body.code ?? SAMPLE_CODE,
+        ttlSeconds: request.body.minutes === undefined ? tenant.ttlSeconds ?? fastify.config.otpTtlSeconds : request.body.minutes * 60,
+        onTemplateFallback: (fallback) => {
+          request.log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; rendered the built-in wording')
+        }
+      })
+      return {
+        success: true as const,
+        message: 'Message rendered; nothing was sent',
+        data: { locale: parts.locale, subject: parts.subject, text: parts.text, html: parts.html, customParts: templates.customParts(parts.locale) }
+      }
+    } finally {
+      release()
     }
   })
 }

@@ -50,6 +50,7 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key, dispatch and verify: `max/window`.' }),
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
   RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock): `max/window`.' }),
+  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key: `max/window`.' }),
   RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox (across requestIds) that lock it for LOCKOUT_DURATION.'),
   LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises'
 import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
 import type { TenantTemplateFolder } from './template-files.js'
@@ -157,30 +158,60 @@ export class TenantTemplates {
   }
 
   /**
-   * Renders the message in `locale` (one of `locales`). A tenant's part that breaks a rule
-   * for these values (possible only through a branch the load's test renders did not take)
-   * makes the whole message fall back to the built-in wording, reported in `fallback`: a
-   * dispatch never fails, and never sends a message that breaks the rules, because of a template.
+   * Renders the message in `locale` (one of `locales`), as dispatch sends it: each part's pieces
+   * are kept for the next dispatches of the same minute. A tenant's part that breaks a rule
+   * for these values (possible only through a branch the load's test renders did not take, or
+   * a render that ran out of its time budget) makes the whole message fall back to the
+   * built-in wording, reported in `fallback`: a dispatch never fails, and never sends a message
+   * that breaks the rules, because of a template.
    */
   render (locale: string, input: RenderInput): RenderedMessage & { fallback: TemplateFallback | null } {
+    const steps = this.#render(locale, input, (compiled, values, code) => compiled.render(values, code))
+    let step = steps.next()
+    while (step.done !== true) step = steps.next()
+    return step.value
+  }
+
+  /**
+   * Renders the message in `locale` afresh, for a preview: the pieces dispatches use are neither
+   * read nor replaced, and other work runs between two of the tenant's parts, so the event
+   * loop is never held longer than one part's render budget. Falls back as `render` does.
+   */
+  async preview (locale: string, input: RenderInput): Promise<RenderedMessage & { fallback: TemplateFallback | null }> {
+    const steps = this.#render(locale, input, (compiled, values, code) => compiled.renderFresh(values, code))
+    let step = steps.next()
+    while (step.done !== true) {
+      await setImmediate()
+      step = steps.next()
+    }
+    return step.value
+  }
+
+  /** The message, pausing (yield) before each part of the tenant's own. */
+  * #render (locale: string, input: RenderInput, renderPart: (compiled: CompiledPart, values: PartValues, code: string) => string): Generator<void, RenderedMessage & { fallback: TemplateFallback | null }> {
     const parts = this.#custom.get(locale)
     const builtin: Locale = isBuiltinLocale(locale) ? locale : DEFAULT_LOCALE
-    if (parts !== undefined) {
-      const values: PartValues = { brand: input.brand, minutes: input.minutes, requestedAt: input.requestedAt }
-      let part: Part = 'subject'
+    if (parts === undefined) return { ...this.#builtin(builtin, input), fallback: null }
+    const values: PartValues = { brand: input.brand, minutes: input.minutes, requestedAt: input.requestedAt }
+    const own: Partial<Record<Part, string>> = {}
+    for (const part of PARTS) {
+      const compiled = parts[part]
+      if (compiled === undefined) continue
+      yield
       try {
-        const subject = parts.subject?.render(values, input.code) ?? BUILTIN_PARTS.subject(builtin, input.brand)
-        part = 'text'
-        const text = parts.text?.render(values, input.code) ?? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes)
-        part = 'html'
-        const html = parts.html?.render(values, input.code) ?? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes)
-        return { locale, subject, text, html, fallback: null }
+        own[part] = renderPart(compiled, values, input.code)
       } catch (error) {
         if (!(error instanceof TemplateRuleError)) throw error
         return { ...this.#builtin(builtin, input), fallback: { locale, part, rule: error.rule } }
       }
     }
-    return { ...this.#builtin(builtin, input), fallback: null }
+    return {
+      locale,
+      subject: own.subject ?? BUILTIN_PARTS.subject(builtin, input.brand),
+      text: own.text ?? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes),
+      html: own.html ?? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes),
+      fallback: null
+    }
   }
 
   #builtin (locale: Locale, input: RenderInput): RenderedMessage {
