@@ -166,29 +166,32 @@ export class TenantTemplates {
    * that breaks the rules, because of a template.
    */
   render (locale: string, input: RenderInput): RenderedMessage & { fallback: TemplateFallback | null } {
-    const steps = this.#render(locale, input, (compiled, values, code) => compiled.render(values, code))
-    let step = steps.next()
-    while (step.done !== true) step = steps.next()
-    return step.value
+    // Straight-line on purpose: it runs on every dispatch, and a generator shared with preview
+    // cost 0.4 µs more per message (npm run bench:templates).
+    const parts = this.#custom.get(locale)
+    const builtin: Locale = isBuiltinLocale(locale) ? locale : DEFAULT_LOCALE
+    if (parts === undefined) return { ...this.#builtin(builtin, input), fallback: null }
+    const values: PartValues = { brand: input.brand, minutes: input.minutes, requestedAt: input.requestedAt }
+    let part: Part = 'subject'
+    try {
+      const subject = parts.subject?.render(values, input.code) ?? BUILTIN_PARTS.subject(builtin, input.brand)
+      part = 'text'
+      const text = parts.text?.render(values, input.code) ?? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes)
+      part = 'html'
+      const html = parts.html?.render(values, input.code) ?? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes)
+      return { locale, subject, text, html, fallback: null }
+    } catch (error) {
+      if (!(error instanceof TemplateRuleError)) throw error
+      return { ...this.#builtin(builtin, input), fallback: { locale, part, rule: error.rule } }
+    }
   }
 
   /**
    * Renders the message in `locale` afresh, for a preview: the pieces dispatches use are neither
-   * read nor replaced, and other work runs between two of the tenant's parts, so the event
-   * loop is never held longer than one part's render budget. Falls back as `render` does.
+   * read nor replaced, and other work runs before each of the tenant's parts, so the event loop
+   * is never held longer than one part's render budget. Falls back as `render` does.
    */
   async preview (locale: string, input: RenderInput): Promise<RenderedMessage & { fallback: TemplateFallback | null }> {
-    const steps = this.#render(locale, input, (compiled, values, code) => compiled.renderFresh(values, code))
-    let step = steps.next()
-    while (step.done !== true) {
-      await setImmediate()
-      step = steps.next()
-    }
-    return step.value
-  }
-
-  /** The message, pausing (yield) before each part of the tenant's own. */
-  * #render (locale: string, input: RenderInput, renderPart: (compiled: CompiledPart, values: PartValues, code: string) => string): Generator<void, RenderedMessage & { fallback: TemplateFallback | null }> {
     const parts = this.#custom.get(locale)
     const builtin: Locale = isBuiltinLocale(locale) ? locale : DEFAULT_LOCALE
     if (parts === undefined) return { ...this.#builtin(builtin, input), fallback: null }
@@ -197,9 +200,9 @@ export class TenantTemplates {
     for (const part of PARTS) {
       const compiled = parts[part]
       if (compiled === undefined) continue
-      yield
+      await setImmediate()
       try {
-        own[part] = renderPart(compiled, values, input.code)
+        own[part] = compiled.renderFresh(values, input.code)
       } catch (error) {
         if (!(error instanceof TemplateRuleError)) throw error
         return { ...this.#builtin(builtin, input), fallback: { locale, part, rule: error.rule } }
