@@ -14,8 +14,8 @@ const SAMPLE_CODE = '123456'
  * what it took), after a burst of PREVIEW_BURST_MS: a tenant cannot make previews the main work
  * of the process, however many keys it uses and whatever RATE_LIMIT_PREVIEW allows.
  */
-export const PREVIEW_TIME_SHARE = 0.25
-export const PREVIEW_BURST_MS = 50
+const PREVIEW_TIME_SHARE = 0.25
+const PREVIEW_BURST_MS = 50
 
 const templateRoutes: FastifyPluginAsyncTypebox = async function templateRoutes (fastify) {
   // A tenant can mint many keys: its previews are counted per tenant too, across instances
