@@ -5,7 +5,7 @@ import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
-import { TemplateFolders, templatesRootProblem } from './mail/template-files.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
@@ -226,11 +226,7 @@ function templatesFolder (env: Env, blocklists: { ipSources: string[], torSource
     return null
   }
   const root = env.TEMPLATES_DIR ?? TemplateFolders.besideTenantsFile(env.TENANTS_FILE)
-  const lists: Array<readonly [string, string]> = [
-    ...blocklists.ipSources.map((source) => ['IP_BLOCKLISTS', source] as const),
-    ...(blocklists.torSource === null ? [] : [['TOR_EXIT_LIST', blocklists.torSource] as const])
-  ]
-  const problem = templatesRootProblem(root, { tenantsFile: env.TENANTS_FILE, others: lists.filter(([, source]) => !/^[a-z][a-z0-9+.-]*:\/\//i.test(source)) })
+  const problem = templatesRootProblem(root, { tenantsFile: env.TENANTS_FILE, others: blockListFiles(blocklists.ipSources, blocklists.torSource) })
   if (problem !== null) throw new ConfigError('TEMPLATES_DIR', `${env.TEMPLATES_DIR === undefined ? '(unset: templates/ beside TENANTS_FILE) ' : ''}${problem}`)
   return root
 }

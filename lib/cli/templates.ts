@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { renderVerificationParts } from '../mail/compose.js'
 import { PARTS, type Part } from '../mail/liquid.js'
-import { TemplateFolders, templatesRootProblem } from '../mail/template-files.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
 import { TenantRegistry, TenantsFileError } from '../tenants/registry.js'
 
 const usage = `Usage:
@@ -31,10 +31,7 @@ function option (values: Record<string, unknown>, name: string): string {
 
 /** Loads the file as the service would: a refusal lists every problem, one a line. */
 async function load (path: string, templatesDir: string, env: Readonly<Record<string, string | undefined>>): Promise<TenantRegistry> {
-  const lists = [
-    ...(env.IP_BLOCKLISTS ?? '').split(',').map((source) => ['IP_BLOCKLISTS', source.trim()] as const),
-    ['TOR_EXIT_LIST', env.TOR_EXIT_LIST ?? ''] as const
-  ].filter(([, source]) => source !== '' && !/^[a-z][a-z0-9+.-]*:\/\//i.test(source))
+  const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
   const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
   if (problem !== null) throw new UsageError(`the templates folder ${problem}`)
   try {

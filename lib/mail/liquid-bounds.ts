@@ -128,7 +128,8 @@ export function boundedOperators (operators: Operators): Operators {
 export class BoundedCaptureTag extends CaptureTag {
   override * render (ctx: Context): Generator<unknown, void, string> {
     yield * super.render(ctx)
-    assertBounded(ctx.bottom()[this.variable as keyof object], `the capture ${this.variable}`)
+    // The scope capture writes to is a plain object (a Drop only when a caller passes one).
+    assertBounded((ctx.bottom() as Record<string, unknown>)[this.variable], `the capture ${this.variable}`)
   }
 }
 

@@ -30,6 +30,12 @@ export interface GuardedFiles {
   others: ReadonlyArray<readonly [string, string]>
 }
 
+/** The block lists among IP_BLOCKLISTS and TOR_EXIT_LIST that are files (not URLs), as GuardedFiles' `others`. */
+export function blockListFiles (ipSources: readonly string[], torSource: string | null): Array<readonly [string, string]> {
+  const sources = [...ipSources.map((source) => ['IP_BLOCKLISTS', source] as const), ...(torSource === null ? [] : [['TOR_EXIT_LIST', torSource] as const])]
+  return sources.filter(([, source]) => source !== '' && !/^[a-z][a-z0-9+.-]*:\/\//i.test(source))
+}
+
 /**
  * Why `root` cannot hold tenants' template files, or null when it can: it must not be, or
  * contain, the tenants file's folder, nor contain any other file the service reads. Compared
