@@ -5,6 +5,7 @@ import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
@@ -33,6 +34,8 @@ export interface Config {
   port: number
   logLevel: Env['LOG_LEVEL']
   tenantsFile: string | null
+  /** The root of the tenants' template folders (`<root>/<tenant id>/`); null without a tenants file. */
+  templatesDir: string | null
   redisUrl: string | null
   /** Null on the embedded (in-memory) default. */
   redis: RedisTopology | null
@@ -55,8 +58,8 @@ export interface Config {
   rateLimits: VelocityLimits
   /** The service-wide cap per mailbox across tenants; null when switched off. */
   mailboxLimit: RateLimit | null
-  /** Limits of the routes outside the OTP admission step: per key (account), per client (public). */
-  routeLimits: { account: RateLimit, public: RateLimit }
+  /** Limits of the routes outside the OTP admission step: per key (account), per tenant (preview), per client (public). */
+  routeLimits: { account: RateLimit, preview: RateLimit, public: RateLimit }
   lockout: LockoutPolicy
   metricsToken: string | null
   /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
@@ -130,6 +133,13 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     throw new ConfigError('METRICS_PORT', `must differ from PORT (${valid.PORT}): the internal listener is a listener of its own`)
   }
 
+  const blocklists = {
+    ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
+    torSource: valid.TOR_EXIT_LIST ?? null,
+    refreshMs: valid.BLOCKLIST_REFRESH_SECONDS * 1000
+  }
+  const templatesDir = templatesFolder(valid, blocklists)
+
   const lockout: LockoutPolicy = {
     threshold: valid.LOCKOUT_THRESHOLD,
     baseMs: duration('LOCKOUT_DURATION', valid.LOCKOUT_DURATION),
@@ -143,6 +153,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     port: valid.PORT,
     logLevel: valid.LOG_LEVEL,
     tenantsFile: valid.TENANTS_FILE ?? null,
+    templatesDir,
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
     redisCommandTimeoutMs: valid.REDIS_COMMAND_TIMEOUT_MS,
@@ -158,11 +169,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
     shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
-    blocklists: {
-      ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
-      torSource: valid.TOR_EXIT_LIST ?? null,
-      refreshMs: valid.BLOCKLIST_REFRESH_SECONDS * 1000
-    },
+    blocklists,
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {
       source: rateLimit('RATE_LIMIT_SOURCE', valid.RATE_LIMIT_SOURCE),
@@ -173,6 +180,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     mailboxLimit: valid.RATE_LIMIT_MAILBOX === 'off' ? null : rateLimit('RATE_LIMIT_MAILBOX', valid.RATE_LIMIT_MAILBOX),
     routeLimits: {
       account: rateLimit('RATE_LIMIT_ACCOUNT', valid.RATE_LIMIT_ACCOUNT),
+      preview: rateLimit('RATE_LIMIT_PREVIEW', valid.RATE_LIMIT_PREVIEW),
       public: rateLimit('RATE_LIMIT_PUBLIC', valid.RATE_LIMIT_PUBLIC)
     },
     lockout,
@@ -197,6 +205,21 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
     }
   }
+}
+
+/**
+ * TEMPLATES_DIR, or `templates/` beside the tenants file: a folder that holds tenants'
+ * template files and nothing else the service reads.
+ */
+function templatesFolder (env: Env, blocklists: { ipSources: string[], torSource: string | null }): string | null {
+  if (env.TENANTS_FILE === undefined) {
+    if (env.TEMPLATES_DIR !== undefined) throw new ConfigError('TEMPLATES_DIR', 'is only used with TENANTS_FILE')
+    return null
+  }
+  const root = env.TEMPLATES_DIR ?? TemplateFolders.besideTenantsFile(env.TENANTS_FILE)
+  const problem = templatesRootProblem(root, { tenantsFile: env.TENANTS_FILE, others: blockListFiles(blocklists.ipSources, blocklists.torSource) })
+  if (problem !== null) throw new ConfigError('TEMPLATES_DIR', `${env.TEMPLATES_DIR === undefined ? '(unset: templates/ beside TENANTS_FILE) ' : ''}${problem}`)
+  return root
 }
 
 const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const

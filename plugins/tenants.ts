@@ -18,7 +18,8 @@ declare module 'fastify' {
 
 export default fp(async function tenantsPlugin (fastify) {
   const path = fastify.config.tenantsFile
-  let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path)
+  const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
+  let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
   if (path === null) {
     fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   }
@@ -28,7 +29,7 @@ export default fp(async function tenantsPlugin (fastify) {
     async reload () {
       if (path === null) return { ok: true, tenants: current.tenants.size }
       try {
-        current = await TenantRegistry.fromFile(path)
+        current = await TenantRegistry.fromFile(path, options)
         fastify.log.info({ tenants: current.tenants.size }, 'tenants file reloaded')
         return { ok: true, tenants: current.tenants.size }
       } catch (error) {

@@ -16,6 +16,7 @@ export const EnvSchema = Type.Object({
     { default: 'info', description: 'pino log level.' }
   ),
   TENANTS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Path of the tenants file (JSON). Unset: the built-in demo tenant with the documented sandbox key.' })),
+  TEMPLATES_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Folder of the tenants\' template files: a folder per tenant (`<TEMPLATES_DIR>/<tenant id>/`) holds the files its `{ "file": … }` templates name. Unset: `templates/` beside TENANTS_FILE. It must not be or contain the tenants file\'s folder, nor contain a block list.' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'redis:// or rediss:// URL. Set: tokens and counters live in Redis, shared by every instance. Unset: in memory, one instance.' })),
   REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels, instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^\\S+$', description: 'Name of the primary the Sentinels monitor (their `sentinel monitor <name> …`). Required with REDIS_SENTINELS.' })),
@@ -49,6 +50,7 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key: dispatches, and verifies that find a live code (made-up requestIds and refused requests count only against their source): `max/window`.' }),
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
   RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock): `max/window`.' }),
+  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key: `max/window`.' }),
   RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),
   LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),

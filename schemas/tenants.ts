@@ -53,7 +53,7 @@ export const BrandSchema = Type.Object({
 export const LOCALE_TAG_PATTERN = '^[a-z]{2,3}(-[A-Z][a-z]{3})?(-([A-Z]{2}|[0-9]{3}))?$'
 
 const TemplateFileSchema = Type.Object({
-  file: Type.String({ minLength: 1, maxLength: 1024, description: 'Path of a file holding the template (UTF-8), relative to the tenants file\'s directory; a path that leads outside that directory (`..`, an absolute path, a symbolic link) is refused.' })
+  file: Type.String({ minLength: 1, maxLength: 1024, description: 'Path of a file holding the template (UTF-8) inside the tenant\'s own template folder, `<TEMPLATES_DIR>/<tenant id>/` (by default `templates/<tenant id>/` beside the tenants file). Refused: an absolute path, `..`, a symbolic link anywhere on the way, a file that is not a regular file or has more than one hard link.' })
 }, { additionalProperties: false })
 
 function templateSource (part: string, maxLength: number, description: string): TUnion<[TString, typeof TemplateFileSchema]> {

@@ -49,7 +49,7 @@ export interface TestApp {
  * Velocity limits out of the way of tests about something else; the abuse tests set their
  * own (and test the documented defaults explicitly).
  */
-export const RELAXED_LIMITS = { RATE_LIMIT_RECIPIENT: '100000/1m', RATE_LIMIT_SOURCE: '100000/1m', RATE_LIMIT_KEY: '100000/1m', RATE_LIMIT_MAILBOX: 'off', RATE_LIMIT_ACCOUNT: '100000/1m', RATE_LIMIT_PUBLIC: '100000/1m' }
+export const RELAXED_LIMITS = { RATE_LIMIT_RECIPIENT: '100000/1m', RATE_LIMIT_SOURCE: '100000/1m', RATE_LIMIT_KEY: '100000/1m', RATE_LIMIT_MAILBOX: 'off', RATE_LIMIT_ACCOUNT: '100000/1m', RATE_LIMIT_PREVIEW: '100000/1m', RATE_LIMIT_PUBLIC: '100000/1m' }
 
 /** The operators' token of every test app (METRICS_TOKEN): it unlocks /metrics and /readyz details. */
 export const TEST_METRICS_TOKEN = 'metrics-token-for-tests-0123456789'

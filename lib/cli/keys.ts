@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
-import { dirname, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
+import { TemplateFolders } from '../mail/template-files.js'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../tenants/api-keys.js'
 import { TenantRegistry } from '../tenants/registry.js'
 import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
@@ -9,11 +9,14 @@ import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
 const usage = `Usage:
   npm run keys -- create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
                          [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
-  npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH]
+                         [--templates DIR]
+  npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]
   npm run keys -- list [--file PATH]
   npm run keys -- --help
 
---file defaults to $TENANTS_FILE, the file the service reads.
+--file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
+template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
+templates/ beside the tenants file.
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
 revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`
@@ -29,10 +32,9 @@ async function readTenantsFile (path: string): Promise<TenantsFile> {
   return JSON.parse(await readFile(path, 'utf8')) as TenantsFile
 }
 
-/** Validates with the service's own rules, then replaces the file atomically. */
-async function writeTenantsFile (path: string, file: TenantsFile): Promise<void> {
-  // Template files are named relative to the tenants file, wherever the CLI runs from.
-  TenantRegistry.fromJson(file, { baseDir: dirname(resolve(path)) })
+/** Validates with the service's own rules (template files included), then replaces the file atomically. */
+async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: string): Promise<void> {
+  TenantRegistry.fromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) })
   const temporary = `${path}.${process.pid}.tmp`
   await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
   await rename(temporary, path)
@@ -59,6 +61,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
       kind: { type: 'string' },
       mode: { type: 'string' },
       file: { type: 'string' },
+      templates: { type: 'string' },
       origin: { type: 'string', multiple: true },
       expires: { type: 'string' },
       tier: { type: 'string' },
@@ -74,6 +77,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
   const fromEnv = env.TENANTS_FILE
   const path = values.file ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv)
   if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
+  const templatesDir = values.templates ?? (env.TEMPLATES_DIR === undefined || env.TEMPLATES_DIR === '' ? TemplateFolders.besideTenantsFile(path) : env.TEMPLATES_DIR)
 
   if (command === 'list') {
     const file = await readTenantsFile(path)
@@ -93,7 +97,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
     if (key === undefined) throw new UsageError(`no key ${keyId} for tenant ${tenantId}`)
     key.revoked = true
-    await writeTenantsFile(path, file)
+    await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)
     return
   }
@@ -131,7 +135,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     createdAt: new Date().toISOString()
   }
   tenant.keys.push(entry)
-  await writeTenantsFile(path, file)
+  await writeTenantsFile(path, file, templatesDir)
   out(key)
   process.stderr.write(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.\n` +
     'This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.\n')

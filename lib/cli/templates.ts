@@ -1,17 +1,20 @@
 import { parseArgs } from 'node:util'
 import { renderVerificationParts } from '../mail/compose.js'
 import { PARTS, type Part } from '../mail/liquid.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
 import { TenantRegistry, TenantsFileError } from '../tenants/registry.js'
 
 const usage = `Usage:
   npm run templates -- preview --tenant ID [--locale TAG] [--code 123456] [--minutes N]
-                               [--part subject|text|html] [--file PATH]
-  npm run templates -- check [--file PATH]
+                               [--part subject|text|html] [--file PATH] [--templates DIR]
+  npm run templates -- check [--file PATH] [--templates DIR]
 
 preview renders a tenant's verification message with a sample code, as dispatch would send
 it (nothing is sent); --part prints one part alone (e.g. --part html > preview.html).
 check loads the tenants file with the service's own rules and lists every refused template;
-it exits 1 when the file would be refused. PATH defaults to $TENANTS_FILE, else tenants.json.`
+it exits 1 when the file would be refused. PATH defaults to $TENANTS_FILE, else tenants.json;
+DIR (the tenants' template folders, DIR/<tenant id>/) to $TEMPLATES_DIR, else templates/
+beside the tenants file.`
 
 class UsageError extends Error {}
 
@@ -27,9 +30,12 @@ function option (values: Record<string, unknown>, name: string): string {
 }
 
 /** Loads the file as the service would: a refusal lists every problem, one a line. */
-async function load (path: string): Promise<TenantRegistry> {
+async function load (path: string, templatesDir: string, env: Readonly<Record<string, string | undefined>>): Promise<TenantRegistry> {
+  const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
+  const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
+  if (problem !== null) throw new UsageError(`the templates folder ${problem}`)
   try {
-    return await TenantRegistry.fromFile(path)
+    return await TenantRegistry.fromFile(path, { templatesDir })
   } catch (error) {
     if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
     throw error
@@ -50,6 +56,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     allowPositionals: true,
     options: {
       file: { type: 'string', default: env.TENANTS_FILE === undefined || env.TENANTS_FILE === '' ? 'tenants.json' : env.TENANTS_FILE },
+      templates: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       tenant: { type: 'string' },
       locale: { type: 'string' },
@@ -64,9 +71,10 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     return
   }
   const path = option(values, 'file')
+  const templatesDir = values.templates ?? (env.TEMPLATES_DIR === undefined || env.TEMPLATES_DIR === '' ? TemplateFolders.besideTenantsFile(path) : env.TEMPLATES_DIR)
 
   if (command === 'check') {
-    const registry = await load(path)
+    const registry = await load(path, templatesDir, env)
     for (const tenant of registry.tenants.values()) {
       const own = tenant.templates.locales
         .map((locale) => ({ locale, parts: tenant.templates.customParts(locale) }))
@@ -90,7 +98,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
   const part = values.part
   if (part !== undefined && !(PARTS as readonly string[]).includes(part)) throw new UsageError(`--part must be one of ${PARTS.join(', ')}`)
 
-  const tenant = (await load(path)).tenants.get(tenantId)
+  const tenant = (await load(path, templatesDir, env)).tenants.get(tenantId)
   if (tenant === undefined) throw new UsageError(`no tenant ${tenantId} in ${path}`)
   const { templates } = tenant
   const locale = values.locale === undefined ? templates.defaultLocale : templates.match(values.locale)

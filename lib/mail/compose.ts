@@ -1,6 +1,6 @@
 import type { OutgoingMessage } from './transport.js'
 import { singleLine } from './liquid.js'
-import { TenantTemplates, requestTime, type RenderedMessage, type TemplateFallback } from './tenant-templates.js'
+import { TenantTemplates, requestTime, type RenderedMessage, type RenderInput, type TemplateFallback } from './tenant-templates.js'
 
 export { escapeHtml } from './templates.js'
 
@@ -38,28 +38,44 @@ export interface VerificationMessageInput extends VerificationPartsInput {
 }
 
 /**
- * The subject, text and HTML of the verification mail: what dispatch sends and what a
- * preview shows. The code appears in the bodies only, never in the subject; the subject is
- * one line with no control characters, whatever the template or the brand.
+ * The subject, text and HTML of the verification mail, as dispatch sends it. The code appears
+ * in the bodies only, never in the subject; the subject is one line with no control
+ * characters, whatever the template or the brand.
  */
 export function renderVerificationParts (input: VerificationPartsInput): RenderedMessage {
+  const { templates, render } = renderInput(input)
+  const { fallback, ...rendered } = templates.render(input.locale, render)
+  if (fallback !== null) input.onTemplateFallback?.(fallback)
+  return rendered
+}
+
+/**
+ * The same parts for a preview: rendered afresh, part by part, with other work running in
+ * between (TenantTemplates.preview), never touching what dispatches reuse.
+ */
+export async function previewVerificationParts (input: VerificationPartsInput): Promise<RenderedMessage> {
+  const { templates, render } = renderInput(input)
+  const { fallback, ...rendered } = await templates.preview(input.locale, render)
+  if (fallback !== null) input.onTemplateFallback?.(fallback)
+  return rendered
+}
+
+function renderInput (input: VerificationPartsInput): { templates: TenantTemplates, render: RenderInput } {
   if (!Number.isFinite(input.ttlSeconds) || input.ttlSeconds <= 0) {
     throw new RangeError('ttlSeconds must be a positive number')
   }
   const brand = singleLine(input.brand)
   if (brand === '') throw new TypeError('brand is empty')
-
-  // Rounded down so the mail never promises more time than the code really has.
-  const minutes = Math.max(1, Math.floor(input.ttlSeconds / 60))
-  const templates = input.templates ?? TenantTemplates.builtin
-  const { fallback, ...rendered } = templates.render(input.locale, {
-    brand,
-    code: input.code,
-    minutes,
-    requestedAt: requestTime(input.requestedAt ?? new Date())
-  })
-  if (fallback !== null) input.onTemplateFallback?.(fallback)
-  return rendered
+  return {
+    templates: input.templates ?? TenantTemplates.builtin,
+    render: {
+      brand,
+      code: input.code,
+      // Rounded down so the mail never promises more time than the code really has.
+      minutes: Math.max(1, Math.floor(input.ttlSeconds / 60)),
+      requestedAt: requestTime(input.requestedAt ?? new Date())
+    }
+  }
 }
 
 /** The verification mail, addressed: the parts of renderVerificationParts between header-safe addresses. */

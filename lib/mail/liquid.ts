@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { Liquid, Output, toValueSync, type Template } from 'liquidjs'
+import { Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
+import { BoundedCaptureTag, BoundedCaseTag, MEMORY_LIMIT, RENDER_BUDGET_MS, RenderBoundError, boundFilters, boundedFilter, boundedOperators, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -17,17 +18,11 @@ export const SOURCE_LIMITS: Readonly<Record<Part, number>> = { subject: 1024, te
  */
 export const OUTPUT_LIMITS: Readonly<Record<Part, number>> = { subject: 250, text: 64 * 1024, html: 256 * 1024 }
 /**
- * LiquidJS checks the time before rendering each node: a render still running after this
- * long stops. A time bound depends on the machine's load, so it is generous: what stops a
- * runaway loop deterministically is the allocation bound below.
+ * A test render at load slower than this (its best of LOAD_RENDER_TRIES) refuses the template:
+ * it would come near RENDER_BUDGET_MS at dispatch, where a busy moment would stop it.
  */
-export const RENDER_LIMIT_MS = 1000
-/**
- * LiquidJS charges ranges (`(1..n)` costs n), string-building filters and every escaped
- * output against this per render; a loop over a range of a million numbers, or a string
- * doubled in a loop, stops here whatever the machine.
- */
-export const MEMORY_LIMIT = 500_000
+export const LOAD_RENDER_LIMIT_MS = RENDER_BUDGET_MS / 2
+const LOAD_RENDER_TRIES = 3
 
 /** The rendered code can be no other string: private-use characters around random letters. */
 const CODE_MARK = `\uE000${randomBytes(12).toString('base64url')}\uE001`
@@ -46,47 +41,78 @@ export function singleLine (value: string): string {
 
 /** A template the service will not use; `rule` says why, in words for the file's author. */
 export class TemplateRuleError extends Error {
-  constructor (readonly rule: string) {
+  /** `outOfTime`: the render ran out of its time budget (which a busy moment can cause too). */
+  constructor (readonly rule: string, readonly outOfTime = false) {
     super(rule)
     this.name = 'TemplateRuleError'
   }
 }
+
+/** The file system LiquidJS is given: every call is refused, whatever a template or an option asks. */
+export const NO_FILES: FS = {
+  exists: async () => { throw new Error('templates cannot read files') },
+  existsSync: () => { throw new Error('templates cannot read files') },
+  readFile: async () => { throw new Error('templates cannot read files') },
+  readFileSync: () => { throw new Error('templates cannot read files') },
+  resolve: () => { throw new Error('templates cannot read files') },
+  contains: async () => false,
+  containsSync: () => false
+}
+
+/** What a new engine renders once, before any template: dates with names, a loop, a branch, filters, an output. */
+const WARM_UP = '{{ requestedAt | date: "%A %a %B %b %-d %Y %H:%M" }}{% for i in (1..2) %}{% if i == 1 %}{{ i | plus: 1 | append: "x" }}{% endif %}{% endfor %}'
+
+/** The tags that read other templates or files; the `liquid` tag, which can wrap them, knows only the tags left. */
+export const FILE_TAGS: readonly string[] = ['include', 'render', 'layout', 'block']
 
 /**
  * One engine per language (the `date` filter names months and days in it) and per part kind:
  * the HTML part escapes every output (`outputEscape`), the text part and the subject do not
  * (they are not markup; the subject is made one line after rendering).
  *
- * What a template cannot do: read files (`include`, `render` and `layout` are removed, and
- * the engine's template lookup is an empty map), call code, reach prototypes
- * (`ownPropertyOnly`), print a value unescaped in HTML (the `raw` filter is removed), use a
- * variable or filter that does not exist (strict: a typo is an error, not an empty string),
- * or run without bounds (parse, time and allocation limits).
+ * What a template cannot do: read files (the file tags are removed, in every form, and the
+ * engine has no root, partials or layouts folder, no relative or dynamic partials, and a file
+ * system that refuses every call), call code, reach prototypes (`ownPropertyOnly`), print a
+ * value unescaped in HTML (the `raw` filter is removed), use a variable or filter that does
+ * not exist (strict: a typo is an error, not an empty string), or run without bounds: every
+ * filter, comparison, capture and `case` is bounded (lib/mail/liquid-bounds.ts), with
+ * LiquidJS's own parse, time and allocation limits.
  */
 const engines = new Map<string, Liquid>()
 
-function engineFor (locale: string, part: Part): Liquid {
+export function engineFor (locale: string, part: Part): Liquid {
   const escaped = part === 'html'
   const name = `${locale}\u0000${escaped ? 'html' : 'text'}`
   let engine = engines.get(name)
   if (engine === undefined) {
     engine = new Liquid({
-      templates: {},
+      fs: NO_FILES,
+      root: [],
+      partials: [],
+      layouts: [],
       relativeReference: false,
       dynamicPartials: false,
       strictVariables: true,
       strictFilters: true,
       ownPropertyOnly: true,
       jsTruthy: false,
-      ...(escaped ? { outputEscape: 'escape' as const } : {}),
+      operators: boundedOperators(defaultOperators),
+      ...(escaped ? { outputEscape: boundedFilter('escape', builtinFilters.escape as Parameters<typeof boundedFilter>[1]) } : {}),
       locale,
       timezoneOffset: 0,
       parseLimit: SOURCE_LIMITS.html,
-      renderLimit: RENDER_LIMIT_MS,
+      renderLimit: RENDER_BUDGET_MS,
       memoryLimit: MEMORY_LIMIT
     })
-    for (const tag of ['include', 'render', 'layout', 'block']) Reflect.deleteProperty(engine.tags, tag)
+    for (const tag of FILE_TAGS) Reflect.deleteProperty(engine.tags, tag)
     Reflect.deleteProperty(engine.filters, 'raw')
+    boundFilters(engine)
+    engine.registerTag('capture', BoundedCaptureTag)
+    engine.registerTag('case', BoundedCaseTag)
+    // The first render in a process loads the language's month and day names and compiles
+    // LiquidJS's hot paths (about 15 ms): paid here, once per engine, rather than by the first
+    // template's test render or a dispatch's budget.
+    engine.parseAndRenderSync(WARM_UP, { requestedAt: '2026-01-31T09:05Z' }, { renderLimit: Number.POSITIVE_INFINITY })
     engines.set(name, engine)
   }
   return engine
@@ -106,8 +132,9 @@ function describeLiquidError (error: unknown): string {
   const tag = /^tag "(include|render|layout|block)" not found/.exec(message)
   if (tag !== null) return `the ${tag[1] ?? ''} tag is not available: a template cannot read other templates or files (${message})`
   if (message.startsWith('undefined filter: raw')) return `the raw filter is not available: the HTML part escapes every value (${message})`
-  if (message.startsWith('template render limit exceeded')) return `the render takes longer than ${RENDER_LIMIT_MS} ms (${message})`
-  if (message.startsWith('memory alloc limit exceeded')) return `the render allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units: a loop or a string grows too large (${message})`
+  if (message.startsWith('template render limit exceeded')) return `the render takes longer than its budget of ${RENDER_BUDGET_MS} ms (${message})`
+  if (message.startsWith('memory alloc limit exceeded')) return `the render allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units: a range, a loop or a string grows too large (${message})`
+  if ((error as { originalError?: unknown }).originalError instanceof RenderBoundError) return `the render exceeds a bound: ${message}`
   if (message.startsWith('Invalid string length')) return 'the output is too large'
   return message
 }
@@ -172,6 +199,8 @@ export class CompiledPart {
     } catch (error) {
       throw new TemplateRuleError(`the template does not parse: ${describeLiquidError(error)}`)
     }
+    const crowded = tagArgumentProblem(templates)
+    if (crowded !== null) throw new TemplateRuleError(crowded)
     const analysis = engine.analyzeSync(templates, { partials: false })
     for (const [name, uses] of Object.entries(analysis.globals)) {
       const at = uses[0]?.location
@@ -194,22 +223,56 @@ export class CompiledPart {
       throw new TemplateRuleError('the code may only be written {{ code }}: no filter, tag, assignment or capture may use it')
     }
     const compiled = new CompiledPart(part, engine, templates, locale, constants)
-    for (const sample of samples) {
-      const pieces = compiled.#render(sample)
-      if (pieces instanceof TemplateRuleError) throw new TemplateRuleError(`${pieces.rule} (test render with minutes = ${sample.minutes})`)
-    }
+    for (const sample of samples) compiled.#testRender(sample)
     return compiled
   }
 
-  /** The part with `code` in it; throws TemplateRuleError when these values break a rule. */
+  /**
+   * A test render at load: it must pass every rule, within LOAD_RENDER_LIMIT_MS. A slow one is
+   * tried again (a pause of the process is not the template's doing); the fastest counts.
+   */
+  #testRender (sample: PartValues): void {
+    let fastest = Number.POSITIVE_INFINITY
+    for (let attempt = 0; attempt < LOAD_RENDER_TRIES; attempt++) {
+      const started = performance.now()
+      const pieces = this.#render(sample)
+      const took = performance.now() - started
+      if (pieces instanceof TemplateRuleError && !pieces.outOfTime) throw new TemplateRuleError(`${pieces.rule} (test render with minutes = ${sample.minutes})`)
+      if (!(pieces instanceof TemplateRuleError)) {
+        if (took <= LOAD_RENDER_LIMIT_MS) return
+        fastest = Math.min(fastest, took)
+      }
+    }
+    const best = Number.isFinite(fastest) ? `${fastest.toFixed(1)} ms at best` : `longer than its budget of ${RENDER_BUDGET_MS} ms`
+    throw new TemplateRuleError(`the render takes ${best} in ${LOAD_RENDER_TRIES} tries; at load a part must render within ${LOAD_RENDER_LIMIT_MS} ms, half its budget of ${RENDER_BUDGET_MS} ms (test render with minutes = ${sample.minutes})`)
+  }
+
+  /**
+   * The part with `code` in it, as dispatch sends it; throws TemplateRuleError when these
+   * values break a rule. The rendered pieces are kept until the values change; a render that
+   * ran out of time is tried once more first (a pause of the process is the likely cause, and
+   * the refusal is kept as long as the pieces would be).
+   */
   render (values: PartValues, code: string): string {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
     if (key !== this.#key) {
-      this.#pieces = this.#render(values)
+      let pieces = this.#render(values)
+      if (pieces instanceof TemplateRuleError && pieces.outOfTime) pieces = this.#render(values)
+      this.#pieces = pieces
       this.#key = key
     }
     if (this.#pieces instanceof TemplateRuleError) throw this.#pieces
     return this.#pieces.join(code)
+  }
+
+  /**
+   * The part with `code` in it, rendered afresh for a preview: it neither reads nor replaces
+   * the pieces dispatches use, and it is not tried twice. Throws TemplateRuleError.
+   */
+  renderFresh (values: PartValues, code: string): string {
+    const pieces = this.#render(values)
+    if (pieces instanceof TemplateRuleError) throw pieces
+    return pieces.join(code)
   }
 
   /** The rendered pieces around the code, or the rule the render broke. */
@@ -228,7 +291,8 @@ export class CompiledPart {
         constants: this.#constants
       }))
     } catch (error) {
-      return new TemplateRuleError(`the template does not render: ${describeLiquidError(error)}`)
+      const outOfTime = error instanceof Error && error.message.startsWith('template render limit exceeded')
+      return new TemplateRuleError(`the template does not render: ${describeLiquidError(error)}`, outOfTime)
     }
     // Measured before anything walks the string: a runaway output is refused unread.
     if (output.length > OUTPUT_LIMITS[this.part] + CODE_MARK.length) return new TemplateRuleError(`the output is larger than ${OUTPUT_LIMITS[this.part]} characters (${output.length})`)

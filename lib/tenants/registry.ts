@@ -1,11 +1,11 @@
 import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
-import { dirname, resolve } from 'node:path'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
 import type { WebhookEventType } from '../../schemas/webhooks.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
+import { TemplateFolders } from '../mail/template-files.js'
 import { TemplatesError, TenantTemplates } from '../mail/tenant-templates.js'
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
@@ -93,11 +93,13 @@ export class TenantsFileError extends Error {
 }
 
 export interface RegistryOptions {
-  /**
-   * The tenants file's directory: template files are read relative to it, and none may lie
-   * outside it. Default: the working directory.
-   */
-  baseDir?: string
+  /** Where each tenant's `{ "file": … }` templates are read; without it, only inline templates load. */
+  templateFolders?: TemplateFolders
+}
+
+export interface RegistryFileOptions {
+  /** The root of the tenants' template folders (TEMPLATES_DIR); default `templates/` beside the tenants file. */
+  templatesDir?: string
 }
 
 /**
@@ -149,7 +151,7 @@ export class TenantRegistry {
       }
       try {
         tenant.templates = TenantTemplates.load(entry, {
-          baseDir: options.baseDir ?? process.cwd(),
+          folder: options.templateFolders?.forTenant(entry.id) ?? null,
           brand: tenant.brandName,
           ...(entry.ttlSeconds === undefined ? {} : { minutes: [Math.max(1, Math.floor(entry.ttlSeconds / 60))] })
         })
@@ -191,7 +193,7 @@ export class TenantRegistry {
     return new TenantRegistry(keysByHash, tenants)
   }
 
-  static async fromFile (path: string): Promise<TenantRegistry> {
+  static async fromFile (path: string, options: RegistryFileOptions = {}): Promise<TenantRegistry> {
     let text: string
     try {
       text = await readFile(path, 'utf8')
@@ -204,7 +206,8 @@ export class TenantRegistry {
     } catch (error) {
       throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
     }
-    return TenantRegistry.fromJson(document, { baseDir: dirname(resolve(path)) })
+    const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
+    return TenantRegistry.fromJson(document, { templateFolders: new TemplateFolders(templatesDir, path) })
   }
 
   /**

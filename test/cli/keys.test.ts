@@ -11,7 +11,7 @@ import t from 'tap'
 const exec = promisify(execFile)
 const root = new URL('../..', import.meta.url).pathname
 const npmKeys = async (args: string[], env: Record<string, string> = {}): Promise<{ stdout: string, stderr: string }> =>
-  await exec('npm', ['run', '-s', 'keys', '--', ...args], { cwd: root, env: { ...process.env, TENANTS_FILE: '', ...env }, timeout: 60_000 })
+  await exec('npm', ['run', '-s', 'keys', '--', ...args], { cwd: root, env: { ...process.env, TENANTS_FILE: '', TEMPLATES_DIR: '', ...env }, timeout: 60_000 })
 
 t.test('npm run keys does not build the project', async (t) => {
   const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
@@ -49,14 +49,21 @@ t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as t
 
 t.test('a tenants file whose templates are files is edited from any directory', async (t) => {
   const dir = t.testdir({
-    'en.txt': 'Your Acme code is {{ code }}.\n',
+    templates: { acme: { 'en.txt': 'Your Acme code is {{ code }}.\n' } },
+    elsewhere: { acme: { 'en.txt': 'Your Acme code: {{ code }}.\n' } },
     'tenants.json': JSON.stringify({
       tiers: { standard: { allowance: 10, window: '1d', sandboxAllowance: 10 } },
       tenants: [{ id: 'acme', tier: 'standard', templates: { en: { text: { file: 'en.txt' } } }, keys: [] }]
     })
   })
-  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', join(dir, 'tenants.json')])
-  t.match(created.stdout, /^sk_test_/, 'the template file is found next to the tenants file, not in the working directory')
+  const file = join(dir, 'tenants.json')
+  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', file])
+  t.match(created.stdout, /^sk_test_/, 'the template file is found in templates/acme/ beside the tenants file, not in the working directory')
+  const fromEnv = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', file], { TEMPLATES_DIR: join(dir, 'elsewhere') })
+  t.match(fromEnv.stdout, /^sk_test_/, 'or in TEMPLATES_DIR/acme/')
+  const missing = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', file, '--templates', join(dir, 'nowhere')]).then(() => null, (error: { code: number, stderr: string }) => error)
+  t.equal(missing?.code, 1, 'a file that would be refused is not written')
+  t.match(missing?.stderr, /the templates folder .*nowhere \(TEMPLATES_DIR\) does not exist/)
 })
 
 t.test('a tenants.json written in the repository root is not committed by accident', async (t) => {

@@ -98,3 +98,24 @@ t.test('velocity limits and lockout parse from max/window', async (t) => {
   t.throws(() => parseConfig({ LOCKOUT_DURATION: 'month' }), /LOCKOUT_DURATION must be a duration/)
   t.throws(() => parseConfig({ LOCKOUT_DURATION: '2d', LOCKOUT_MAX_DURATION: '1d' }), /LOCKOUT_MAX_DURATION must be at least LOCKOUT_DURATION/)
 })
+
+t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding nothing else the service reads', async (t) => {
+  const root = t.testdir({ etc: { 'tenants.json': '{}', lists: { 'tor.txt': '' } }, srv: { templates: {} } })
+  const tenantsFile = `${root}/etc/tenants.json`
+  t.equal(parseConfig({}).templatesDir, null, 'no tenants file, no templates folder')
+  t.equal(parseConfig({ TENANTS_FILE: tenantsFile }).templatesDir, `${root}/etc/templates`)
+  t.equal(parseConfig({ TENANTS_FILE: tenantsFile, TEMPLATES_DIR: `${root}/srv/templates` }).templatesDir, `${root}/srv/templates`)
+  const refused: Array<[Record<string, string>, RegExp]> = [
+    [{ TEMPLATES_DIR: `${root}/srv/templates` }, /^Invalid configuration: TEMPLATES_DIR is only used with TENANTS_FILE$/],
+    [{ TENANTS_FILE: tenantsFile, TEMPLATES_DIR: `${root}/etc` }, /^Invalid configuration: TEMPLATES_DIR .*\/etc must not be or contain the tenants file's folder \(.*\/etc\): tenants' template files get a folder of their own$/],
+    [{ TENANTS_FILE: tenantsFile, TEMPLATES_DIR: root }, /TEMPLATES_DIR .* must not be or contain the tenants file's folder/],
+    [{ TENANTS_FILE: tenantsFile, TEMPLATES_DIR: `${root}/etc/lists`, TOR_EXIT_LIST: `${root}/etc/lists/tor.txt` }, /TEMPLATES_DIR .*\/etc\/lists must not contain .*\/etc\/lists\/tor.txt \(TOR_EXIT_LIST\)/],
+    [{ TENANTS_FILE: tenantsFile, TOR_EXIT_LIST: `${root}/etc/templates/tor.txt` }, /^Invalid configuration: TEMPLATES_DIR \(unset: templates\/ beside TENANTS_FILE\) .*\/etc\/templates must not contain .*\/etc\/templates\/tor.txt \(TOR_EXIT_LIST\)/],
+    [{ TENANTS_FILE: tenantsFile, TEMPLATES_DIR: `${root}/srv`, IP_BLOCKLISTS: `https://lists.example/proxies.txt, ${root}/srv/lists/proxies.txt` }, /TEMPLATES_DIR .*\/srv must not contain .*\/srv\/lists\/proxies.txt \(IP_BLOCKLISTS\)/]
+  ]
+  for (const [env, message] of refused) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.equal(error.variable, 'TEMPLATES_DIR', JSON.stringify(env))
+    t.match(error.message, message)
+  }
+})

@@ -10,14 +10,18 @@ process.env.AWS_SECRET_ACCESS_KEY = 'test'
 const codeIn = (text: string | undefined): string => /\b(\d{6})\b/.exec(text ?? '')?.[1] ?? ''
 
 /**
- * acme writes its own mail in French and German (files beside the tenants file and inline),
+ * acme writes its own mail in French and German (files in its template folder and inline),
  * with constants; its brand and one constant try to inject markup.
  */
 function brandedTenants (t: Test): ReturnType<typeof writeTenants> {
   t.testdir({
-    mail: {
-      'fr.html.liquid': '<!DOCTYPE html><html lang="{{ locale }}"><body><h1>{{ brand }}</h1><p>Votre code&nbsp;: <strong>{{ code }}</strong></p><p>Il expire dans {{ minutes }} minutes.</p><footer>{{ constants.legal }} · <a href="{{ constants.support }}">Aide</a></footer></body></html>\n',
-      'fr.txt.liquid': 'Bonjour,\n\nVotre code {{ brand }} : {{ code }}\nIl expire dans {{ minutes }} minutes.\n\n{{ constants.legal }}\n'
+    templates: {
+      acme: {
+        mail: {
+          'fr.html.liquid': '<!DOCTYPE html><html lang="{{ locale }}"><body><h1>{{ brand }}</h1><p>Votre code&nbsp;: <strong>{{ code }}</strong></p><p>Il expire dans {{ minutes }} minutes.</p><footer>{{ constants.legal }} · <a href="{{ constants.support }}">Aide</a></footer></body></html>\n',
+          'fr.txt.liquid': 'Bonjour,\n\nVotre code {{ brand }} : {{ code }}\nIl expire dans {{ minutes }} minutes.\n\n{{ constants.legal }}\n'
+        }
+      }
     }
   })
   return writeTenants(t, (file: TenantsFile) => {
@@ -164,4 +168,29 @@ t.test('a tenant with its own default language and a language the service does n
 t.test('a tenants file with a refused template does not start the service', async (t) => {
   const { path } = writeTenants(t, (file) => { file.tenants[0]!.templates = { en: { subject: 'Your code is {{ code }}' } } })
   await t.rejects(buildApp(t, { TENANTS_FILE: path }), /tenants file: a template is refused: \/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+})
+
+t.test('previews are limited per tenant, all its keys together, and render one at a time per tenant', async (t) => {
+  const { path, keys } = brandedTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_PREVIEW: '3/1m' })
+  const preview = async (key: string) => await app.inject({ method: 'POST', url: '/templates/preview', headers: bearer(key), payload: { locale: 'fr' } })
+
+  const answers = []
+  for (const key of [keys.acmeLive, keys.acmeTest, keys.acmeLive, keys.acmeTest]) answers.push(await preview(key))
+  t.same(answers.map((answer) => answer.statusCode), [200, 200, 200, 429], 'the tenant\'s fourth preview in the window, whichever key asks')
+  const refused = answers[3]!
+  t.equal(refused.json().code, 'RATE_LIMITED')
+  t.match(refused.json().message, /^Too many previews for this tenant; retry in \d+ s$/)
+  t.match(refused.headers['retry-after'], /^\d+$/)
+  t.equal((await preview(keys.globexTest)).statusCode, 200, 'another tenant is not affected')
+
+  const { app: relaxed } = await buildApp(t, { TENANTS_FILE: path })
+  const together = await Promise.all([keys.acmeLive, keys.acmeTest, keys.globexTest].map(async (key) =>
+    await relaxed.inject({ method: 'POST', url: '/templates/preview', headers: bearer(key), payload: { locale: 'fr' } })))
+  t.same(together.slice(0, 2).map((answer) => answer.statusCode).sort(), [200, 429], 'two previews of one tenant at once: the second is refused at once')
+  const busy = together.find((answer) => answer.statusCode === 429)
+  t.same(busy?.json(), { success: false, message: 'Another preview of this tenant is being rendered; retry once it is done', code: 'RATE_LIMITED' })
+  t.equal(busy?.headers['retry-after'], '1')
+  t.equal(together[2]?.statusCode, 200, 'another tenant\'s preview at the same time is served')
+  t.equal((await relaxed.inject({ method: 'POST', url: '/templates/preview', headers: bearer(keys.acmeTest), payload: { locale: 'fr' } })).statusCode, 200, 'the slot is free again once the preview is done')
 })

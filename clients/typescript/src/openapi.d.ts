@@ -192,7 +192,7 @@ export interface paths {
         put?: never;
         /**
          * Render the tenant's verification message with a sample code
-         * @description What the tenant's users get in one language, rendered exactly as dispatch renders it (the tenant's own templates from the tenants file, the service's wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox.
+         * @description What the tenant's users get in one language, rendered exactly as dispatch renders it (the tenant's own templates from the tenants file, the service's wording for the parts it does not write), with a sample code: nothing is sent, stored or charged. Secret keys only (a restricted key gets 403 `KEY_NOT_PERMITTED`), live or sandbox. Each part is rendered afresh within its render budget (a part that breaks a rule shows the built-in wording, as dispatch would send it). Limited per key (`RATE_LIMIT_ACCOUNT`) and per tenant, all its keys together (`RATE_LIMIT_PREVIEW`, and one preview of a tenant at a time per instance): 429 `RATE_LIMITED` with `Retry-After`.
          */
         post: operations["previewTemplate"];
         delete?: never;

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { CheckFailed, run } from '../../../lib/cli/templates.js'
@@ -25,7 +27,7 @@ async function processRun (args: string[]): Promise<{ code: number | null, stdou
 }
 
 function brandedFile (t: Test): string {
-  t.testdir({ mail: { 'fr.html': '<p lang="{{ locale }}">{{ brand }} : <b>{{ code }}</b> ({{ minutes }} min)</p>' } })
+  t.testdir({ templates: { acme: { mail: { 'fr.html': '<p lang="{{ locale }}">{{ brand }} : <b>{{ code }}</b> ({{ minutes }} min)</p>' } } } })
   return writeTenants(t, (file) => {
     file.tenants[0]!.ttlSeconds = 300
     file.tenants[0]!.templates = { fr: { subject: 'Connexion à {{ brand }}', html: { file: 'mail/fr.html' } } }
@@ -54,6 +56,18 @@ t.test('preview prints a tenant\'s message as dispatch would render it', async (
   await t.rejects(cli(['preview', '--file', path]), /--tenant is required/)
 })
 
+t.test('template files are read from TEMPLATES_DIR/<tenant id>/ (--templates), never from the tenants file\'s folder', async (t) => {
+  const path = brandedFile(t)
+  const elsewhere = join(t.testdirName, 'elsewhere')
+  mkdirSync(join(elsewhere, 'acme', 'mail'), { recursive: true })
+  writeFileSync(join(elsewhere, 'acme', 'mail', 'fr.html'), '<i>{{ code }}</i>')
+  t.same(await cli(['preview', '--tenant', 'acme', '--locale', 'fr', '--part', 'html', '--file', path, '--templates', elsewhere]), ['<i>123456</i>'])
+  const lines: string[] = []
+  await run(['preview', '--tenant', 'acme', '--locale', 'fr', '--part', 'html', '--file', path], (line) => { lines.push(line) }, { TEMPLATES_DIR: elsewhere })
+  t.same(lines, ['<i>123456</i>'], 'TEMPLATES_DIR as the service reads it')
+  await t.rejects(cli(['check', '--file', path, '--templates', t.testdirName]), /the templates folder .* must not be or contain the tenants file's folder/)
+})
+
 t.test('check lists every refused template and exits 1; a good file exits 0', async (t) => {
   const path = brandedFile(t)
   t.same(await cli(['check', '--file', path]), [
@@ -79,7 +93,7 @@ t.test('check lists every refused template and exits 1; a good file exits 0', as
   t.equal(refused.code, 1, 'exits 1')
   t.match(refused.stderr, /the tenants file would be refused:\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
   t.match(refused.stderr, /\/tenants\/0\/templates\/en\/html .*allocates more than the limit/)
-  t.match(refused.stderr, /\/tenants\/1\/templates\/de\/text .*file "..\/outside.liquid" is outside the tenants file's directory/)
+  t.match(refused.stderr, /\/tenants\/1\/templates\/de\/text .*file "..\/outside.liquid" leaves the tenant's template folder .*\/templates\/globex\/: a path may not contain "\.\."/)
   t.equal(refused.stdout, '')
 
   const unreadable = await processRun(['check', '--file', `${t.testdirName}/missing.json`])

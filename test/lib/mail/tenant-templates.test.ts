@@ -1,22 +1,24 @@
-import { writeFileSync } from 'node:fs'
+import { linkSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { composeVerificationMessage, renderVerificationParts } from '../../../lib/mail/compose.js'
-import { MEMORY_LIMIT, OUTPUT_LIMITS } from '../../../lib/mail/liquid.js'
+import { FILE_TAGS, NO_FILES, OUTPUT_LIMITS, PARTS, engineFor } from '../../../lib/mail/liquid.js'
+import { MEMORY_LIMIT } from '../../../lib/mail/liquid-bounds.js'
 import { negotiateLocale } from '../../../lib/mail/locale.js'
+import { TemplateFolders, templatesRootProblem, type TenantTemplateFolder } from '../../../lib/mail/template-files.js'
 import { TemplatesError, TenantTemplates, type TemplatesEntry, type TemplateSource } from '../../../lib/mail/tenant-templates.js'
 import { TenantRegistry, TenantsFileError } from '../../../lib/tenants/registry.js'
 
 const CODE = '482910'
 
-function load (entry: TemplatesEntry, baseDir = process.cwd(), brand = 'Acme'): TenantTemplates {
-  return TenantTemplates.load(entry, { baseDir, brand })
+function load (entry: TemplatesEntry, folder: TenantTemplateFolder | null = null, brand = 'Acme'): TenantTemplates {
+  return TenantTemplates.load(entry, { folder, brand })
 }
 
 /** The one rule a single template breaks, as the load reports it. */
-function refusal (t: Test, source: TemplateSource, part: 'subject' | 'text' | 'html' = 'text', entry: Omit<TemplatesEntry, 'templates'> = {}, baseDir?: string): string {
+function refusal (t: Test, source: TemplateSource, part: 'subject' | 'text' | 'html' = 'text', entry: Omit<TemplatesEntry, 'templates'> = {}, folder: TenantTemplateFolder | null = null): string {
   try {
-    load({ ...entry, templates: { en: { [part]: source } } }, baseDir)
+    load({ ...entry, templates: { en: { [part]: source } } }, folder)
   } catch (error) {
     t.type(error, TemplatesError)
     const { problems } = error as TemplatesError
@@ -90,7 +92,7 @@ t.test('brand and constants are escaped in HTML and kept as written in the text 
   const templates = load({
     constants: { footer: hostile, link: '" onmouseover="alert(1)' },
     templates: { en: { html: '<p>{{ brand }} {{ code }}</p><p>{{ constants.footer }}</p><a title="{{ constants.link }}">x</a>', text: '{{ brand }} {{ code }} {{ constants.footer }}' } }
-  }, process.cwd(), hostile)
+  }, null, hostile)
   const message = compose(templates, 'en', { brand: hostile })
   t.notMatch(message.html, /<script/, 'no script element')
   t.notMatch(message.html, /" onmouseover/, 'no way out of an attribute')
@@ -122,9 +124,9 @@ t.test('refused at load, each with the rule it breaks', async (t) => {
     ['the code captured', '{% capture c %}{{ code }}{% endcapture %}{{ c }}', 'html', /the code may only be written/],
     ['the code assigned', '{% assign c = code %}{{ c }}', 'text', /the code may only be written/],
     ['an infinite loop', '{{ code }}{% for i in (1..100000000) %}x{% endfor %}', 'text', new RegExp(`allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units`)],
-    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit/],
-    ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /allocates more than the limit/],
-    ['a huge output', `{{ code }}{% for i in (1..20000) %}${'x'.repeat(100)}{% endfor %}`, 'html', new RegExp(`the output is larger than ${OUTPUT_LIMITS.html} characters`)],
+    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit|takes longer than its budget of 5 ms/],
+    ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /the append filter's result is longer than 16,384 characters/],
+    ['a huge output', `{{ code }}{% for i in (1..700) %}${'x'.repeat(100)}{% endfor %}`, 'text', new RegExp(`the output is larger than ${OUTPUT_LIMITS.text} characters`)],
     ['a huge subject', `{% for i in (1..30) %}${'y'.repeat(10)}{% endfor %}`, 'subject', new RegExp(`the output is larger than ${OUTPUT_LIMITS.subject} characters`)],
     ['an unknown variable', '{{ code }} {{ brnad }}', 'text', /unknown variable "brnad" \(line 1, column 15\)/],
     ['an unknown variable on a branch never taken', '{{ code }}{% if minutes > 100000 %}{{ requestId }}{% endif %}', 'text', /unknown variable "requestId"/],
@@ -134,6 +136,13 @@ t.test('refused at load, each with the rule it breaks', async (t) => {
     ['the include tag', '{{ code }}{% include "footer.liquid" %}', 'html', /the include tag is not available: a template cannot read other templates or files/],
     ['the render tag', '{{ code }}{% render "footer" %}', 'html', /the render tag is not available/],
     ['the layout tag', '{% layout "base" %}{{ code }}', 'html', /the layout tag is not available/],
+    ['the include tag, dynamic', '{{ code }}{% include {{ brand }} %}', 'text', /the include tag is not available/],
+    ['the include tag, with variables', '{{ code }}{% include "tenants.json" with brand, a: 1 %}', 'text', /the include tag is not available/],
+    ['the render tag, over a collection', '{{ code }}{% render "tenants.json" for constants as c %}', 'html', /the render tag is not available/],
+    ['the layout tag, none', '{% layout none %}{{ code }}', 'text', /the layout tag is not available/],
+    ['the block tag', '{{ code }}{% block b %}x{% endblock %}', 'text', /the block tag is not available/],
+    ['the include tag inside the liquid tag', '{{ code }}{% liquid\n  include "../tenants.json"\n%}', 'text', /the include tag is not available/],
+    ['the render tag inside the liquid tag', '{{ code }}{% liquid render "tenants.json" %}', 'html', /the render tag is not available/],
     ['a syntax error', '{{ code }}{% if %}', 'text', /does not parse/],
     ['an unclosed tag', '{{ code }}{% for i in (1..2) %}', 'text', /does not parse/],
     ['a prototype', '{{ code }}{{ brand.constructor }}', 'text', /does not render: undefined variable: brand.constructor/]
@@ -143,24 +152,113 @@ t.test('refused at load, each with the rule it breaks', async (t) => {
   }
 })
 
-t.test('template files: relative to the tenants file\'s directory, never outside it', async (t) => {
+/**
+ * A deployment as the service sees it: the tenants file (with another tenant's secrets in it),
+ * a secret beside it, and the template folders under `templates/`, one per tenant.
+ */
+function deployment (t: Test, acme: Record<string, unknown> = {}): { root: string, tenantsFile: string, folders: TemplateFolders, acme: TenantTemplateFolder } {
   const root = t.testdir({
-    tenants: {
-      mail: { 'en.html.liquid': '<p>{{ code }}</p>', 'big.liquid': 'x'.repeat(300_000) },
-      'link-out.liquid': t.fixture('symlink', '../secret.liquid')
-    },
-    'secret.liquid': '{{ code }} outside'
+    'tenants.json': '{"tenants":[{"id":"globex","captcha":{"secret":"globex-captcha-secret"}}]} {{ code }}',
+    'signing.key': '{{ code }} secret key material',
+    mail: { 'fr.html.liquid': '<p>{{ code }}</p> old layout' },
+    templates: {
+      acme: { 'en.html.liquid': '<p>{{ code }}</p>', mail: { 'fr.html.liquid': '<p lang="fr">{{ code }}</p>' }, 'big.liquid': 'x'.repeat(5000), ...acme },
+      globex: { 'en.html.liquid': '<p>{{ code }} globex</p>' }
+    }
   })
-  const base = join(root, 'tenants')
-  t.equal(compose(load({ templates: { en: { html: { file: 'mail/en.html.liquid' } } } }, base), 'en').html, `<p>${CODE}</p>`)
-  t.equal(compose(load({ templates: { en: { html: { file: './mail/../mail/en.html.liquid' } } } }, base), 'en').html, `<p>${CODE}</p>`, 'a path that stays inside')
-  t.match(refusal(t, { file: '../secret.liquid' }, 'html', {}, base), /file "..\/secret.liquid" is outside the tenants file's directory/)
-  t.match(refusal(t, { file: 'mail/../../secret.liquid' }, 'html', {}, base), /is outside the tenants file's directory/)
-  t.match(refusal(t, { file: join(root, 'secret.liquid') }, 'html', {}, base), /must be a path relative to the tenants file's directory/)
-  t.match(refusal(t, { file: 'link-out.liquid' }, 'html', {}, base), /is outside the tenants file's directory \(through a symbolic link\)/)
-  t.match(refusal(t, { file: 'mail/missing.liquid' }, 'html', {}, base), /cannot be read: ENOENT/)
-  t.match(refusal(t, { file: 'mail' }, 'html', {}, base), /is not a regular file/)
-  t.match(refusal(t, { file: 'mail/big.liquid' }, 'subject', {}, base), /longer than 1024 characters/)
+  const tenantsFile = join(root, 'tenants.json')
+  const folders = new TemplateFolders(join(root, 'templates'), tenantsFile)
+  return { root, tenantsFile, folders, acme: folders.forTenant('acme') }
+}
+
+t.test('the engines reach no file, whatever a template says', async (t) => {
+  for (const locale of ['en', 'fr']) {
+    for (const part of PARTS) {
+      const { options, tags } = engineFor(locale, part)
+      t.equal(options.fs, NO_FILES, `${locale} ${part}: a file system that refuses every call`)
+      t.same([options.root, options.partials, options.layouts], [[], [], []], 'no folder to look templates up in')
+      t.same([options.relativeReference, options.dynamicPartials], [false, false], 'no relative nor dynamic partials')
+      t.same(FILE_TAGS.filter((tag) => Object.hasOwn(tags, tag)), [], 'no file tag')
+    }
+  }
+  t.throws(() => NO_FILES.readFileSync('tenants.json'), /templates cannot read files/)
+  t.throws(() => NO_FILES.existsSync('tenants.json'), /templates cannot read files/)
+  t.throws(() => NO_FILES.resolve('.', 'tenants.json', ''), /templates cannot read files/)
+  await t.rejects(NO_FILES.readFile('tenants.json'), /templates cannot read files/)
+  await t.rejects(NO_FILES.exists('tenants.json'), /templates cannot read files/)
+  t.equal(NO_FILES.containsSync?.('.', 'tenants.json'), false)
+})
+
+t.test('template files: read from the tenant\'s own folder only', async (t) => {
+  const { root, acme } = deployment(t)
+  const html = (file: string): string => compose(load({ templates: { en: { html: { file } } } }, acme), 'en').html
+  t.equal(html('en.html.liquid'), `<p>${CODE}</p>`)
+  t.equal(html('mail/fr.html.liquid'), `<p lang="fr">${CODE}</p>`, 'in a folder of the tenant\'s folder')
+  t.equal(html('./mail/fr.html.liquid'), `<p lang="fr">${CODE}</p>`)
+
+  const folder = join(root, 'templates', 'acme')
+  t.match(refusal(t, { file: 'tenants.json' }, 'html', {}, acme), `file "tenants.json" names the tenants file: a template is read only from the tenant's template folder ${folder}/`, 'the tenants file by name')
+  t.match(refusal(t, { file: '../../tenants.json' }, 'html', {}, acme), `file "../../tenants.json" leaves the tenant's template folder ${folder}/: a path may not contain ".."`, 'the tenants file by ..')
+  t.match(refusal(t, { file: 'mail/../../globex/en.html.liquid' }, 'html', {}, acme), /leaves the tenant's template folder .*: a path may not contain "\.\."/, 'another tenant\'s folder')
+  t.match(refusal(t, { file: join(root, 'tenants.json') }, 'html', {}, acme), `must be a path inside the tenant's template folder ${folder}/, not an absolute path`, 'an absolute path')
+  t.match(refusal(t, { file: 'mail/fr.html.liquid.missing' }, 'html', {}, acme), `file "mail/fr.html.liquid.missing" does not exist in the tenant's template folder ${folder}/`)
+  t.match(refusal(t, { file: 'mail' }, 'html', {}, acme), /file "mail" is not a regular file/)
+  t.match(refusal(t, { file: 'big.liquid' }, 'subject', {}, acme), /file "big.liquid" is larger than 4096 bytes/)
+  t.match(refusal(t, { file: 'en.html.liquid' }, 'html', {}, null), /this tenants file was loaded without one/, 'inline templates only without a folder')
+})
+
+t.test('template files: an old-layout file is told where it must go now', async (t) => {
+  const { root } = deployment(t)
+  const rule = refusal(t, { file: 'mail/fr.html.liquid' }, 'html', {}, new TemplateFolders(join(root, 'templates'), join(root, 'tenants.json')).forTenant('initech'))
+  t.equal(rule, `file "mail/fr.html.liquid" is not in the tenant's template folder ${join(root, 'templates', 'initech')}/: template files are no longer read beside the tenants file; move ${join(root, 'mail', 'fr.html.liquid')} to ${join(root, 'templates', 'initech', 'mail', 'fr.html.liquid')}`)
+})
+
+t.test('template files: no symbolic or hard link leads out of the tenant\'s folder', async (t) => {
+  const { root, tenantsFile, folders } = deployment(t)
+  const acmeFolder = join(root, 'templates', 'acme')
+  symlinkSync(tenantsFile, join(acmeFolder, 'link.liquid'))
+  symlinkSync(root, join(acmeFolder, 'up'))
+  symlinkSync('../globex', join(acmeFolder, 'neighbour'))
+  linkSync(tenantsFile, join(acmeFolder, 'hard.liquid'))
+  linkSync(join(root, 'signing.key'), join(acmeFolder, 'key.liquid'))
+  const acme = folders.forTenant('acme')
+  t.match(refusal(t, { file: 'link.liquid' }, 'html', {}, acme), 'file "link.liquid" is a symbolic link; a template file must be a regular file inside the tenant\'s template folder', 'a symbolic link to the tenants file')
+  t.match(refusal(t, { file: 'up/tenants.json' }, 'html', {}, acme), `file "up/tenants.json" cannot be read: folder "up" of the tenant's template folder ${acmeFolder}/ is a symbolic link; template files are read only from real folders`, 'a symbolic link to a folder on the way')
+  t.match(refusal(t, { file: 'neighbour/en.html.liquid' }, 'html', {}, acme), /folder "neighbour" .* is a symbolic link/, 'a symbolic link to another tenant\'s folder')
+  t.match(refusal(t, { file: 'hard.liquid' }, 'html', {}, acme), 'file "hard.liquid" has 2 hard links; a template file must have exactly one', 'a hard link to the tenants file')
+  t.match(refusal(t, { file: 'key.liquid' }, 'html', {}, acme), 'file "key.liquid" has 2 hard links', 'a hard link to a secret')
+
+  // The tenant's folder itself, a symbolic link to the tenants file's folder.
+  symlinkSync(root, join(root, 'templates', 'initech'))
+  t.match(refusal(t, { file: 'tenants.json' }, 'html', {}, folders.forTenant('initech')), `file "tenants.json" cannot be read: the tenant's template folder ${join(root, 'templates', 'initech')} is a symbolic link`, 'a symbolic link as the tenant\'s folder')
+
+  // The root may be reached through a link (the operator's choice), the tenant's folder not.
+  symlinkSync(join(root, 'templates'), join(root, 'templates-link'))
+  t.equal(compose(load({ templates: { en: { html: { file: 'en.html.liquid' } } } }, new TemplateFolders(join(root, 'templates-link'), tenantsFile).forTenant('acme')), 'en').html, `<p>${CODE}</p>`)
+  t.match(refusal(t, { file: 'en.html.liquid' }, 'html', {}, new TemplateFolders(join(root, 'nowhere'), tenantsFile).forTenant('acme')), `cannot be read: the templates folder ${join(root, 'nowhere')} (TEMPLATES_DIR) does not exist`)
+})
+
+t.test('template files: a FIFO is refused without waiting for a writer', { skip: process.platform === 'win32' }, async (t) => {
+  const { root, folders } = deployment(t)
+  const { execFileSync } = await import('node:child_process')
+  execFileSync('mkfifo', [join(root, 'templates', 'acme', 'pipe.liquid')])
+  t.match(refusal(t, { file: 'pipe.liquid' }, 'html', {}, folders.forTenant('acme')), /file "pipe.liquid" is not a regular file/)
+})
+
+t.test('the templates root holds nothing else the service reads', async (t) => {
+  const root = t.testdir({ etc: { 'tenants.json': '{}', lists: { 'proxies.txt': '' }, templates: {} }, srv: {} })
+  const tenantsFile = join(root, 'etc', 'tenants.json')
+  const guarded = { tenantsFile, others: [['IP_BLOCKLISTS', join(root, 'etc', 'lists', 'proxies.txt')] as const] }
+  t.equal(templatesRootProblem(join(root, 'etc', 'templates'), guarded), null, 'templates/ beside the tenants file')
+  t.equal(templatesRootProblem(join(root, 'srv', 'not-yet'), guarded), null, 'a folder elsewhere, even one not made yet')
+  t.equal(templatesRootProblem(join(root, 'etc'), guarded), `${join(root, 'etc')} must not be or contain the tenants file's folder (${join(root, 'etc')}): tenants' template files get a folder of their own`, 'the tenants file\'s folder')
+  t.match(templatesRootProblem(root, guarded), /must not be or contain the tenants file's folder/, 'a parent of it')
+  t.equal(templatesRootProblem(join(root, 'etc', 'lists'), guarded), `${join(root, 'etc', 'lists')} must not contain ${join(root, 'etc', 'lists', 'proxies.txt')} (IP_BLOCKLISTS): it holds tenants' template files and nothing else`)
+  mkdirSync(join(root, 'srv', 'linked'))
+  symlinkSync(join(root, 'etc'), join(root, 'srv', 'linked', 'etc'))
+  t.match(templatesRootProblem(join(root, 'srv', 'linked', 'etc'), guarded), /must not be or contain the tenants file's folder/, 'through a symbolic link')
+  symlinkSync(tenantsFile, join(root, 'srv', 'tenants.json'))
+  t.match(templatesRootProblem(join(root, 'srv'), { ...guarded, tenantsFile: join(root, 'srv', 'tenants.json') }), /must not be or contain the tenants file's folder/, 'a tenants file that is a link into it')
 })
 
 t.test('a language without built-in wording needs every part; the default must exist', async (t) => {
@@ -251,10 +349,10 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
   t.equal(schema({ defaultLocale: 'de', constants: { a: 'b' } }), 'accepted')
 })
 
-t.test('a tenant file\'s templates load relative to it', async (t) => {
-  const dir = t.testdir({ 'en.html': '<b>{{ code }}</b>' })
+t.test('a tenants file\'s templates load from templates/<tenant id>/ beside it, or from the folder given', async (t) => {
+  const dir = t.testdir({ templates: { acme: { 'en.html': '<b>{{ code }}</b>' } }, elsewhere: { acme: { 'en.html': '<i>{{ code }}</i>' } } })
   const path = join(dir, 'tenants.json')
   writeFileSync(path, JSON.stringify({ tiers: { s: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id: 'acme', tier: 's', keys: [], templates: { en: { html: { file: 'en.html' } } } }] }))
-  const registry = await TenantRegistry.fromFile(path)
-  t.equal(compose(registry.tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
+  t.equal(compose((await TenantRegistry.fromFile(path)).tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
+  t.equal(compose((await TenantRegistry.fromFile(path, { templatesDir: join(dir, 'elsewhere') })).tenants.get('acme')!.templates, 'en').html, `<i>${CODE}</i>`)
 })

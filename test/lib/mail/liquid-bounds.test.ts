@@ -1,0 +1,142 @@
+/*
+ * The work of a template's render is bounded whatever the template says: each attack of the
+ * issue (large ranges, strings doubled and fed to filters, captures, cycle, tablerow,
+ * increment, wide dates, long comparisons) is refused at load with its rule, and on a branch
+ * the load did not take, a dispatch or a preview stops it within the render budget and sends
+ * or shows the built-in wording. The time bounds asserted here are stall guards for a busy
+ * 2-core machine, not measurements (bench/liquid-limits.ts measures).
+ */
+import t from 'tap'
+import { previewVerificationParts, renderVerificationParts } from '../../../lib/mail/compose.js'
+import { CompiledPart, LOAD_RENDER_LIMIT_MS, TemplateRuleError, type Part, type PartValues } from '../../../lib/mail/liquid.js'
+import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, MEMORY_LIMIT, RENDER_BUDGET_MS, TAG_ARGUMENT_LIMIT, VALUE_LIMIT } from '../../../lib/mail/liquid-bounds.js'
+import { TenantTemplates } from '../../../lib/mail/tenant-templates.js'
+
+const STALL_GUARD_MS = 1000
+const SAMPLES: PartValues[] = [1, 10].map((minutes) => ({ brand: 'Acme', minutes, requestedAt: '2026-01-31T09:05Z' }))
+const n = (value: number): string => value.toLocaleString('en')
+
+/** A string of 10 × 2^doublings characters, built by capture (which LiquidJS does not charge). */
+const doubled = (doublings: number, seed = 'xxxxxxxxxx'): string => `{% capture s %}${seed}{% endcapture %}{% for i in (1..${doublings}) %}{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}`
+/** The same by append, or prepend. */
+const grown = (filter: 'append' | 'prepend', doublings: number): string => `{% assign s = "xxxxxxxxxx" %}{% for i in (1..${doublings}) %}{% assign s = s | ${filter}: s %}{% endfor %}`
+const loop = (times: number, body: string): string => `{% for i in (1..${times}) %}${body}{% endfor %}`
+const many = (count: number, item: string): string => Array.from({ length: count }, () => item).join(', ')
+
+function compile (source: string, part: Part = 'text'): CompiledPart {
+  return CompiledPart.compile(source, part, 'en', { long: 'é'.repeat(500) }, SAMPLES)
+}
+
+/** The rule a template breaks at load, and how long the load took. */
+function refusal (source: string, part: Part = 'text'): { rule: string, ms: number } {
+  const started = performance.now()
+  try {
+    compile(source, part)
+  } catch (error) {
+    if (error instanceof TemplateRuleError) return { rule: error.rule, ms: performance.now() - started }
+    throw error
+  }
+  return { rule: 'accepted', ms: performance.now() - started }
+}
+
+const OVER_BUDGET = new RegExp(`takes longer than its budget of ${RENDER_BUDGET_MS} ms`)
+const OVER_MEMORY = new RegExp(`allocates more than the limit of ${n(MEMORY_LIMIT)} units`)
+
+const ATTACKS: Array<[string, string, RegExp, Part?]> = [
+  ['nested ranges', loop(700, loop(700, 'x')), OVER_BUDGET],
+  ['nested ranges, no output', loop(79, loop(79, loop(79, ''))), OVER_BUDGET],
+  ['a range of a million', loop(1_000_000, '{{ i }}'), OVER_MEMORY],
+  ['a string doubled by append', grown('append', 30), new RegExp(`the append filter's result is longer than ${n(VALUE_LIMIT)} characters`)],
+  ['a string doubled by prepend', grown('prepend', 30), new RegExp(`the prepend filter's result is longer than ${n(VALUE_LIMIT)} characters`)],
+  ['a string doubled by capture', doubled(30), new RegExp(`the capture s is longer than ${n(VALUE_LIMIT)} characters`)],
+  ['a capture of a long loop', `{% capture s %}${loop(400_000, 'xxxxxxxxxx')}{% endcapture %}`, OVER_MEMORY],
+  ['a doubled string, replace', `${doubled(10)}{% assign t = s | replace: "x", s %}`, /the replace filter's result is longer|allocates more/],
+  ['a doubled string, split', `${doubled(10)}{% assign t = s | split: "" %}`, new RegExp(`the split filter's result is an array of ${n(10_240)} elements; the limit is ${n(ARRAY_LIMIT)}`)],
+  ['a doubled string, split, sort, join', `${doubled(9, 'xyxyxyxyxy')}{% assign t = s | split: "y" | sort | join: s %}`, new RegExp(`the split filter's result is an array of ${n(2560)} elements`)],
+  ['a doubled string, upcase in a loop', `${doubled(10)}${loop(100_000, '{% assign t = s | upcase %}')}`, OVER_MEMORY],
+  ['a doubled string, truncate and slice in a loop', `${doubled(10)}${loop(100_000, '{% assign t = s | truncate: 100000 | slice: 0, 10000 %}')}`, OVER_MEMORY],
+  ['a doubled string, url_encode', `${doubled(10, 'éééééééééé')}{% assign t = s | url_encode %}`, /the url_encode filter's result is longer/],
+  ['a doubled string, url_encode in a loop', `${doubled(8, 'éééééééééé')}${loop(200, loop(200, '{% assign t = s | url_encode %}'))}`, OVER_BUDGET],
+  ['a doubled string, escape in a loop', `${doubled(9, '<<<<<<<<<<')}${loop(100_000, '{% assign t = s | escape %}')}`, /the escape filter's result is longer|allocates more/],
+  ['a doubled string, json in a loop', `${doubled(10)}${loop(100_000, '{% assign t = s | json %}')}`, OVER_MEMORY],
+  ['a doubled string, compared in a loop', `${doubled(10)}${loop(200, loop(200, '{% if s contains "xy" %}{% endif %}'))}`, OVER_BUDGET],
+  ['one condition with 2000 comparisons', `${doubled(10)}{% if ${Array.from({ length: 2000 }, () => 's contains "xxxxxxxxy"').join(' or ')} %}{% endif %}`, OVER_BUDGET],
+  ['cycle', loop(1_000_000, '{% cycle "a", "b", "c" %}'), OVER_MEMORY],
+  ['cycle in nested loops', loop(200, loop(200, '{% cycle "a", "b", "c" %}')), OVER_BUDGET],
+  ['tablerow', '{% tablerow i in (1..1000000) %}{{ i }}{% endtablerow %}', OVER_MEMORY],
+  ['increment', loop(200, loop(200, '{% increment n %}')), OVER_BUDGET],
+  ['a date with a wide year', '{{ requestedAt | date: "%1000000Y" }}', OVER_MEMORY],
+  ['a date with a long format', `{{ requestedAt | date: "${'%A'.repeat(1000)}" }}`, new RegExp(`the date filter's format is longer than ${DATE_FORMAT_LIMIT} characters`)],
+  ['dates in a loop', loop(200, loop(200, '{% assign d = requestedAt | date: "%A %B %A %B %A %B %A %B" %}')), OVER_BUDGET],
+  ['a large range in a filter', '{{ (1..40000) | join: "," }}', new RegExp(`the join filter's input is an array of ${n(40_000)} elements`)],
+  ['a large range in a comparison', '{% if (1..40000) contains 0 %}{% endif %}', new RegExp(`an operand of contains is an array of ${n(40_000)} elements`)],
+  ['where_exp over a large range', '{% assign a = (1..40000) %}{{ a | where_exp: "x", "x > 5" | size }}', /the where_exp filter's input is an array/],
+  ['case with many values', `{% case brand %}{% when ${many(TAG_ARGUMENT_LIMIT, '"x"')} %}{% endcase %}`, new RegExp(`takes ${TAG_ARGUMENT_LIMIT + 1} values; a tag takes at most ${TAG_ARGUMENT_LIMIT}`)],
+  ['cycle with many candidates', `{% cycle ${many(TAG_ARGUMENT_LIMIT + 1, '"x"')} %}`, /takes 65 values; a tag takes at most 64/],
+  ['a case on a large range', '{% assign r = (1..40000) %}{% case r %}{% when r %}{% endcase %}', /an operand of == is an array of 40,000 elements/]
+]
+
+t.test('each attack is refused at load, with its rule, without stalling the load', async (t) => {
+  for (const [what, attack, rule, part] of ATTACKS) {
+    const refused = refusal(`{{ code }}${attack}`, part)
+    t.match(refused.rule, rule, what)
+    t.ok(refused.ms < STALL_GUARD_MS, `${what}: refused in ${refused.ms.toFixed(1)} ms`)
+  }
+})
+
+t.test('on a branch the load did not take, a dispatch and a preview stop within the budget and show the built-in wording', async (t) => {
+  for (const [what, attack] of ATTACKS.filter(([, , rule]) => rule === OVER_BUDGET)) {
+    const templates = TenantTemplates.load({ templates: { en: { subject: 'Sign in to {{ brand }}', text: `{% if minutes == 7 %}${attack}{% endif %}{{ code }}` } } }, { folder: null, brand: 'Acme' })
+    const input = { templates, locale: 'en', brand: 'Acme', code: '482910', ttlSeconds: 7 * 60 }
+    const fallbacks: string[] = []
+    let started = performance.now()
+    const sent = renderVerificationParts({ ...input, onTemplateFallback: (fallback) => { fallbacks.push(fallback.rule) } })
+    t.ok(performance.now() - started < STALL_GUARD_MS, `${what}: a dispatch stops (${(performance.now() - started).toFixed(1)} ms)`)
+    t.equal(sent.subject, 'Your Acme verification code', `${what}: the dispatch sends the built-in wording`)
+    started = performance.now()
+    const shown = await previewVerificationParts({ ...input, onTemplateFallback: (fallback) => { fallbacks.push(fallback.rule) } })
+    t.ok(performance.now() - started < STALL_GUARD_MS, `${what}: a preview stops (${(performance.now() - started).toFixed(1)} ms)`)
+    t.equal(shown.subject, 'Your Acme verification code', `${what}: the preview shows the built-in wording`)
+    t.match(fallbacks, [OVER_BUDGET, OVER_BUDGET], `${what}: both say why`)
+  }
+})
+
+t.test('within the bounds, templates work as LiquidJS documents them', async (t) => {
+  const values = (minutes: number): PartValues => ({ brand: 'Acme', minutes, requestedAt: '2026-01-31T09:05Z' })
+  const part = compile('{{ code }}: {% case minutes %}{% when 1, 2 %}few{% when 10 %}ten{% else %}many{% endcase %}' +
+    '{% capture who %}{{ brand | upcase }}!{% endcapture %} {{ who }} {{ (1..1000) | join: "" | size }} {{ (1..3) | join: "-" }}' +
+    `{% if (1..${ARRAY_LIMIT}) contains 5 %} in{% endif %} {% cycle "a", "b" %}{% cycle "a", "b" %} {{ requestedAt | date: "%A %-d %B" }}`)
+  t.equal(part.render(values(1), '482910'), '482910: few ACME! 2893 1-2-3 in ab Saturday 31 January')
+  t.equal(part.render(values(10), '482910'), '482910: ten ACME! 2893 1-2-3 in ab Saturday 31 January')
+  t.equal(part.renderFresh(values(7), '482910'), '482910: many ACME! 2893 1-2-3 in ab Saturday 31 January')
+  t.equal(compile(`{{ code }}{% case brand %}{% when ${many(TAG_ARGUMENT_LIMIT - 1, '"x"')} %}x{% endcase %}`).render(values(1), '1'), '1', `a tag with ${TAG_ARGUMENT_LIMIT} values`)
+  t.equal(compile(`{{ code }}${doubled(10)}{{ s | size }}`).render(values(1), '1'), '110240', `a value of ${n(10_240)} characters`)
+})
+
+t.test('a part that renders near its budget at load is refused with the figures', async (t) => {
+  const { rule } = refusal(`{{ code }}${loop(700, loop(700, 'x'))}`)
+  t.match(rule, new RegExp(`^the render takes longer than its budget of ${RENDER_BUDGET_MS} ms in 3 tries; at load a part must render within ${LOAD_RENDER_LIMIT_MS} ms, half its budget of ${RENDER_BUDGET_MS} ms \\(test render with minutes = 1\\)$`))
+})
+
+t.test('a preview renders afresh, lets other work run between parts, and leaves dispatches\' pieces alone', async (t) => {
+  // `sample` picks one of a hundred values at random: five parts rendered anew almost surely differ.
+  const choices = `"${Array.from({ length: 100 }, (_, index) => `v${index}`).join(',')}" | split: ","`
+  const source = `{{ code }} {{ ${choices} | sample }}`
+  const templates = TenantTemplates.load({ templates: { en: { subject: `Hi {{ ${choices} | sample }}`, text: source, html: source } } }, { folder: null, brand: 'Acme' })
+  const input = { templates, locale: 'en', brand: 'Acme', code: '482910', ttlSeconds: 600, requestedAt: new Date('2026-03-01T10:00:00Z') }
+  const dispatched = renderVerificationParts(input)
+  const previews = await Promise.all(Array.from({ length: 5 }, async () => await previewVerificationParts(input)))
+  t.ok(previews.some((preview) => preview.text !== dispatched.text), 'previews are rendered anew')
+  t.same(renderVerificationParts(input), dispatched, 'dispatches of the same minute still get the pieces rendered for them')
+
+  let turns = 0
+  let done = false
+  const tick = (): void => {
+    turns++
+    if (!done) setImmediate(tick)
+  }
+  setImmediate(tick)
+  await previewVerificationParts(input)
+  done = true
+  t.ok(turns >= 3, `the event loop turned between the three parts (${turns} turns)`)
+})
