@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
-import { BoundedCaptureTag, BoundedCaseTag, MEMORY_LIMIT, RENDER_BUDGET_MS, RenderBoundError, boundFilters, boundedFilter, boundedOperators, tagArgumentProblem } from './liquid-bounds.js'
+import { BoundedCaptureTag, BoundedCaseTag, MEMORY_LIMIT, RENDER_BUDGET_MS, RenderBoundError, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -192,6 +192,7 @@ export class CompiledPart {
    */
   static compile (source: string, part: Part, locale: string, constants: Readonly<Record<string, string>>, samples: readonly PartValues[]): CompiledPart {
     if (source.length > SOURCE_LIMITS[part]) throw new TemplateRuleError(`the template is longer than ${SOURCE_LIMITS[part]} characters`)
+    if (markupCount(source) > MARKUP_LIMIT) throw new TemplateRuleError(`the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})`)
     const engine = engineFor(locale, part)
     let templates: Template[]
     try {

@@ -9,7 +9,7 @@
 import t from 'tap'
 import { previewVerificationParts, renderVerificationParts } from '../../../lib/mail/compose.js'
 import { CompiledPart, LOAD_RENDER_LIMIT_MS, TemplateRuleError, type Part, type PartValues } from '../../../lib/mail/liquid.js'
-import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, MEMORY_LIMIT, RENDER_BUDGET_MS, TAG_ARGUMENT_LIMIT, VALUE_LIMIT } from '../../../lib/mail/liquid-bounds.js'
+import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, MARKUP_LIMIT, MEMORY_LIMIT, RENDER_BUDGET_MS, TAG_ARGUMENT_LIMIT, VALUE_LIMIT, markupCount, positionIn } from '../../../lib/mail/liquid-bounds.js'
 import { TenantTemplates } from '../../../lib/mail/tenant-templates.js'
 
 const STALL_GUARD_MS = 1000
@@ -139,4 +139,31 @@ t.test('a preview renders afresh, lets other work run between parts, and leaves 
   await previewVerificationParts(input)
   done = true
   t.ok(turns >= 3, `the event loop turned between the three parts (${turns} turns)`)
+})
+
+t.test('loading a part is bounded: markup is counted before parsing, positions come from a line index', async (t) => {
+  const crowded = '{{ code }}' + '\n{{ brand }}'.repeat(MARKUP_LIMIT)
+  const started = performance.now()
+  t.throws(() => compile(crowded), { rule: `the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})` })
+  t.ok(performance.now() - started < STALL_GUARD_MS, 'refused before it is parsed')
+  t.equal(markupCount('{ {{ a }} {% b %} {x} {'), 2, 'only {{ and {% open markup')
+
+  // The same answers as LiquidJS's own count from the start of the source.
+  const source = 'ab\ncd\n\nefg\n'
+  const counted = (offset: number): [number, number] => {
+    let [row, col] = [1, 1]
+    for (let i = 0; i < offset; i++) {
+      if (source[i] === '\n') [row, col] = [row + 1, 1]
+      else col++
+    }
+    return [row, col]
+  }
+  for (let offset = 0; offset <= source.length; offset++) t.same(positionIn(source, offset), counted(offset), `offset ${offset}`)
+
+  // A long part with many outputs analyses in linear time (it took seconds when every
+  // variable's position was counted from the start of the source).
+  const spread = '{{ code }}' + ('x'.repeat(250) + '{{ brand }}').repeat(MARKUP_LIMIT - 1)
+  const loading = performance.now()
+  try { compile(spread, 'html') } catch (error) { if (!(error instanceof TemplateRuleError)) throw error }
+  t.ok(performance.now() - loading < STALL_GUARD_MS * 2, `loaded or refused in ${Math.round(performance.now() - loading)} ms`)
 })
