@@ -144,7 +144,7 @@ t.test('a preview renders afresh, lets other work run between parts, and leaves 
 t.test('loading a part is bounded: markup is counted before parsing, positions come from a line index', async (t) => {
   const crowded = '{{ code }}' + '\n{{ brand }}'.repeat(MARKUP_LIMIT)
   const started = performance.now()
-  t.throws(() => compile(crowded), { rule: `the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})` })
+  t.throws(() => compile(crowded), new TemplateRuleError(`the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})`))
   t.ok(performance.now() - started < STALL_GUARD_MS, 'refused before it is parsed')
   t.equal(markupCount('{ {{ a }} {% b %} {x} {'), 2, 'only {{ and {% open markup')
 
