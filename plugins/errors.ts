@@ -16,6 +16,9 @@ const fastifyCodes: Record<string, ErrorCode> = {
   FST_ERR_CTP_INVALID_JSON_BODY: 'INVALID_JSON'
 }
 
+/** Connections answered by answerClientError: their request, if one had begun, gets no other answer. */
+const answeredOnConnection = new WeakSet<Socket>()
+
 function send (reply: FastifyReply, error: ApiError): FastifyReply {
   if (error.headers !== undefined) reply.headers(error.headers)
   return reply.code(error.statusCode).send({ success: false, message: error.message, code: error.code })
@@ -57,6 +60,9 @@ function describeValidation (error: FastifyError): string {
 export function answerErrorsInContractShape (fastify: FastifyInstance, countError: (code: ErrorCode) => void = () => {}, notFoundPreHandler?: preHandlerAsyncHookHandler): void {
   fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply) {
     const mapped = toApiError(error)
+    // A body cut short by REQUEST_TIMEOUT_MS fails its parser too, after the connection was
+    // answered 408: that answer was counted and logged, this one never reaches anybody.
+    if (answeredOnConnection.has(request.raw.socket)) return send(reply, mapped)
     countError(mapped.code)
     if (mapped.statusCode >= 500) {
       request.log.error({ err: error }, 'request failed')
@@ -119,6 +125,7 @@ export function answerClientError (this: FastifyInstance, error: NodeJS.ErrnoExc
   // A reset connection has nobody to answer.
   if (error.code === 'ECONNRESET' || socket.destroyed) return
   const code = clientErrorCode(error)
+  answeredOnConnection.add(socket)
   this.log.debug({ code, reason: error.code }, 'connection closed on a client error')
   if (this.hasDecorator('metrics')) this.metrics.errors.inc({ code })
   // As node does on its own: no answer once a response has started on this connection (it

@@ -12,8 +12,11 @@ import t from 'tap'
 import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
 import { send } from '../support/http.js'
 import { startServer } from '../support/service-process.js'
+import { until } from '../support/wait.js'
 
 const ATTACKER = '127.0.0.9'
+/** The well-behaved request SIGTERM must drain. */
+const DRAINED = '127.0.0.10'
 const CONNECTIONS = 300
 // The issue's bound for closing every slow connection: REQUEST_TIMEOUT_MS (10 s by default)
 // plus the deadline checks, with room for a busy machine.
@@ -22,6 +25,8 @@ const ALL_CLOSED_WITHIN_MS = 30_000
 type Trickle = 'body' | 'headers' | 'silent'
 
 interface SlowConnection {
+  /** Resolves once connected and, unless silent, the first bytes are written. */
+  opened: Promise<void>
   /** Resolves when the server closed the connection: after how long, and what it answered. */
   closed: Promise<{ afterMs: number, answer: string }>
   destroy: () => void
@@ -35,22 +40,26 @@ function slowConnection (port: number, trickle: Trickle): SlowConnection {
   let timer: NodeJS.Timeout | undefined
   socket.on('data', (chunk: Buffer) => { answer += chunk.toString() })
   socket.on('error', () => {})
-  socket.on('connect', () => {
-    if (trickle === 'silent') return
-    if (trickle === 'body') {
-      socket.write('POST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"email":"')
-    } else {
-      socket.write('POST /otp/request HTTP/1.1\r\nHost: x\r\n')
-    }
-    // Steady activity: an inactivity timeout alone would never fire.
-    let sent = 0
-    timer = setInterval(() => { socket.write(trickle === 'body' ? 'a' : `X-Slow-${sent++}: 1\r\n`) }, 1000)
+  const opened = new Promise<void>((resolve) => {
+    socket.on('connect', () => {
+      if (trickle === 'silent') {
+        resolve()
+        return
+      }
+      const head = trickle === 'body'
+        ? 'POST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{"email":"'
+        : 'POST /otp/request HTTP/1.1\r\nHost: x\r\n'
+      socket.write(head, () => { resolve() })
+      // Steady activity: an inactivity timeout alone would never fire.
+      let sent = 0
+      timer = setInterval(() => { socket.write(trickle === 'body' ? 'a' : `X-Slow-${sent++}: 1\r\n`) }, 1000)
+    })
   })
   const closed = once(socket, 'close').then(() => {
     clearInterval(timer)
     return { afterMs: Date.now() - started, answer }
   })
-  return { closed, destroy: () => { clearInterval(timer); socket.destroy() } }
+  return { opened, closed, destroy: () => { clearInterval(timer); socket.destroy() } }
 }
 
 function percentile (sorted: number[], fraction: number): number {
@@ -139,19 +148,24 @@ t.test(`${CONNECTIONS} slow connections from one source are closed in time and d
 
 t.test('SIGTERM drains requests in flight and does not wait for requests still being uploaded', async (t) => {
   // A deadline far beyond the grace period: only cutting the uploads short lets it exit cleanly.
-  const server = await startServer(t, { LOG_LEVEL: 'warn', REQUEST_TIMEOUT_MS: '120000', SHUTDOWN_GRACE_MS: '60000', MAIL_TIMEOUT_MS: '2000' })
+  const server = await startServer(t, { LOG_LEVEL: 'info', REQUEST_TIMEOUT_MS: '120000', SHUTDOWN_GRACE_MS: '60000', MAIL_TIMEOUT_MS: '2000' })
   const port = Number(new URL(server.base).port)
+  /** Request lines the service logged from `address`, once their headers were read. */
+  const received = (address: string): number => server.output().split('\n').filter((line) => line.includes('"msg":"incoming request"') && line.includes(`"remoteAddress":"${address}"`)).length
   const connections = Array.from({ length: 50 }, (_, index) => slowConnection(port, index % 2 === 0 ? 'body' : 'headers'))
   t.teardown(() => { for (const connection of connections) connection.destroy() })
-  await sleep(1000)
-  // Received in full, then waits MAIL_TIMEOUT_MS for a provider that never answers.
+  await Promise.all(connections.map(async (connection) => { await connection.opened }))
+  // The 25 uploading a body have sent their headers: the service has them all in hand.
+  await until('the service to read the slow uploads\' headers', () => received(ATTACKER) === 25)
+  // Received in full (one small write), then waits MAIL_TIMEOUT_MS for a provider that never answers.
   const inFlight = send({
     port,
+    localAddress: DRAINED,
     path: '/otp/request',
     headers: { authorization: `Bearer ${DEMO_SANDBOX_KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({ email: 'slow@simulator.invalid' })
   })
-  await sleep(500)
+  await until('the service to receive the request that will be drained', () => received(DRAINED) === 1)
 
   const exited = once(server.child, 'exit')
   const signalled = Date.now()

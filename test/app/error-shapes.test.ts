@@ -142,6 +142,41 @@ t.test('what node and Fastify answer on their own, in the contract\'s shape', as
   t.same([unknownOptions.status, JSON.parse(unknownOptions.body).code], [404, 'NOT_FOUND'])
 })
 
+t.test('connection-level refusals are logged at debug only and counted in email_otp_errors_total', async (t) => {
+  const refusals: Array<[string, string, number, string]> = [
+    ['headers over the size limit', `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Filler: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'HEADERS_TOO_LARGE'],
+    ['a body that never arrives', 'POST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{', 408, 'REQUEST_TIMEOUT'],
+    ['headers that never end', 'POST /otp/request HTTP/1.1\r\nHost: x\r\n', 408, 'REQUEST_TIMEOUT'],
+    ['a request line that is not HTTP', 'GARBAGE\r\n\r\n', 400, 'MALFORMED_REQUEST']
+  ]
+  for (const level of ['debug', 'info'] as const) {
+    const { app, logs } = await buildApp(t, { LOG_LEVEL: level, REQUEST_TIMEOUT_MS: '300' })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const address = app.server.address()
+    if (address === null || typeof address === 'string') throw new Error('not listening')
+    const started = logs.lines.length
+    for (const [name, bytes, status, code] of refusals) {
+      const answer = await raw(address.port, bytes)
+      t.same([answer.status, JSON.parse(answer.body || '{}').code], [status, code], `${level}: ${name}`)
+    }
+    const lines = logs.lines.slice(started).map((line) => JSON.parse(line))
+    const refused = lines.filter((line) => line.msg === 'connection closed on a client error')
+    t.same(refused.map((line) => [line.level, line.code]), level === 'debug' ? refusals.map(([, , , code]) => [20, code]) : [],
+      `${level}: one debug line per refusal, naming its code${level === 'debug' ? '' : ', none at info'}`)
+    // The body that never arrived belonged to a request whose headers did: its ordinary
+    // request line, and nothing else.
+    t.same(lines.filter((line) => line.level >= 30).map((line) => line.msg), ['incoming request'], `${level}: nothing else at info or above`)
+
+    const metrics = (await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })).body
+    const counted = metrics.split('\n').filter((line) => line.startsWith('email_otp_errors_total{')).sort()
+    t.same(counted, [
+      'email_otp_errors_total{code="HEADERS_TOO_LARGE"} 1',
+      'email_otp_errors_total{code="MALFORMED_REQUEST"} 1',
+      'email_otp_errors_total{code="REQUEST_TIMEOUT"} 2'
+    ], `${level}: each counted once under its code, the cut-short body not again as another error`)
+  }
+})
+
 t.test('slow-client configuration rules', async (t) => {
   const config = parseConfig({})
   t.equal(config.requestTimeoutMs, 10_000)

@@ -2,7 +2,8 @@
  * Behind a trusted proxy (TRUST_PROXY=127.0.0.1), over real sockets from several loopback
  * sources: X-Forwarded-For entries that name an address (with a port, in brackets) are that
  * address for block lists and per-source buckets; an entry that names none, in the position
- * that would name the client, is refused with 400 INVALID_FORWARDED_FOR.
+ * that would name the client, is refused with 400 INVALID_FORWARDED_FOR. Forwarded (RFC 7239)
+ * and X-Real-IP are never read.
  */
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
@@ -69,6 +70,35 @@ t.test('an entry that names no address is refused, from the proxy only', async (
   t.equal((await dispatch(undefined, 'b@example.com')).status, 200, 'no header: the proxy itself is the client')
   t.equal((await dispatch('unknown', 'b@example.com', '127.0.0.2')).status, 200, 'from an untrusted hop the header is ignored')
   t.match(built.logs.text, /"remoteAddress":"198\.51\.100\.1"/, 'logs name the client, not the proxy')
+})
+
+t.test('only X-Forwarded-For is read: Forwarded and X-Real-IP are not, from the proxy or anyone', async (t) => {
+  const naming = (address: string): Record<string, string> => ({ forwarded: `for=${address};proto=https`, 'x-real-ip': address })
+  const open = async (env: Record<string, string>): Promise<{ built: TestApp, dispatch: (headers: Record<string, string>, email: string, from?: string) => Promise<RawAnswer> }> => {
+    const { port, key, built } = await harness(t, env)
+    return {
+      built,
+      dispatch: async (headers, email, from = PROXY) =>
+        await send({ port, localAddress: from, path: '/otp/request', headers: { ...json, ...bearer(key), ...headers }, body: JSON.stringify({ email }) })
+    }
+  }
+
+  const { built, dispatch } = await open({})
+  t.equal((await dispatch(naming(TOR_EXIT), 'c@example.com')).status, 200, 'a Tor exit named by Forwarded and X-Real-IP from the proxy: the proxy itself is the client')
+  const forwardedFor = await dispatch({ ...naming('198.51.100.1'), 'x-forwarded-for': TOR_EXIT }, 'c@example.com')
+  t.same([forwardedFor.status, forwardedFor.body.code], [403, 'SOURCE_BLOCKED'], 'X-Forwarded-For decides, whatever the other two say')
+  t.equal((await dispatch(naming('198.51.100.2'), 'c@example.com', TOR_EXIT)).body.code, 'SOURCE_BLOCKED', 'nor can an untrusted hop name itself another address with them')
+  for (const garbage of ['unknown', '_hidden', 'for="[::1"']) {
+    t.equal((await dispatch({ forwarded: garbage, 'x-real-ip': garbage }, 'c@example.com')).status, 200, `${JSON.stringify(garbage)} in them is not even looked at`)
+  }
+  t.equal(built.mail.count, 4)
+  t.notMatch(built.logs.text, /"remoteAddress":"198\.51\.100\.[12]"/, 'logs never name an address from Forwarded or X-Real-IP')
+
+  const limited = await open({ RATE_LIMIT_SOURCE: '3/1m' })
+  const statuses: number[] = []
+  for (let i = 1; i <= 4; i++) statuses.push((await limited.dispatch(naming(`198.51.100.${i}`), `d${i}@example.com`)).status)
+  t.same(statuses, [200, 200, 200, 429], 'four addresses in Forwarded and X-Real-IP are one bucket, the proxy\'s')
+  t.equal((await limited.dispatch({ 'x-forwarded-for': '198.51.100.1' }, 'e@example.com')).status, 200, 'while X-Forwarded-For names another source')
 })
 
 t.test('counting on Redis: one client is one bucket however it is written', redisTestOptions(), async (t) => {

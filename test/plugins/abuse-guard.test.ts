@@ -2,10 +2,11 @@ import { createServer, type Server } from 'node:http'
 import { once } from 'node:events'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
+import { until } from '../support/wait.js'
 
 async function listen (built: TestApp, host = '127.0.0.1'): Promise<number> {
   return await listenApp(built.app, host)
@@ -74,135 +75,165 @@ t.test('a refresh that fails or looks wrong keeps the last good list', async (t)
   const port = await listen(built)
   const blocked = async (): Promise<boolean> => (await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status === 403
   const listStatus = async () => (await readiness(built.app)).body.blocklists[0]
+  /**
+   * Waits for a refresh to be refused for `reason` (its log line). A refresh that read the
+   * source before the test changed it may be refused for the previous reason first.
+   */
+  const refused = async (reason: RegExp): Promise<void> => {
+    const from = built.logs.lines.length
+    await until(`a refresh refused for ${String(reason)}`, () => built.logs.lines.slice(from).some((text) => {
+      const entry = JSON.parse(text)
+      return entry.msg === 'block list refresh refused; keeping the last good list' && reason.test(entry.reason)
+    }))
+  }
   t.ok(await blocked())
 
   status = 500
-  await sleep(1500)
+  await refused(/HTTP 500/)
   t.ok(await blocked(), 'a failing source keeps the list')
   t.match((await listStatus()).lastError, /500/)
   status = 200
   list = ''
-  await sleep(1500)
+  await refused(/the new list is empty/)
   t.ok(await blocked(), 'an empty list is refused')
   list = '127.0.0.3\n'
-  await sleep(1500)
+  await refused(/1 entries, less than half of the 4/)
   t.ok(await blocked(), 'a list shrunk by more than half is refused')
+  t.equal((await listStatus()).entries, 4, 'the last good list is the one in force')
   list = '127.0.0.3\n127.0.0.4\n127.0.0.6\n'
-  await sleep(1500)
+  await until('the sound list to be loaded', async () => (await listStatus()).entries === 3)
   t.notOk(await blocked(), 'a sound new list replaces the old one')
-  t.equal((await listStatus()).entries, 3)
+  t.equal((await listStatus()).lastError, null)
 })
 
-t.test('per-source limits on real distinct sources, X-Forwarded-For only through trusted hops', async (t) => {
-  const { path, keys } = writeTenants(t)
-  const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m' })
-  const port = await listen(built)
-  const verify = async (localAddress: string, headers: Record<string, string> = {}) => await send({
-    port, localAddress, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), ...headers }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
+/**
+ * The checks an attacker meets first: on the in-process store and on a real redis-server,
+ * whose scripts hold the same buckets, lists and lockout for every instance.
+ */
+function limitsSuite (t: Test, env: () => Record<string, string>): void {
+  t.test('per-source limits on real distinct sources, X-Forwarded-For only through trusted hops', async (t) => {
+    const { path, keys } = writeTenants(t)
+    const built = await buildApp(t, { ...env(), TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m' })
+    const port = await listen(built)
+    const verify = async (localAddress: string, headers: Record<string, string> = {}) => await send({
+      port, localAddress, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), ...headers }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
+    })
+    const statuses = []
+    for (let i = 0; i < 4; i++) statuses.push((await verify('127.0.0.6', { 'x-forwarded-for': `198.51.100.${i}` })).status)
+    t.same(statuses, [400, 400, 400, 429], 'a spoofed X-Forwarded-For from an untrusted hop changes nothing')
+    const limited = await verify('127.0.0.6')
+    t.equal(limited.body.code, 'RATE_LIMITED')
+    t.ok(Number(limited.headers['retry-after']) > 0, 'Retry-After')
+    t.equal(limited.headers['ratelimit-limit'], '3')
+    t.equal(limited.headers['ratelimit-remaining'], '0')
+    const fresh = await verify('127.0.0.7')
+    t.equal(fresh.status, 400, 'another source has its own bucket')
+    t.equal(fresh.headers['ratelimit-remaining'], '2', 'RateLimit-* headers on allowed requests too')
   })
-  const statuses = []
-  for (let i = 0; i < 4; i++) statuses.push((await verify('127.0.0.6', { 'x-forwarded-for': `198.51.100.${i}` })).status)
-  t.same(statuses, [400, 400, 400, 429], 'a spoofed X-Forwarded-For from an untrusted hop changes nothing')
-  const limited = await verify('127.0.0.6')
-  t.equal(limited.body.code, 'RATE_LIMITED')
-  t.ok(Number(limited.headers['retry-after']) > 0, 'Retry-After')
-  t.equal(limited.headers['ratelimit-limit'], '3')
-  t.equal(limited.headers['ratelimit-remaining'], '0')
-  const fresh = await verify('127.0.0.7')
-  t.equal(fresh.status, 400, 'another source has its own bucket')
-  t.equal(fresh.headers['ratelimit-remaining'], '2', 'RateLimit-* headers on allowed requests too')
-})
 
-t.test('through a trusted proxy: the client address decides; IPv6 is bucketed by /64', async (t) => {
-  const dir = t.testdir({ 'block.txt': '203.0.113.7\n' })
-  const { path, keys } = writeTenants(t)
-  const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m', TRUST_PROXY: '127.0.0.1/32', IP_BLOCKLISTS: join(dir, 'block.txt') })
-  const port = await listen(built)
-  const verify = async (forwarded: string) => await send({
-    port, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), 'x-forwarded-for': forwarded }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
+  t.test('through a trusted proxy: the client address decides; IPv6 is bucketed by /64', async (t) => {
+    const dir = t.testdir({ 'block.txt': '203.0.113.7\n' })
+    const { path, keys } = writeTenants(t)
+    const built = await buildApp(t, { ...env(), TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m', TRUST_PROXY: '127.0.0.1/32', IP_BLOCKLISTS: join(dir, 'block.txt') })
+    const port = await listen(built)
+    const verify = async (forwarded: string) => await send({
+      port, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), 'x-forwarded-for': forwarded }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' })
+    })
+    t.equal((await verify('203.0.113.7')).status, 403, 'the forwarded client is on the block list')
+    t.equal((await verify('203.0.113.7, 198.51.100.1')).status, 400, 'the right-most untrusted address is the client')
+
+    const sameNet = []
+    for (let i = 1; i <= 200; i++) sameNet.push((await verify(`2001:db8:1:2::${i.toString(16)}`)).status)
+    t.same(sameNet.slice(0, 3), [400, 400, 400])
+    t.ok(sameNet.slice(3).every((status) => status === 429), '200 addresses in one /64 share one bucket')
+    t.equal((await verify('2001:db8:1:3::1')).status, 400, 'the next /64 is another source')
+    t.equal((await verify('::ffff:198.51.100.9')).status, 400)
+    t.equal((await verify('198.51.100.9')).status, 400)
+    t.equal((await verify('198.51.100.9')).status, 400)
+    t.equal((await verify('::ffff:198.51.100.9')).status, 429, '::ffff:a.b.c.d is a.b.c.d')
   })
-  t.equal((await verify('203.0.113.7')).status, 403, 'the forwarded client is on the block list')
-  t.equal((await verify('203.0.113.7, 198.51.100.1')).status, 400, 'the right-most untrusted address is the client')
 
-  const sameNet = []
-  for (let i = 1; i <= 200; i++) sameNet.push((await verify(`2001:db8:1:2::${i.toString(16)}`)).status)
-  t.same(sameNet.slice(0, 3), [400, 400, 400])
-  t.ok(sameNet.slice(3).every((status) => status === 429), '200 addresses in one /64 share one bucket')
-  t.equal((await verify('2001:db8:1:3::1')).status, 400, 'the next /64 is another source')
-  t.equal((await verify('::ffff:198.51.100.9')).status, 400)
-  t.equal((await verify('198.51.100.9')).status, 400)
-  t.equal((await verify('198.51.100.9')).status, 400)
-  t.equal((await verify('::ffff:198.51.100.9')).status, 429, '::ffff:a.b.c.d is a.b.c.d')
-})
-
-t.test('IPv6 loopback clients are limited like any other', async (t) => {
-  const { path, keys } = writeTenants(t)
-  const built = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_SOURCE: '2/1m' })
-  const port = await listen(built, '::1')
-  const statuses = []
-  for (let i = 0; i < 3; i++) {
-    statuses.push((await send({ port, host: '::1', path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive) }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' }) })).status)
-  }
-  t.same(statuses, [400, 400, 429])
-})
-
-t.test('recipients: one bucket per canonical address; mail goes to the address as given', async (t) => {
-  const { path, keys } = writeTenants(t)
-  const { app, mail } = await buildApp(t, { TENANTS_FILE: path, RATE_LIMIT_RECIPIENT: '2/15m' })
-  const dispatch = async (email: string, key = keys.acmeLive) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(key), payload: { email } })
-  t.equal((await dispatch('Victim@Example.COM')).statusCode, 200)
-  t.match(mail.text, /To: Victim@example\.com\n/)
-  t.equal((await dispatch('victim+other@example.com')).statusCode, 200)
-  const third = await dispatch('victim@example.com')
-  t.same([third.statusCode, third.json().code], [429, 'RATE_LIMITED'])
-  t.match(third.json().message, /recipient/)
-  t.equal(mail.count, 2)
-  t.equal((await dispatch('victim@example.com', keys.acmeTest)).statusCode, 200, 'sandbox traffic has its own buckets')
-  t.equal((await dispatch('victim@example.com', keys.globexTest)).statusCode, 200, 'so does every tenant')
-})
-
-t.test('disposable and denied recipient domains answer 403 RECIPIENT_BLOCKED', async (t) => {
-  const { path, keys } = writeTenants(t, (file) => {
-    file.tenants[0]!.recipients = { denyDomains: ['competitor.example'], allowDomains: ['yopmail.com'] }
-    file.tenants[1]!.recipients = { blockDisposable: false }
+  t.test('IPv6 loopback clients are limited like any other', async (t) => {
+    const { path, keys } = writeTenants(t)
+    const built = await buildApp(t, { ...env(), TENANTS_FILE: path, RATE_LIMIT_SOURCE: '2/1m' })
+    const port = await listen(built, '::1')
+    const statuses = []
+    for (let i = 0; i < 3; i++) {
+      statuses.push((await send({ port, host: '::1', path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive) }, body: JSON.stringify({ requestId: 'otp_x', userGuess: '123456' }) })).status)
+    }
+    t.same(statuses, [400, 400, 429])
   })
-  const { app, mail } = await buildApp(t, { TENANTS_FILE: path })
-  const dispatch = async (email: string, key = keys.acmeLive) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(key), payload: { email } })
-  for (const email of ['x@mailinator.com', 'x@MAILINATOR.com', 'x@deep.sub.mailinator.com', 'x@competitor.example', 'x@mx.competitor.example']) {
-    const answer = await dispatch(email)
-    t.same([answer.statusCode, answer.json().code], [403, 'RECIPIENT_BLOCKED'], email)
-  }
-  t.equal((await dispatch('x@yopmail.com')).statusCode, 200, "the tenant's allow list wins over the disposable list")
-  t.equal((await dispatch('x@mailinator.com', keys.globexTest)).statusCode, 200, 'a tenant may switch the disposable list off')
-  t.equal((await dispatch('x@example.com')).statusCode, 200)
-  t.equal(mail.count, 3)
-})
 
-t.test('guess lockout: consecutive wrong guesses across requestIds lock dispatch; a right one resets', async (t) => {
-  const { path, keys } = writeTenants(t)
-  const { app, mail } = await buildApp(t, { TENANTS_FILE: path, LOCKOUT_THRESHOLD: '3', LOCKOUT_DURATION: '2s' })
-  const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
-  const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
-  const wrongOnce = async (email: string): Promise<void> => {
-    const requestId = (await dispatch(email)).json().data.requestId
-    const code = mail.codeFor(email)
-    await verify(requestId, String((Number(code) + 1) % 1e6).padStart(6, '0'))
-  }
-  await wrongOnce('lock@example.com')
-  await wrongOnce('lock@example.com')
-  const requestId = (await dispatch('LOCK@example.com')).json().data.requestId
-  t.equal((await verify(requestId, mail.codeFor('LOCK@example.com'))).statusCode, 200)
-  await wrongOnce('lock@example.com')
-  await wrongOnce('lock@example.com')
-  t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the right guess reset the count')
-  await wrongOnce('lock@example.com')
-  const locked = await dispatch('lock@example.com')
-  t.same([locked.statusCode, locked.json().code], [429, 'RATE_LIMITED'])
-  t.match(locked.json().message, /wrong codes/)
-  t.ok(Number(locked.headers['retry-after']) >= 1)
-  t.equal((await dispatch('other@example.com')).statusCode, 200, 'other recipients are not affected')
-  await sleep(2100)
-  t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the first lock ends after LOCKOUT_DURATION')
+  t.test('recipients: one bucket per canonical address; mail goes to the address as given', async (t) => {
+    const { path, keys } = writeTenants(t)
+    const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path, RATE_LIMIT_RECIPIENT: '2/15m' })
+    const dispatch = async (email: string, key = keys.acmeLive) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(key), payload: { email } })
+    t.equal((await dispatch('Victim@Example.COM')).statusCode, 200)
+    t.match(mail.text, /To: Victim@example\.com\n/)
+    t.equal((await dispatch('victim+other@example.com')).statusCode, 200)
+    const third = await dispatch('victim@example.com')
+    t.same([third.statusCode, third.json().code], [429, 'RATE_LIMITED'])
+    t.match(third.json().message, /recipient/)
+    t.equal(mail.count, 2)
+    t.equal((await dispatch('victim@example.com', keys.acmeTest)).statusCode, 200, 'sandbox traffic has its own buckets')
+    t.equal((await dispatch('victim@example.com', keys.globexTest)).statusCode, 200, 'so does every tenant')
+  })
+
+  t.test('disposable and denied recipient domains answer 403 RECIPIENT_BLOCKED', async (t) => {
+    const { path, keys } = writeTenants(t, (file) => {
+      file.tenants[0]!.recipients = { denyDomains: ['competitor.example'], allowDomains: ['yopmail.com'] }
+      file.tenants[1]!.recipients = { blockDisposable: false }
+    })
+    const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path })
+    const dispatch = async (email: string, key = keys.acmeLive) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(key), payload: { email } })
+    for (const email of ['x@mailinator.com', 'x@MAILINATOR.com', 'x@deep.sub.mailinator.com', 'x@competitor.example', 'x@mx.competitor.example']) {
+      const answer = await dispatch(email)
+      t.same([answer.statusCode, answer.json().code], [403, 'RECIPIENT_BLOCKED'], email)
+    }
+    t.equal((await dispatch('x@yopmail.com')).statusCode, 200, "the tenant's allow list wins over the disposable list")
+    t.equal((await dispatch('x@mailinator.com', keys.globexTest)).statusCode, 200, 'a tenant may switch the disposable list off')
+    t.equal((await dispatch('x@example.com')).statusCode, 200)
+    t.equal(mail.count, 3)
+  })
+
+  t.test('guess lockout: consecutive wrong guesses across requestIds lock dispatch; a right one resets', async (t) => {
+    const { path, keys } = writeTenants(t)
+    const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path, LOCKOUT_THRESHOLD: '3', LOCKOUT_DURATION: '2s' })
+    const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
+    const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
+    const wrongOnce = async (email: string): Promise<void> => {
+      const requestId = (await dispatch(email)).json().data.requestId
+      const code = mail.codeFor(email)
+      await verify(requestId, String((Number(code) + 1) % 1e6).padStart(6, '0'))
+    }
+    await wrongOnce('lock@example.com')
+    await wrongOnce('lock@example.com')
+    const requestId = (await dispatch('LOCK@example.com')).json().data.requestId
+    t.equal((await verify(requestId, mail.codeFor('LOCK@example.com'))).statusCode, 200)
+    await wrongOnce('lock@example.com')
+    await wrongOnce('lock@example.com')
+    t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the right guess reset the count')
+    await wrongOnce('lock@example.com')
+    const locked = await dispatch('lock@example.com')
+    t.same([locked.statusCode, locked.json().code], [429, 'RATE_LIMITED'])
+    t.match(locked.json().message, /wrong codes/)
+    t.ok(Number(locked.headers['retry-after']) >= 1)
+    t.equal((await dispatch('other@example.com')).statusCode, 200, 'other recipients are not affected')
+    await sleep(2100)
+    t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the first lock ends after LOCKOUT_DURATION')
+  })
+}
+
+t.test('in memory', async (t) => { limitsSuite(t, () => ({})) })
+
+t.test('on Redis', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  const client = await connectFailFast(redis.url)
+  t.teardown(() => { client.disconnect() })
+  // Every test uses the same tenants and addresses: each starts from an empty Redis.
+  t.beforeEach(async () => { await client.flushall() })
+  limitsSuite(t, () => ({ REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }))
 })
 
 t.test('two instances on one Redis share every limit and the lockout; a Redis outage fails closed', redisTestOptions(), async (t) => {

@@ -1,4 +1,6 @@
 import { once } from 'node:events'
+import type { timingSafeEqual } from 'node:crypto'
+import { createRequire, syncBuiltinESMExports } from 'node:module'
 import { connect } from 'node:net'
 import Fastify, { type FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
@@ -110,6 +112,38 @@ t.test('METRICS_TOKEN: /metrics and /readyz details for the token holder only, n
   }
   const api = await send({ port, method: 'OPTIONS', path: '/otp/request', headers: { origin: ORIGIN, 'access-control-request-method': 'POST' } })
   t.equal(api.headers['access-control-allow-origin'], ORIGIN, 'the API itself still answers preflights')
+})
+
+t.test('METRICS_TOKEN is compared in constant time: timingSafeEqual on equal lengths, whatever the length presented', async (t) => {
+  // node:crypto's own function, seen through the module every import of it shares.
+  const crypto = createRequire(import.meta.url)('node:crypto') as { timingSafeEqual: typeof timingSafeEqual }
+  const original = crypto.timingSafeEqual
+  const compared: Array<[number, number]> = []
+  crypto.timingSafeEqual = (a, b) => {
+    compared.push([a.byteLength, b.byteLength])
+    return original(a, b)
+  }
+  syncBuiltinESMExports()
+  t.teardown(() => {
+    crypto.timingSafeEqual = original
+    syncBuiltinESMExports()
+  })
+
+  const { app } = await buildApp(t)
+  const expected = `Bearer ${TEST_METRICS_TOKEN}`
+  // Every length from none to twice the right one, each one byte off the right header where
+  // they overlap, and the right header itself.
+  const wrong = Array.from({ length: 2 * expected.length + 1 }, (_, length) => expected.padEnd(length, 'x').slice(0, length).replace(/.$/, (last) => last === 'x' ? 'y' : 'x'))
+  for (const [path, refused] of [['/metrics', 401], ['/readyz', 200]] as const) {
+    for (const header of [...wrong, expected]) {
+      compared.length = 0
+      const answer = await app.inject({ method: 'GET', url: path, headers: { authorization: header } })
+      const right = header === expected
+      t.equal(answer.statusCode, right ? 200 : refused, `${path}, ${header.length} characters: ${right ? 'the token' : 'refused'}`)
+      if (path === '/readyz') t.equal('checks' in answer.json(), right, `${path}, ${header.length} characters: details only with the token`)
+      t.ok(compared.length === 1 && compared[0]?.[0] === compared[0]?.[1], `${path}, ${header.length} characters: one timingSafeEqual on equal lengths (${JSON.stringify(compared)})`)
+    }
+  }
 })
 
 t.test('the internal listener serves metrics and readiness details without credentials, and nothing else', async (t) => {

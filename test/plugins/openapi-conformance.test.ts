@@ -1,7 +1,9 @@
 import t from 'tap'
 import type { InjectOptions, LightMyRequestResponse } from 'fastify'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { MemoryIdempotencyStore } from '../../lib/idempotency/memory-idempotency-store.js'
 import { freePort } from '../support/redis.js'
+import { until } from '../support/wait.js'
 
 /**
  * Real answers against the document: every answer of a documented operation has a
@@ -180,14 +182,14 @@ t.test('every answer the service sends is the one the document describes', async
   }
 
   // A duplicate while the first is still delivering: 409.
-  const slow = await buildApp(t, { TENANTS_FILE: path, MAIL_TIMEOUT_MS: '3000' })
+  const slow = await buildApp(t, { TENANTS_FILE: path, MAIL_TIMEOUT_MS: '5000' })
   const inFlight = { 'idempotency-key': 'slow-one' }
   const first = dispatch('slow delivery', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
-  const conflicts = (): number => exchanges.filter(({ operationId, answer }) => operationId === 'dispatchCode' && answer.statusCode === 409).length
-  for (let attempt = 0; conflicts() === 0 && attempt < 100; attempt++) {
-    await dispatch('duplicate in flight', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
+  // The first holds its key from the moment it is admitted until its delivery times out.
+  const held = slow.app.backend.idempotency
+  await until('the first dispatch to hold its Idempotency-Key', () => held instanceof MemoryIdempotencyStore && held.size === 1)
+  const duplicate = await dispatch('duplicate in flight', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
+  t.equal(duplicate.statusCode, 409, 'a duplicate while the first is in flight')
   await first
 
   // The memory store full: 503.

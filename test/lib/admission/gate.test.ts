@@ -13,6 +13,7 @@ import { MemoryTokenStore } from '../../../lib/tokens/memory-token-store.js'
 import { RedisTokenStore } from '../../../lib/tokens/redis-token-store.js'
 import type { TokenStore } from '../../../lib/tokens/token-store.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { until } from '../../support/wait.js'
 
 const hour = parseWindow('1h')
 if (hour === null) throw new Error('test setup: 1h should parse')
@@ -384,9 +385,10 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     monitor.on('monitor', (_time: string, args: string[], source: string) => { if (source !== 'lua') seen.push(args[0]?.toLowerCase() ?? '') })
     await gate.dispatch(dispatchPlan('one'))
     await gate.verify(verifyPlan('one', ['k1.code-one']))
-    // MONITOR reports in order: once it shows this marker, it has shown everything before it.
-    await client.echo('marker')
-    for (const deadline = Date.now() + 5000; !seen.includes('echo') && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 10))
+    // MONITOR reports commands in the order Redis ran them: once this marker shows, so has
+    // everything before it.
+    await client.echo('end of the commands under test')
+    await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
     t.strictSame(seen, ['evalsha', 'evalsha', 'echo'])
   })
 })

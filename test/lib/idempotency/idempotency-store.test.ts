@@ -1,13 +1,15 @@
 import t, { type Test } from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import type { IdempotencyStore, StoredResponse } from '../../../lib/idempotency/idempotency-store.js'
 import { MemoryIdempotencyStore } from '../../../lib/idempotency/memory-idempotency-store.js'
 import { RedisIdempotencyStore } from '../../../lib/idempotency/redis-idempotency-store.js'
 import { redisTestOptions, startRedis, connectFailFast } from '../../support/redis.js'
+import { attemptUntil, until } from '../../support/wait.js'
 
 const TTL = 60_000
 const LOCK = 30_000
+/** A claim or record meant to lapse during the test. */
+const SHORT = 300
 
 const accepted: StoredResponse = {
   statusCode: 202,
@@ -84,34 +86,40 @@ function idempotencyStoreSuite (t: Test, store: () => IdempotencyStore): void {
     t.strictSame(await idem.begin(scope, key, 'fp', TTL, LOCK), { state: 'replay', response: accepted })
   })
 
+  // Claims and records that lapse are waited for, not slept through: each attempt until the
+  // lapse must see the state before it, and none may see the lapse before its time. A claim
+  // taken over is held for LOCK, long enough to be seen held.
   t.test('a lapsed claim lets a retry of the same request take over', async (t) => {
     const idem = store()
     const key = freshKey()
-    // Margins are generous so a slow CI machine cannot see the lock lapse early.
-    t.strictSame(await idem.begin(scope, key, 'fp', TTL, 150), { state: 'started' })
-    t.strictSame(await idem.begin(scope, key, 'fp', TTL, 150), { state: 'in_flight' })
-    await sleep(300)
-    t.strictSame(await idem.begin(scope, key, 'other', TTL, 150), { state: 'mismatch' }, 'still bound to its request')
-    t.strictSame(await idem.begin(scope, key, 'fp', TTL, 150), { state: 'started' }, 'stuck claim freed')
-    t.strictSame(await idem.begin(scope, key, 'fp', TTL, 150), { state: 'in_flight' }, 'and claimed anew')
+    const claimed = Date.now()
+    t.strictSame(await idem.begin(scope, key, 'fp', TTL, SHORT), { state: 'started' })
+    t.strictSame(await idem.begin(scope, key, 'other', TTL, LOCK), { state: 'mismatch' }, 'bound to its request')
+    const retries = await attemptUntil('the claim to lapse', async () => await idem.begin(scope, key, 'fp', TTL, LOCK), (answer) => answer.state === 'started')
+    t.ok(Date.now() - claimed >= SHORT, 'not before the claim lapsed')
+    t.strictSame(retries.slice(0, -1).filter((answer) => answer.state !== 'in_flight'), [], 'until then every retry found it in flight')
+    t.strictSame(await idem.begin(scope, key, 'other', TTL, LOCK), { state: 'mismatch' }, 'still bound to its request')
+    t.strictSame(await idem.begin(scope, key, 'fp', TTL, LOCK), { state: 'in_flight' }, 'and claimed anew')
   })
 
   t.test('after the ttl the key is forgotten', async (t) => {
     const idem = store()
     const key = freshKey()
-    await idem.begin(scope, key, 'fp-a', 150, 100)
-    await idem.complete(scope, key, 'fp-a', accepted, 150)
-    t.equal((await idem.begin(scope, key, 'fp-a', 150, 100)).state, 'replay')
-    await sleep(300)
-    t.strictSame(await idem.begin(scope, key, 'fp-b', TTL, LOCK), { state: 'started' }, 'reusable by any request')
+    await idem.begin(scope, key, 'fp-a', TTL, LOCK)
+    const completed = Date.now()
+    await idem.complete(scope, key, 'fp-a', accepted, SHORT)
+    const others = await attemptUntil('the record to expire', async () => await idem.begin(scope, key, 'fp-b', TTL, LOCK), (answer) => answer.state === 'started')
+    t.ok(Date.now() - completed >= SHORT, 'not before its ttl')
+    t.strictSame(others.slice(0, -1).filter((answer) => answer.state !== 'mismatch'), [], 'until then the key was bound to the first request')
+    t.strictSame(await idem.begin(scope, key, 'fp-a', TTL, LOCK), { state: 'mismatch' }, 'and now to the one that reused it')
   })
 
   t.test('a lapsed owner cannot overwrite a key another request now holds', async (t) => {
     const idem = store()
     const key = freshKey()
-    await idem.begin(scope, key, 'fp-a', 100, 50)
-    await sleep(250)
-    t.strictSame(await idem.begin(scope, key, 'fp-b', TTL, LOCK), { state: 'started' })
+    await idem.begin(scope, key, 'fp-a', SHORT, SHORT)
+    const others = await attemptUntil('the first claim to lapse', async () => await idem.begin(scope, key, 'fp-b', TTL, LOCK), (answer) => answer.state === 'started')
+    t.strictSame(others.slice(0, -1).filter((answer) => answer.state !== 'mismatch'), [], 'until then the key was fp-a\'s')
     await idem.complete(scope, key, 'fp-a', { statusCode: 500, body: 'stale', headers: {} }, TTL)
     t.strictSame(await idem.begin(scope, key, 'fp-b', TTL, LOCK), { state: 'in_flight' }, 'fp-b still in flight')
     await idem.complete(scope, key, 'fp-b', accepted, TTL)
@@ -150,7 +158,8 @@ t.test('MemoryIdempotencyStore', async (t) => {
     for (let i = 0; i < 50; i++) await store.begin(scope, freshKey(), 'fp', 150, 150)
     await store.begin(scope, 'long-lived', 'fp', TTL, LOCK)
     t.equal(store.size, 51)
-    await sleep(400)
+    // size does not look entries up, so only the sweep can bring it down.
+    await until('the sweep', () => store.size === 1)
     t.equal(store.size, 1, 'only the live entry is left')
   })
 })

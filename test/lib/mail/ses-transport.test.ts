@@ -1,11 +1,12 @@
 import t from 'tap'
+import * as sesModel from '@aws-sdk/client-sesv2'
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { freePort } from '../../support/redis.js'
 import { deliveryFailure, startSesLocal, startSilentPeer, type StoredEmail } from '../../support/mail-peers.js'
 import { SesTransport } from '../../../lib/mail/ses-transport.js'
 import { composeVerificationMessage } from '../../../lib/mail/compose.js'
-import type { OutgoingMessage } from '../../../lib/mail/transport.js'
+import type { DeliveryFailureKind, OutgoingMessage } from '../../../lib/mail/transport.js'
 
 const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' }
 const TIMEOUT_MS = 1000
@@ -156,33 +157,89 @@ t.test('request shape: charset, tags sanitized, configuration set, reply-to', as
   t.equal(body?.EmailTags?.length, 3, 'the tag with an empty value is dropped')
 })
 
-t.test('SES error responses map to delivery failure kinds', async (t) => {
-  const cases = [
-    { status: 400, type: 'MessageRejected', kind: 'rejected' },
-    { status: 400, type: 'MailFromDomainNotVerifiedException', kind: 'rejected' },
-    { status: 400, type: 'AccountSuspendedException', kind: 'rejected' },
-    { status: 400, type: 'SendingPausedException', kind: 'rejected' },
-    { status: 400, type: 'BadRequestException', kind: 'rejected' },
-    { status: 429, type: 'TooManyRequestsException', kind: 'throttled' },
-    { status: 400, type: 'LimitExceededException', kind: 'throttled' },
-    { status: 500, type: 'InternalServiceErrorException', kind: 'unknown' }
-  ] as const
-  for (const { status, type, kind } of cases) {
+/**
+ * How the transport classifies each error of the SES v2 service model, SendEmail's own first
+ * (those its documentation lists it throwing), with the fault and HTTP status the model gives
+ * it. The model is the SDK's: a renamed, re-faulted, re-numbered or new error fails the test
+ * below, so that its kind is decided again, on purpose.
+ */
+const MODEL_ERRORS: Record<string, { fault: 'client' | 'server', status: number, kind: DeliveryFailureKind }> = {
+  MessageRejected: { fault: 'client', status: 400, kind: 'rejected' },
+  MailFromDomainNotVerifiedException: { fault: 'client', status: 400, kind: 'rejected' },
+  AccountSuspendedException: { fault: 'client', status: 400, kind: 'rejected' },
+  SendingPausedException: { fault: 'client', status: 400, kind: 'rejected' },
+  BadRequestException: { fault: 'client', status: 400, kind: 'rejected' },
+  NotFoundException: { fault: 'client', status: 404, kind: 'unknown' },
+  TooManyRequestsException: { fault: 'client', status: 429, kind: 'throttled' },
+  LimitExceededException: { fault: 'client', status: 400, kind: 'throttled' },
+  // Any operation's.
+  InternalServiceErrorException: { fault: 'server', status: 500, kind: 'unknown' },
+  // Other operations' only: should SES ever answer a send with one, it is nothing we know.
+  AlreadyExistsException: { fault: 'client', status: 400, kind: 'unknown' },
+  ConcurrentModificationException: { fault: 'server', status: 500, kind: 'unknown' },
+  ConflictException: { fault: 'client', status: 409, kind: 'unknown' },
+  InvalidNextTokenException: { fault: 'client', status: 400, kind: 'unknown' }
+}
+
+interface ModelError {
+  name: string
+  namespace: string
+  fault: string
+  status: number
+  members: string[]
+}
+
+/**
+ * The error shapes the SDK bundles from the SES v2 service model: exported as `<Name>$`,
+ * `[-3 (an error), namespace, name, { error: fault, httpError: status }, member names, …]`.
+ */
+function modelErrors (): ModelError[] {
+  const shapes: ModelError[] = []
+  for (const [exported, value] of Object.entries(sesModel)) {
+    if (!exported.endsWith('$') || !Array.isArray(value) || value[0] !== -3) continue
+    const [, namespace, name, traits, members] = value as unknown[]
+    // The service's own errors; the SDK's base class lives in a synthetic namespace.
+    if (namespace !== 'com.amazonaws.sesv2' || typeof name !== 'string') continue
+    const { error: fault, httpError: status } = (typeof traits === 'object' && traits !== null ? traits : {}) as { error?: unknown, httpError?: unknown }
+    shapes.push({ name, namespace, fault: String(fault), status: Number(status), members: Array.isArray(members) ? members.map(String) : [] })
+  }
+  return shapes
+}
+
+/** What SES sends for an error of its model: the status, the type header, a JSON body of its members. */
+function sesErrorAnswer (error: ModelError, message: string): { status: number, headers: Record<string, string>, body: Record<string, string> } {
+  return {
+    status: error.status,
+    headers: { 'x-amzn-errortype': `${error.name}:http://internal.amazon.com/coral/${error.namespace}/`, 'x-amzn-requestid': 'req-123' },
+    body: Object.fromEntries(error.members.map((member) => [member, member === 'message' ? message : '']))
+  }
+}
+
+t.test('every error of the SES v2 model, as SES sends it, maps to its delivery failure kind', async (t) => {
+  const errors = modelErrors()
+  t.same(errors.map((error) => error.name).sort(), Object.keys(MODEL_ERRORS).sort(), 'the table classifies every error the model has, and only those')
+  for (const error of errors) {
+    const expected = MODEL_ERRORS[error.name]
+    if (expected === undefined) continue
+    t.same([error.fault, error.status], [expected.fault, expected.status], `${error.name}: the model's fault and status are the ones its kind was decided on`)
+    const ErrorClass = (sesModel as unknown as Record<string, new (options: { message: string, $metadata: object }) => { name: string, $fault: string }>)[error.name]
+    const instance = ErrorClass === undefined ? undefined : new ErrorClass({ message: 'x', $metadata: {} })
+    t.same([instance?.name, instance?.$fault], [error.name, error.fault], `${error.name}: the SDK's class for it agrees`)
+
     // SES quotes the failing identity in its messages: it must not reach the DeliveryError.
-    const peer = await startFakeSes(status, { 'x-amzn-errortype': type, 'x-amzn-requestid': 'req-123' }, {
-      message: 'Email address is not verified: person@example.com'
-    })
-    // The SDK retries throttling after a backoff of up to a second: leave room for it, so
-    // that the deadline does not turn the answer into a timeout.
+    const answer = sesErrorAnswer(error, 'Email address is not verified: person@example.com')
+    const peer = await startFakeSes(answer.status, answer.headers, answer.body)
+    // The SDK retries throttling and server faults after a backoff of up to a second: leave
+    // room for it, so that the deadline does not turn the answer into a timeout.
     const transport = transportFor(peer.endpoint, { timeoutMs: 5000 })
-    const { error } = await deliveryFailure(() => transport.send(message()))
+    const { error: failure } = await deliveryFailure(() => transport.send(message()))
     await transport.close()
-    t.equal(error.kind, kind, `${type} -> ${kind}`)
-    t.match(error.message, type, `${type}: names the exception`)
-    t.match(error.message, 'req-123', `${type}: carries the request id`)
-    t.notMatch(error.message, 'person@example.com', `${type}: no recipient in the message`)
-    t.notMatch(error.message, '482910', `${type}: no code in the message`)
-    t.equal(error.cause, undefined, `${type}: the SDK error is not attached`)
+    t.equal(failure.kind, expected.kind, `${error.name} (${error.fault} fault, HTTP ${error.status}) -> ${expected.kind}`)
+    t.match(failure.message, error.name, `${error.name}: names the exception`)
+    t.match(failure.message, 'req-123', `${error.name}: carries the request id`)
+    t.notMatch(failure.message, 'person@example.com', `${error.name}: no recipient in the message`)
+    t.notMatch(failure.message, '482910', `${error.name}: no code in the message`)
+    t.equal(failure.cause, undefined, `${error.name}: the SDK error is not attached`)
   }
 })
 
@@ -207,10 +264,13 @@ t.test('a peer that accepts and never answers times out within the bound', async
 })
 
 t.test('retries share one deadline', async (t) => {
-  // Each attempt stays under the per-attempt timeout, then fails with a retryable 503; the
+  // Each attempt stays under the per-attempt timeout, then fails with a retryable server fault; the
   // second attempt would end past the deadline, which must cut it short.
   const timeoutMs = 2000
-  const peer = await startFakeSes(503, { 'x-amzn-errortype': 'InternalServiceErrorException' }, {}, timeoutMs * 0.6)
+  const internal = modelErrors().find((error) => error.name === 'InternalServiceErrorException')
+  if (internal === undefined) throw new Error('InternalServiceErrorException is not in the SES v2 model')
+  const answer = sesErrorAnswer(internal, 'internal failure')
+  const peer = await startFakeSes(answer.status, answer.headers, answer.body, timeoutMs * 0.6)
   const transport = transportFor(peer.endpoint, { timeoutMs })
   t.teardown(() => transport.close())
   const { error, elapsed } = await deliveryFailure(() => transport.send(message()))

@@ -4,6 +4,7 @@ import { unlink, writeFile } from 'node:fs/promises'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import { mock } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { BlockList, loadListSource, parseListText, type BlockListEvent } from '../../../lib/net/blocklist.js'
 import { IpRangeSet } from '../../../lib/net/ip-ranges.js'
@@ -302,10 +303,49 @@ t.test('start() refreshes on a timer; failures and listener errors stay inside',
   await until(() => events.some((event) => event.type === 'kept'), 'a failed timer refresh')
   t.match(events.find((event) => event.type === 'kept'), { reason: /list\.txt: .*ENOENT/ })
   t.equal(list.status().entries, 3, 'kept')
+})
 
-  list.stop()
-  await sleep(30)
-  const seen = events.length
-  await sleep(100)
-  t.equal(events.length, seen, 'no refresh after stop()')
+t.test('stop() ends the refreshes, also during one; two start() calls are one timer', async (t) => {
+  const dir = t.testdir({ 'list.txt': addresses(2).join('\n') })
+  const list = new BlockList({ name: 'timer', sources: [join(dir, 'list.txt')], refreshMs: 60_000 })
+  await list.load()
+  // Every refresh the timer starts, seen the moment it fires.
+  const started: Array<Promise<boolean>> = []
+  const refresh = list.refresh.bind(list)
+  list.refresh = () => {
+    const running = refresh()
+    started.push(running)
+    return running
+  }
+  // setTimeout runs on the test's clock (node:test's MockTimers) meanwhile, so a refresh that
+  // must not happen is seen not to happen, rather than not to have happened yet.
+  mock.timers.enable({ apis: ['setTimeout'] })
+  try {
+    list.start()
+    list.start()
+    mock.timers.tick(59_999)
+    t.equal(started.length, 0, 'nothing before refreshMs')
+    mock.timers.tick(1)
+    t.equal(started.length, 1, 'one refresh at refreshMs, however often start() was called')
+    // The next timer is set once the refresh is done.
+    await started[0]
+    mock.timers.tick(60_000)
+    t.equal(started.length, 2, 'the next one refreshMs later')
+
+    list.stop()
+    await started[1]
+    mock.timers.tick(10 * 60_000)
+    t.equal(started.length, 2, 'stop() during a refresh: no refresh after it')
+
+    list.start()
+    mock.timers.tick(60_000)
+    t.equal(started.length, 3, 'start() again resumes')
+    await started[2]
+    list.stop()
+    mock.timers.tick(10 * 60_000)
+    t.equal(started.length, 3, 'stop() between refreshes: no refresh after it')
+  } finally {
+    list.stop()
+    mock.timers.reset()
+  }
 })

@@ -1,10 +1,13 @@
 import t, { type Test } from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { MemoryRedemptionStore } from '../../../lib/receipts/memory-redemption-store.js'
 import type { RedemptionStore } from '../../../lib/receipts/redemption-store.js'
 import { RedisRedemptionStore } from '../../../lib/receipts/redis-redemption-store.js'
 import { StoreFullError, StoreUnavailableError } from '../../../lib/store-errors.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { attemptUntil } from '../../support/wait.js'
+
+/** A mark meant to expire during the test. */
+const SHORT = 300
 
 let receipts = 0
 function freshJti (): string {
@@ -45,10 +48,14 @@ function redemptionSuite (t: Test, makeStore: () => RedemptionStore): void {
     const store = makeStore()
     const jti = freshJti()
     const epoch = await store.epoch('acme:live')
-    t.equal(await store.redeem('acme:live', jti, epoch, 150), 'redeemed')
-    t.equal(await store.redeem('acme:live', jti, epoch, 150), 'already_redeemed')
-    await sleep(400)
-    t.equal(await store.redeem('acme:live', jti, epoch, 150), 'redeemed', 'expired marks are forgotten (the receipt has expired by then)')
+    const marked = Date.now()
+    t.equal(await store.redeem('acme:live', jti, epoch, SHORT), 'redeemed')
+    // Waited for, not slept through: every attempt until the mark goes finds it, and none
+    // finds it gone before its time.
+    const attempts = await attemptUntil('the mark to expire', async () => await store.redeem('acme:live', jti, epoch, 60_000), (answer) => answer === 'redeemed')
+    t.ok(Date.now() - marked >= SHORT, 'not before the time asked')
+    t.strictSame(attempts.slice(0, -1).filter((answer) => answer !== 'already_redeemed'), [], 'until then every attempt was already redeemed')
+    t.equal(await store.redeem('acme:live', jti, epoch, 60_000), 'already_redeemed', 'expired marks are forgotten (the receipt has expired by then); the new one holds')
   })
 
   t.test('misuse is refused the same way', async (t) => {
@@ -77,6 +84,18 @@ t.test('memory', async (t) => {
     t.not(await after.epoch(), epoch)
     t.equal(await after.redeem('acme:live', 'redeemed-before', epoch, 60_000), 'other_epoch', 'redeemed before the restart: refused after it')
     t.equal(await after.redeem('acme:live', 'never-redeemed', epoch, 60_000), 'other_epoch', 'issued before, never redeemed: refused too, as nothing can tell')
+  })
+
+  t.test('on its injected clock the mark goes exactly when asked', async (t) => {
+    let now = 1_000_000
+    const store = new MemoryRedemptionStore({ now: () => now })
+    t.teardown(async () => { await store.close() })
+    const epoch = await store.epoch()
+    t.equal(await store.redeem('acme:live', 'timed', epoch, 1000), 'redeemed')
+    now += 999
+    t.equal(await store.redeem('acme:live', 'timed', epoch, 1000), 'already_redeemed', 'the last millisecond')
+    now += 1
+    t.equal(await store.redeem('acme:live', 'timed', epoch, 1000), 'redeemed', 'gone at its end')
   })
 
   t.test('is bounded: past its cap, a redemption fails rather than grow', async (t) => {
