@@ -21,8 +21,17 @@ import { CaptureTag, CaseTag, Drop, Token, evalToken, toValue, toValueSync, type
  *   at load, so no tag loops over thousands of them between two checks.
  */
 
-/** Time a part's render may take; past it the render stops (and dispatch sends the built-in wording). */
+/** Time a part's preview or test render may take; past it the render stops. */
 export const RENDER_BUDGET_MS = 5
+/**
+ * Time a part's render for dispatch may take; past it (twice) the mail goes out in the built-in
+ * wording. Ten times the preview budget, so that a busy moment (another process on the core, a
+ * garbage collection) never changes a tenant's mail: a template accepted at load renders within
+ * half the preview budget. Dispatch renders are kept for the minute (lib/mail/liquid.ts), so
+ * even a template that only slows down on a branch the load did not take holds the event loop
+ * this long at most once a minute per part and language.
+ */
+export const DISPATCH_RENDER_BUDGET_MS = 50
 /** Longest string a filter, comparison or capture may take or give, in characters. */
 export const VALUE_LIMIT = 16 * 1024
 /** Longest array a filter or comparison may take or give. */

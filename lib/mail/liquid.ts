@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
-import { BoundedCaptureTag, BoundedCaseTag, MEMORY_LIMIT, RENDER_BUDGET_MS, RenderBoundError, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
+import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, MEMORY_LIMIT, RENDER_BUDGET_MS, RenderBoundError, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -132,7 +132,7 @@ function describeLiquidError (error: unknown): string {
   const tag = /^tag "(include|render|layout|block)" not found/.exec(message)
   if (tag !== null) return `the ${tag[1] ?? ''} tag is not available: a template cannot read other templates or files (${message})`
   if (message.startsWith('undefined filter: raw')) return `the raw filter is not available: the HTML part escapes every value (${message})`
-  if (message.startsWith('template render limit exceeded')) return `the render takes longer than its budget of ${RENDER_BUDGET_MS} ms (${message})`
+  if (message.startsWith('template render limit exceeded')) return `the render takes longer than its time budget (${message})`
   if (message.startsWith('memory alloc limit exceeded')) return `the render allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units: a range, a loop or a string grows too large (${message})`
   if ((error as { originalError?: unknown }).originalError instanceof RenderBoundError) return `the render exceeds a bound: ${message}`
   if (message.startsWith('Invalid string length')) return 'the output is too large'
@@ -236,7 +236,7 @@ export class CompiledPart {
     let fastest = Number.POSITIVE_INFINITY
     for (let attempt = 0; attempt < LOAD_RENDER_TRIES; attempt++) {
       const started = performance.now()
-      const pieces = this.#render(sample)
+      const pieces = this.#render(sample, RENDER_BUDGET_MS)
       const took = performance.now() - started
       if (pieces instanceof TemplateRuleError && !pieces.outOfTime) throw new TemplateRuleError(`${pieces.rule} (test render with minutes = ${sample.minutes})`)
       if (!(pieces instanceof TemplateRuleError)) {
@@ -257,8 +257,8 @@ export class CompiledPart {
   render (values: PartValues, code: string): string {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
     if (key !== this.#key) {
-      let pieces = this.#render(values)
-      if (pieces instanceof TemplateRuleError && pieces.outOfTime) pieces = this.#render(values)
+      let pieces = this.#render(values, DISPATCH_RENDER_BUDGET_MS)
+      if (pieces instanceof TemplateRuleError && pieces.outOfTime) pieces = this.#render(values, DISPATCH_RENDER_BUDGET_MS)
       this.#pieces = pieces
       this.#key = key
     }
@@ -271,13 +271,13 @@ export class CompiledPart {
    * the pieces dispatches use, and it is not tried twice. Throws TemplateRuleError.
    */
   renderFresh (values: PartValues, code: string): string {
-    const pieces = this.#render(values)
+    const pieces = this.#render(values, RENDER_BUDGET_MS)
     if (pieces instanceof TemplateRuleError) throw pieces
     return pieces.join(code)
   }
 
   /** The rendered pieces around the code, or the rule the render broke. */
-  #render (values: PartValues): readonly string[] | TemplateRuleError {
+  #render (values: PartValues, budgetMs: number): readonly string[] | TemplateRuleError {
     let output: string
     try {
       // Synchronous: a template does no I/O, and LiquidJS's async render costs about four
@@ -290,7 +290,7 @@ export class CompiledPart {
         locale: this.#locale,
         requestedAt: values.requestedAt,
         constants: this.#constants
-      }))
+      }, { renderLimit: budgetMs }))
     } catch (error) {
       const outOfTime = error instanceof Error && error.message.startsWith('template render limit exceeded')
       return new TemplateRuleError(`the template does not render: ${describeLiquidError(error)}`, outOfTime)

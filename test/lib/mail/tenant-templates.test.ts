@@ -124,7 +124,7 @@ t.test('refused at load, each with the rule it breaks', async (t) => {
     ['the code captured', '{% capture c %}{{ code }}{% endcapture %}{{ c }}', 'html', /the code may only be written/],
     ['the code assigned', '{% assign c = code %}{{ c }}', 'text', /the code may only be written/],
     ['an infinite loop', '{{ code }}{% for i in (1..100000000) %}x{% endfor %}', 'text', new RegExp(`allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units`)],
-    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit|takes longer than its budget of 5 ms/],
+    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit|takes longer than its (time )?budget/],
     ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /the append filter's result is longer than 16,384 characters/],
     ['a huge output', `{{ code }}{% for i in (1..700) %}${'x'.repeat(100)}{% endfor %}`, 'text', new RegExp(`the output is larger than ${OUTPUT_LIMITS.text} characters`)],
     ['a huge subject', `{% for i in (1..30) %}${'y'.repeat(10)}{% endfor %}`, 'subject', new RegExp(`the output is larger than ${OUTPUT_LIMITS.subject} characters`)],
