@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
 import app, { internalApp, serverOptions } from './app.js'
@@ -13,13 +14,20 @@ async function main (): Promise<void> {
   if (internal !== null) await internal.register(internalApp, { service: fastify })
 
   closeWithGrace({
-    delay: config.shutdownGraceMs,
+    // The drain, then the grace period: one deadline for both.
+    delay: config.shutdownDrainMs + config.shutdownGraceMs,
     // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
     skip: ['SIGHUP'],
     logger: { error: (problem: unknown) => { fastify.log.error({ err: problem }, 'shutdown problem') } }
   }, async ({ signal, err }) => {
-    if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
-    else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
+    if (err !== undefined) {
+      fastify.log.error({ err }, 'shutting down after an error')
+    } else {
+      fastify.drain.start()
+      fastify.log.info({ signal, drainMs: config.shutdownDrainMs }, 'draining: /readyz answers 503, every route keeps serving')
+      await sleep(config.shutdownDrainMs)
+      fastify.log.info('shutting down: closing the listeners, finishing in-flight requests')
+    }
     // Requests fully received are drained; idle keep-alive connections and requests still
     // arriving are closed (plugins/connections.ts).
     await Promise.all([fastify.close(), internal?.close()])

@@ -53,6 +53,7 @@ export interface Config {
   bodyLimitBytes: number
   trustProxy: string[]
   shutdownGraceMs: number
+  shutdownDrainMs: number
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
   ipv6BucketPrefix: number
   rateLimits: VelocityLimits
@@ -169,6 +170,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
     shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
+    shutdownDrainMs: valid.SHUTDOWN_DRAIN_MS,
     blocklists,
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {

@@ -51,7 +51,7 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
   RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock): `max/window`.' }),
   RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key: `max/window`.' }),
-  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
+  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /.well-known/jwks.json) and to unknown paths: `max/window`. Probes (/healthz, /readyz) are never limited.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),
   LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),
   LOCKOUT_MAX_DURATION: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Longest lock.' }),
@@ -72,7 +72,11 @@ export const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_MS: PositiveInt(10000, 100, 300000, 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
   KEEP_ALIVE_TIMEOUT_MS: PositiveInt(72000, 100, 600000, 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of a load balancer in front.'),
-  SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'On SIGTERM, time allowed for in-flight requests before the process exits.')
+  SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'After the drain (SHUTDOWN_DRAIN_MS), time allowed for in-flight requests before the process exits.'),
+
+  // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
+  // files, the tenants file watched (docs/mesh.md).
+  SHUTDOWN_DRAIN_MS: PositiveInt(5000, 0, 120000, 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 
 export type Env = Static<typeof EnvSchema>

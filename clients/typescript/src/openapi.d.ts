@@ -30,7 +30,7 @@ export interface paths {
         };
         /**
          * Readiness: the token store answers and the mailer is configured
-         * @description Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.
+         * @description Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token. Never rate-limited: requests that arrive while a check runs share its answer. From SIGTERM on, 503 for SHUTDOWN_DRAIN_MS while every other route keeps serving.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -470,6 +470,8 @@ export interface components {
         /** @description Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each and of the block lists. */
         ReadyReply: {
             ready: boolean;
+            /** @description True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener. */
+            draining?: boolean;
             /** @description Only for callers with METRICS_TOKEN, and on the internal listener. */
             checks?: {
                 tokenStore: {
@@ -631,12 +633,6 @@ export interface operations {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
                     "X-Request-Id": string;
-                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
-                    "RateLimit-Limit": number;
-                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
-                    "RateLimit-Remaining": number;
-                    /** @description Seconds until that window resets. */
-                    "RateLimit-Reset": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -735,17 +731,11 @@ export interface operations {
                     };
                 };
             };
-            /** @description Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this. */
+            /** @description Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
                     "X-Request-Id": string;
-                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
-                    "RateLimit-Limit": number;
-                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
-                    "RateLimit-Remaining": number;
-                    /** @description Seconds until that window resets. */
-                    "RateLimit-Reset": number;
                     [name: string]: unknown;
                 };
                 content: {
