@@ -65,7 +65,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
     // A draining instance is not ready whatever its stores say: no need to wait for them.
     if (drain.draining && !details) return await reply.code(503).send({ ready: false })
     const { tokenStore, mailerOk } = await check()
-    const ready = tokenStore.ok && mailerOk && !drain.draining
+    const ready = tokenStore.ok && mailerOk && blocklists.loaded() && !drain.draining
     reply.code(ready ? 200 : 503)
     if (!details) return { ready }
     return {
