@@ -29,6 +29,7 @@ import refusalsPlugin from './plugins/refusals.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import webhooksPlugin from './plugins/webhooks.js'
+import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
@@ -122,6 +123,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   })
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)
+  await fastify.register(workloadIdentityPlugin)
   await fastify.register(redisPlugin)
   await fastify.register(backendPlugin)
   await fastify.register(tenantsPlugin)

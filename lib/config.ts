@@ -3,6 +3,7 @@ import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
+import type { MeshIdentityHeader } from './net/workload-identity.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
@@ -52,6 +53,8 @@ export interface Config {
   ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
   bodyLimitBytes: number
   trustProxy: string[]
+  /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
+  meshIdentityHeader: MeshIdentityHeader | null
   shutdownGraceMs: number
   shutdownDrainMs: number
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
@@ -134,6 +137,11 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     throw new ConfigError('METRICS_PORT', `must differ from PORT (${valid.PORT}): the internal listener is a listener of its own`)
   }
 
+  const trustProxy = parseCidrList('TRUST_PROXY', valid.TRUST_PROXY)
+  if (valid.MESH_IDENTITY_HEADER !== undefined && trustProxy.length === 0) {
+    throw new ConfigError('MESH_IDENTITY_HEADER', 'needs TRUST_PROXY: the identity is read only from the address the sidecar connects from (127.0.0.6 behind Istio)')
+  }
+
   const blocklists = {
     ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
     torSource: valid.TOR_EXIT_LIST ?? null,
@@ -168,7 +176,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     smtpUrl: valid.SMTP_URL ?? null,
     ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
-    trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
+    trustProxy,
+    meshIdentityHeader: valid.MESH_IDENTITY_HEADER ?? null,
     shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
     shutdownDrainMs: valid.SHUTDOWN_DRAIN_MS,
     blocklists,

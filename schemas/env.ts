@@ -76,6 +76,7 @@ export const EnvSchema = Type.Object({
 
   // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
   // files, the tenants file watched (docs/mesh.md).
+  MESH_IDENTITY_HEADER: Type.Optional(Type.Union([Type.Literal('x-forwarded-client-cert'), Type.Literal('l5d-client-id')], { description: 'The header in which a sidecar at a TRUST_PROXY address passes the caller\'s verified workload identity: x-forwarded-client-cert (Envoy, Istio: the URI of its last element) or l5d-client-id (Linkerd). Read only from TRUST_PROXY peers. Keys may then be bound to `workloads`, and per-source limits count per workload.' })),
   SHUTDOWN_DRAIN_MS: PositiveInt(5000, 0, 120000, 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 

@@ -9,7 +9,9 @@ import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
 const usage = `Usage:
   npm run keys -- create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
                          [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
-                         [--templates DIR]
+                         [--templates DIR] [--workload IDENTITY]...
+  npm run keys -- workloads --tenant ID --id KEY_ID [--workload IDENTITY]... [--any]
+                         [--file PATH] [--templates DIR]
   npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]
   npm run keys -- list [--file PATH]
   npm run keys -- --help
@@ -19,7 +21,11 @@ template folders, read to check the file as the service would) to $TEMPLATES_DIR
 templates/ beside the tenants file.
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
-revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`
+revoke) is on stderr and in list. Send SIGHUP to the service to load the change.
+--workload binds the key to mesh workloads (MESH_IDENTITY_HEADER): an exact SPIFFE ID or
+Linkerd identity, or a prefix ending in /* (spiffe://cluster.local/ns/payments/sa/*).
+workloads prints a key's list; with --workload it replaces the list, with --any it removes
+it (the key works for any caller again).`
 
 class UsageError extends Error {}
 
@@ -66,6 +72,8 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
       expires: { type: 'string' },
       tier: { type: 'string' },
       id: { type: 'string' },
+      workload: { type: 'string', multiple: true },
+      any: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' }
     }
   })
@@ -84,7 +92,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     for (const tenant of file.tenants) {
       for (const key of tenant.keys) {
         const state = key.revoked === true ? 'revoked' : key.expiresAt !== undefined && Date.parse(key.expiresAt) <= Date.now() ? 'expired' : 'active'
-        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}`)
+        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}${key.workloads === undefined ? '' : `\tworkloads ${key.workloads.join(' ')}`}`)
       }
     }
     return
@@ -99,6 +107,27 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     key.revoked = true
     await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)
+    return
+  }
+
+  if (command === 'workloads') {
+    const file = await readTenantsFile(path)
+    const tenantId = option(values, 'tenant')
+    const keyId = option(values, 'id')
+    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+    if (key === undefined) throw new UsageError(`no key ${keyId} for tenant ${tenantId}`)
+    const workloads = values.workload ?? []
+    if (values.any === true && workloads.length > 0) throw new UsageError('--any and --workload exclude each other')
+    if (values.any === true) {
+      delete key.workloads
+    } else if (workloads.length > 0) {
+      key.workloads = workloads
+    } else {
+      out(key.workloads === undefined ? '(any caller)' : key.workloads.join('\n'))
+      return
+    }
+    await writeTenantsFile(path, file, templatesDir)
+    out(`${tenantId}/${keyId}: ${key.workloads === undefined ? 'any caller' : `workloads ${key.workloads.join(' ')}`}`)
     return
   }
 
@@ -132,6 +161,7 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     sha256: hashKey(key),
     ...(origins.length > 0 ? { origins } : {}),
     ...(expiresAt === undefined ? {} : { expiresAt }),
+    ...(values.workload === undefined ? {} : { workloads: values.workload }),
     createdAt: new Date().toISOString()
   }
   tenant.keys.push(entry)

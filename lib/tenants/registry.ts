@@ -11,6 +11,7 @@ import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
+import { workloadMatcher } from '../net/workload-identity.js'
 import { parseWindow, type QuotaWindow } from '../quota/window.js'
 import { parseRateLimit, type VelocityLimits } from '../admission/velocity.js'
 import { RecipientPolicy } from '../recipients/policy.js'
@@ -76,6 +77,8 @@ export interface TenantKey {
   allowanceShare: number | null
   /** Its dispatches need a CAPTCHA token (the tenant's `captcha`). */
   captchaRequired: boolean
+  /** Null when any caller may use the key; else whether a workload identity may (`workloads`). */
+  allowsWorkload: ((identity: string) => boolean) | null
 }
 
 /** A restricted key may use this share of its tenant's allowance unless the file says otherwise. */
@@ -182,7 +185,8 @@ export class TenantRegistry {
           revoked: key.revoked === true,
           allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
           allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
-          captchaRequired: captchaRequired(entry, key, keyWhere)
+          captchaRequired: captchaRequired(entry, key, keyWhere),
+          allowsWorkload: key.workloads === undefined ? null : workloadMatcher(key.workloads)
         })
       }
     }
