@@ -119,3 +119,11 @@ t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding no
     t.match(error.message, message)
   }
 })
+
+t.test('MESH_IDENTITY_HEADER: one of the two headers, and only with TRUST_PROXY', async (t) => {
+  t.equal(parseConfig({}).meshIdentityHeader, null)
+  t.equal(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.6' }).meshIdentityHeader, 'l5d-client-id')
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-forwarded-client-cert' }), /MESH_IDENTITY_HEADER needs TRUST_PROXY/)
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-client-id', TRUST_PROXY: '127.0.0.6' }), /MESH_IDENTITY_HEADER must be one of x-forwarded-client-cert, l5d-client-id/)
+  t.equal(parseConfig({}).shutdownDrainMs, 5000, 'the drain lasts 5 s unless set')
+})
