@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
@@ -246,8 +247,39 @@ export function parseRedisToolConfig (source: Readonly<Record<string, string | u
   return { redis: redis?.topology ?? null, redisVariable: redis?.variable ?? null, webhooks: { maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT } }
 }
 
+/** Reads a secret's file (`<NAME>_FILE`) once at start; the path is named, never the content. */
+function readSecretFile (variable: string, path: string): string {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`${variable}_FILE`, `cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message} (${path})`)
+  }
+  const value = text.trim()
+  if (value === '') throw new ConfigError(`${variable}_FILE`, `names an empty file (${path})`)
+  return value
+}
+
+/**
+ * The environment with every secret given as a file (`<NAME>_FILE`) read into its variable.
+ * Both set is an error: which one wins would depend on who reads the manifest.
+ */
+function withSecretFiles (source: Readonly<Record<string, string | undefined>>): Readonly<Record<string, string | undefined>> {
+  const set = (value: string | undefined): value is string => value !== undefined && value.trim() !== ''
+  let resolved: Record<string, string | undefined> | null = null
+  for (const variable of secretEnvVariables) {
+    const path = source[`${variable}_FILE`]
+    if (!set(path)) continue
+    if (set(source[variable])) throw new ConfigError(`${variable}_FILE`, `cannot be combined with ${variable}: set one of them`)
+    resolved ??= { ...source }
+    resolved[variable] = readSecretFile(variable, path.trim())
+  }
+  return resolved ?? source
+}
+
 /** The environment against its schema, defaults applied; throws ConfigError naming the first bad variable. */
-function validEnv (source: Readonly<Record<string, string | undefined>>): Env {
+function validEnv (environment: Readonly<Record<string, string | undefined>>): Env {
+  const source = withSecretFiles(environment)
   const raw: Record<string, unknown> = {}
   for (const name of Object.keys(EnvSchema.properties)) {
     const value = source[name]

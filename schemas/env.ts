@@ -4,6 +4,9 @@ import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
 
+/** `<NAME>_FILE`: the secret read from a file, as a mounted Kubernetes or Docker secret gives it. */
+const SecretFile = (name: string) => Type.Optional(Type.String({ minLength: 1, description: `Path of a file holding ${name} (a mounted Secret; surrounding whitespace and the final newline are dropped). Not together with ${name}.` }))
+
 /**
  * The process environment the service reads, and nothing else. `npm run docs` writes the
  * table of docs/configuration.md from these names, defaults, descriptions and allowed values.
@@ -77,10 +80,16 @@ export const EnvSchema = Type.Object({
   // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
   // files, the tenants file watched (docs/mesh.md).
   MESH_IDENTITY_HEADER: Type.Optional(Type.Union([Type.Literal('x-forwarded-client-cert'), Type.Literal('l5d-client-id')], { description: 'The header in which a sidecar at a TRUST_PROXY address passes the caller\'s verified workload identity: x-forwarded-client-cert (Envoy, Istio: the URI of its last element) or l5d-client-id (Linkerd). Read only from TRUST_PROXY peers. Keys may then be bound to `workloads`, and per-source limits count per workload.' })),
+  OTP_HMAC_KEYS_FILE: SecretFile('OTP_HMAC_KEYS'),
+  RECEIPT_SIGNING_KEYS_FILE: SecretFile('RECEIPT_SIGNING_KEYS'),
+  REDIS_URL_FILE: SecretFile('REDIS_URL'),
+  REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
+  SMTP_URL_FILE: SecretFile('SMTP_URL'),
+  METRICS_TOKEN_FILE: SecretFile('METRICS_TOKEN'),
   SHUTDOWN_DRAIN_MS: PositiveInt(5000, 0, 120000, 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 
 export type Env = Static<typeof EnvSchema>
 
-/** Variables whose values must never be echoed in an error line. */
+/** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
 export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])
