@@ -130,10 +130,10 @@ t.test('MESH_IDENTITY_HEADER: one of the two headers, and only with TRUST_PROXY'
 
 t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoed', async (t) => {
   const dir = t.testdir({
-    'hmac': `k1:${Buffer.alloc(32, 7).toString('base64')}\n`,
-    'token': '  metrics-token-from-a-file-0123  \n',
+    hmac: `k1:${Buffer.alloc(32, 7).toString('base64')}\n`,
+    token: '  metrics-token-from-a-file-0123  \n',
     'redis-url': 'redis://:hunter2@redis.internal:6379\n',
-    'empty': '\n'
+    empty: '\n'
   })
   const config = parseConfig({ OTP_HMAC_KEYS_FILE: `${dir}/hmac`, METRICS_TOKEN_FILE: `${dir}/token`, REDIS_URL_FILE: `${dir}/redis-url` })
   t.same(config.hmacKeys.map((key) => key.id), ['k1'])
