@@ -32,7 +32,7 @@ async function main (): Promise<void> {
     // arriving are closed (plugins/connections.ts).
     await Promise.all([fastify.close(), internal?.close()])
   })
-  process.on('SIGHUP', () => { void fastify.tenants.reload() })
+  process.on('SIGHUP', () => { void fastify.tenants.reload('signal') })
 
   await fastify.listen({ host: config.host, port: config.port })
   if (internal !== null && config.metricsListener !== null) await internal.listen(config.metricsListener)
