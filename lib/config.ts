@@ -107,7 +107,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const valid = validEnv(source)
 
   const redis = redisTopology(valid)
-  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
+  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : signingFirst('OTP_HMAC_SIGNING_KEY', 'OTP_HMAC_KEYS', parseMacKeys(valid.OTP_HMAC_KEYS), (key) => key.id, valid.OTP_HMAC_SIGNING_KEY)
+  if (hmacKeys === null && valid.OTP_HMAC_SIGNING_KEY !== undefined) throw new ConfigError('OTP_HMAC_SIGNING_KEY', 'is only used with OTP_HMAC_KEYS')
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
@@ -118,6 +119,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     } catch (error) {
       throw new ConfigError('RECEIPT_SIGNING_KEYS', (error as Error).message)
     }
+    receiptSigningKeys = signingFirst('RECEIPT_SIGNING_KEY', 'RECEIPT_SIGNING_KEYS', receiptSigningKeys, (key) => key.kid, valid.RECEIPT_SIGNING_KEY)
+  } else if (valid.RECEIPT_SIGNING_KEY !== undefined) {
+    throw new ConfigError('RECEIPT_SIGNING_KEY', 'is only used with RECEIPT_SIGNING_KEYS (derived receipt keys follow OTP_HMAC_SIGNING_KEY)')
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
@@ -361,6 +365,7 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^\\S+$': 'must be one word, without spaces',
   '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
   '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
+  '^[A-Za-z0-9_-]{1,16}$': 'must be 1 to 16 letters, digits, _ or -',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
@@ -373,6 +378,18 @@ function describe (schema: { type?: unknown, minimum?: number, maximum?: number,
   if (schema.pattern !== undefined) return PATTERN_RULES[schema.pattern] ?? `must match ${schema.pattern}`
   if (schema.minLength !== undefined) return `must be at least ${schema.minLength} characters long`
   return 'is not valid'
+}
+
+/**
+ * The keys with the one that signs first (the signers sign with the first): `selector` names
+ * it, else the list's first signs. The others only verify (or, for receipts, are only
+ * published): the first phase of a rotation that old and new instances survive side by side.
+ */
+function signingFirst<T> (selector: string, list: string, keys: T[], idOf: (key: T) => string, chosen: string | undefined): T[] {
+  if (chosen === undefined) return keys
+  const signing = keys.find((key) => idOf(key) === chosen)
+  if (signing === undefined) throw new ConfigError(selector, `names no key of ${list} (got ${JSON.stringify(chosen)}; ids: ${keys.map(idOf).join(', ')})`)
+  return [signing, ...keys.filter((key) => key !== signing)]
 }
 
 const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/

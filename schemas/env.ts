@@ -86,6 +86,8 @@ export const EnvSchema = Type.Object({
   REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
   SMTP_URL_FILE: SecretFile('SMTP_URL'),
   METRICS_TOKEN_FILE: SecretFile('METRICS_TOKEN'),
+  OTP_HMAC_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,16}$', description: 'Id of the key of OTP_HMAC_KEYS that signs new codes (unset: the first). The others only verify: a key is added verify-only in one rollout and promoted to signing in the next, so old and new instances always verify each other\'s codes. With derived receipt keys, the key derived from it signs receipts.' })),
+  RECEIPT_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'kid of the key of RECEIPT_SIGNING_KEYS that signs receipts (unset: the first). The others are only published at /.well-known/jwks.json: a key is published in one rollout and promoted to signing in the next.' })),
   SHUTDOWN_DRAIN_MS: PositiveInt(5000, 0, 120000, 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 

@@ -149,3 +149,12 @@ t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoe
   t.match(error?.message, /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL$/, 'a bad value from a file is refused like one from the environment')
   t.notMatch(error?.message, /k1:/, 'without echoing it')
 })
+
+t.test('OTP_HMAC_SIGNING_KEY and RECEIPT_SIGNING_KEY choose the signing key among those listed', async (t) => {
+  const keys = `a:${Buffer.alloc(32, 1).toString('base64')},b:${Buffer.alloc(32, 2).toString('base64')}`
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys }).hmacKeys.map((key) => key.id), ['a', 'b'], 'the first signs unless told')
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b' }).hmacKeys.map((key) => key.id), ['b', 'a'])
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'c' }), /OTP_HMAC_SIGNING_KEY names no key of OTP_HMAC_KEYS \(got "c"; ids: a, b\)/)
+  t.throws(() => parseConfig({ OTP_HMAC_SIGNING_KEY: 'a' }), /OTP_HMAC_SIGNING_KEY is only used with OTP_HMAC_KEYS/)
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a' }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
+})
