@@ -74,7 +74,7 @@ export const EnvSchema = Type.Object({
   CAPTCHA_TIMEOUT_MS: PositiveInt(3000, 100, 30000, 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
   REQUEST_TIMEOUT_MS: PositiveInt(10000, 100, 300000, 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
-  KEEP_ALIVE_TIMEOUT_MS: PositiveInt(72000, 100, 600000, 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of a load balancer in front.'),
+  KEEP_ALIVE_TIMEOUT_MS: PositiveInt(72000, 100, 3_900_000, 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of every proxy and load balancer in front (72 s: above the 60 s of common load balancers and of the DestinationRule docs/mesh.md recommends; Envoy\'s own default is 1 h).'),
   SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'After the drain (SHUTDOWN_DRAIN_MS), time allowed for in-flight requests before the process exits.'),
 
   // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
