@@ -4,6 +4,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json app.ts server.ts ./
+COPY cli cli
 COPY plugins plugins
 COPY routes routes
 COPY schemas schemas

@@ -1,27 +1,36 @@
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
-import { parseArgs } from 'node:util'
-import { TemplateFolders } from '../mail/template-files.js'
-import { generateKey, hashKey, type KeyKind, type KeyMode } from '../tenants/api-keys.js'
-import { TenantRegistry } from '../tenants/registry.js'
-import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
+import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
+import { TemplateFolders } from '../lib/mail/template-files.js'
+import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/tenants/api-keys.js'
+import { TenantRegistry } from '../lib/tenants/registry.js'
+import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
 
-const usage = `Usage:
-  npm run keys -- create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
-                         [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
-                         [--templates DIR]
-  npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]
-  npm run keys -- list [--file PATH]
-  npm run keys -- --help
+const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
+                        [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
+                        [--templates DIR]`
+const revokeUsage = '  email-otp keys revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]'
+const listUsage = '  email-otp keys list [--file PATH]'
 
---file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
+const files = `--file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
 template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
-templates/ beside the tenants file.
+templates/ beside the tenants file.`
+
+const help: Record<string, string> = {
+  '': `Usage:
+${createUsage}
+${revokeUsage}
+${listUsage}
+  email-otp keys [COMMAND] --help
+
+${files}
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
-revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`
-
-class UsageError extends Error {}
+revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`,
+  create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Send SIGHUP to the service to load it.\n${files}`,
+  revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Send SIGHUP to the service to\nload the change.\n${files}`,
+  list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE.`
+}
 
 const DEFAULT_TIERS: TenantsFile['tiers'] = {
   standard: { allowance: 10000, window: 'month', sandboxAllowance: 1000 }
@@ -29,7 +38,18 @@ const DEFAULT_TIERS: TenantsFile['tiers'] = {
 
 async function readTenantsFile (path: string): Promise<TenantsFile> {
   if (!existsSync(path)) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
-  return JSON.parse(await readFile(path, 'utf8')) as TenantsFile
+  let document: unknown
+  try {
+    document = JSON.parse(await readFile(path, 'utf8'))
+  } catch (error) {
+    throw new CommandError(`${path} cannot be read as JSON: ${(error as Error).message}`)
+  }
+  // Only the shape this command walks; the whole file is checked before it is written.
+  const shaped = document as Partial<TenantsFile> | null
+  if (typeof shaped !== 'object' || shaped === null || typeof shaped.tiers !== 'object' || !Array.isArray(shaped.tenants) || !shaped.tenants.every((tenant) => Array.isArray(tenant?.keys))) {
+    throw new CommandError(`${path} is not a tenants file (email-otp tenants check ${path} lists its problems)`)
+  }
+  return shaped as TenantsFile
 }
 
 /** Validates with the service's own rules (template files included), then replaces the file atomically. */
@@ -40,44 +60,35 @@ async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: 
   await rename(temporary, path)
 }
 
-function option (values: Record<string, unknown>, name: string): string {
-  const value = values[name]
-  if (typeof value !== 'string' || value === '') throw new UsageError(`--${name} is required`)
-  return value
-}
-
 function oneOf<T extends string> (values: Record<string, unknown>, name: string, allowed: readonly T[]): T {
-  const value = option(values, name)
+  const value = required(values, name)
   if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}`)
   return value as T
 }
 
-export async function run (argv: string[], out: (line: string) => void, env: Readonly<Record<string, string | undefined>> = {}): Promise<void> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      tenant: { type: 'string' },
-      kind: { type: 'string' },
-      mode: { type: 'string' },
-      file: { type: 'string' },
-      templates: { type: 'string' },
-      origin: { type: 'string', multiple: true },
-      expires: { type: 'string' },
-      tier: { type: 'string' },
-      id: { type: 'string' },
-      help: { type: 'boolean', short: 'h' }
-    }
+export async function run (argv: string[], { out, note, env }: Io): Promise<void> {
+  const { positionals, values } = parse(argv, {
+    tenant: { type: 'string' },
+    kind: { type: 'string' },
+    mode: { type: 'string' },
+    file: { type: 'string' },
+    templates: { type: 'string' },
+    origin: { type: 'string', multiple: true },
+    expires: { type: 'string' },
+    tier: { type: 'string' },
+    id: { type: 'string' }
   })
-  const command = positionals[0]
+  const [command, extra] = positionals
   if (values.help === true || command === 'help') {
-    out(usage)
+    out(helpFor(help, positionals))
     return
   }
-  const fromEnv = env.TENANTS_FILE
-  const path = values.file ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv)
+  if (command === undefined) throw new UsageError('a command is required: create, revoke or list')
+  if (!['create', 'revoke', 'list'].includes(command)) throw new UsageError(`unknown command ${command}`)
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+  const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE')
   if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
-  const templatesDir = values.templates ?? (env.TEMPLATES_DIR === undefined || env.TEMPLATES_DIR === '' ? TemplateFolders.besideTenantsFile(path) : env.TEMPLATES_DIR)
+  const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
 
   if (command === 'list') {
     const file = await readTenantsFile(path)
@@ -87,31 +98,32 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
         out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}`)
       }
     }
+    if (file.tenants.every((tenant) => tenant.keys.length === 0)) note(`No keys in ${path}.`)
     return
   }
 
   if (command === 'revoke') {
     const file = await readTenantsFile(path)
-    const tenantId = option(values, 'tenant')
-    const keyId = option(values, 'id')
+    const tenantId = required(values, 'tenant')
+    const keyId = required(values, 'id')
     const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
-    if (key === undefined) throw new UsageError(`no key ${keyId} for tenant ${tenantId}`)
+    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
     key.revoked = true
     await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)
     return
   }
 
-  if (command !== 'create') throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`)
-  const tenantId = option(values, 'tenant')
+  const tenantId = required(values, 'tenant')
   const kind = oneOf<KeyKind>(values, 'kind', ['secret', 'restricted'])
   const mode = oneOf<KeyMode>(values, 'mode', ['live', 'test'])
-  const origins = values.origin ?? []
+  const origins = (values.origin ?? []) as string[]
   if (kind === 'restricted' && origins.length === 0) throw new UsageError('a restricted key needs at least one --origin')
   if (kind === 'secret' && origins.length > 0) throw new UsageError('--origin is only for restricted keys')
   let expiresAt: string | undefined
-  if (values.expires !== undefined) {
-    const instant = Date.parse(values.expires)
+  const expires = text(values, 'expires')
+  if (expires !== undefined) {
+    const instant = Date.parse(expires)
     if (Number.isNaN(instant)) throw new UsageError('--expires must be an ISO 8601 date or instant')
     expiresAt = new Date(instant).toISOString()
   }
@@ -119,14 +131,14 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
   const file = await readTenantsFile(path)
   let tenant = file.tenants.find((entry) => entry.id === tenantId)
   if (tenant === undefined) {
-    const tier = values.tier ?? Object.keys(file.tiers)[0]
+    const tier = text(values, 'tier') ?? Object.keys(file.tiers)[0]
     if (tier === undefined || file.tiers[tier] === undefined) throw new UsageError(`--tier must name a tier of ${path}`)
     tenant = { id: tenantId, tier, keys: [] }
     file.tenants.push(tenant)
   }
   const key = generateKey(kind, mode)
   const entry: KeyEntry = {
-    id: values.id ?? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}`,
+    id: text(values, 'id') ?? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}`,
     kind,
     mode,
     sha256: hashKey(key),
@@ -137,15 +149,6 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
   tenant.keys.push(entry)
   await writeTenantsFile(path, file, templatesDir)
   out(key)
-  process.stderr.write(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.\n` +
-    'This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.\n')
-}
-
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
-if (invokedDirectly) {
-  run(process.argv.slice(2), (line) => { process.stdout.write(line + '\n') }, process.env).catch((error: unknown) => {
-    process.stderr.write(`keys: ${error instanceof Error ? error.message : String(error)}\n`)
-    if (error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') process.stderr.write(`\n${usage}\n`)
-    process.exitCode = 1
-  })
+  note(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.`)
+  note('This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.')
 }

@@ -1,80 +1,57 @@
-import { parseArgs } from 'node:util'
-import { renderVerificationParts } from '../mail/compose.js'
-import { PARTS, type Part } from '../mail/liquid.js'
-import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
-import { TenantRegistry, TenantsFileError } from '../tenants/registry.js'
+import { renderVerificationParts } from '../lib/mail/compose.js'
+import { PARTS, type Part } from '../lib/mail/liquid.js'
+import { TemplateFolders } from '../lib/mail/template-files.js'
+import { loadTenantsFile } from './tenants.js'
+import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 
-const usage = `Usage:
-  npm run templates -- preview --tenant ID [--locale TAG] [--code 123456] [--minutes N]
-                               [--part subject|text|html] [--file PATH] [--templates DIR]
-  npm run templates -- check [--file PATH] [--templates DIR]
+const previewUsage = `  email-otp templates preview --tenant ID [--locale TAG] [--code 123456] [--minutes N]
+                              [--part subject|text|html] [--file PATH] [--templates DIR]`
+const checkUsage = '  email-otp templates check [--file PATH] [--templates DIR]'
+
+const files = `PATH defaults to $TENANTS_FILE, else tenants.json; DIR (the tenants' template folders,
+DIR/<tenant id>/) to $TEMPLATES_DIR, else templates/ beside the tenants file.`
+
+const help: Record<string, string> = {
+  '': `Usage:
+${previewUsage}
+${checkUsage}
+  email-otp templates [COMMAND] --help
 
 preview renders a tenant's verification message with a sample code, as dispatch would send
 it (nothing is sent); --part prints one part alone (e.g. --part html > preview.html).
 check loads the tenants file with the service's own rules and lists every refused template;
-it exits 1 when the file would be refused. PATH defaults to $TENANTS_FILE, else tenants.json;
-DIR (the tenants' template folders, DIR/<tenant id>/) to $TEMPLATES_DIR, else templates/
-beside the tenants file.`
-
-class UsageError extends Error {}
+it exits 1 when the file would be refused. ${files}`,
+  preview: `Usage:\n${previewUsage}\n\nRenders a tenant's verification message with a sample code, as dispatch would send it\n(nothing is sent); --part prints one part alone (e.g. --part html > preview.html).\n${files}`,
+  check: `Usage:\n${checkUsage}\n\nLoads the tenants file with the service's own rules and lists every refused template, each\nwith its JSON path; exits 1 when the file would be refused. ${files}`
+}
 
 /** The code a preview shows unless --code names one. */
 const SAMPLE_CODE = '123456'
 /** The service's default code lifetime (OTP_TTL_SECONDS), for tenants without their own. */
 const DEFAULT_TTL_SECONDS = 600
 
-function option (values: Record<string, unknown>, name: string): string {
-  const value = values[name]
-  if (typeof value !== 'string' || value === '') throw new UsageError(`--${name} is required`)
-  return value
-}
-
-/** Loads the file as the service would: a refusal lists every problem, one a line. */
-async function load (path: string, templatesDir: string, env: Readonly<Record<string, string | undefined>>): Promise<TenantRegistry> {
-  const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
-  const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
-  if (problem !== null) throw new UsageError(`the templates folder ${problem}`)
-  try {
-    return await TenantRegistry.fromFile(path, { templatesDir })
-  } catch (error) {
-    if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
-    throw error
-  }
-}
-
-/** The tenants file would be refused; `problems` says why, each on its own. */
-export class CheckFailed extends Error {
-  constructor (readonly problems: readonly string[]) {
-    super(`the tenants file would be refused:\n${problems.map((problem) => `  ${problem}`).join('\n')}`)
-    this.name = 'CheckFailed'
-  }
-}
-
-export async function run (argv: string[], out: (line: string) => void, env: Readonly<Record<string, string | undefined>> = {}): Promise<void> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      file: { type: 'string', default: env.TENANTS_FILE === undefined || env.TENANTS_FILE === '' ? 'tenants.json' : env.TENANTS_FILE },
-      templates: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-      tenant: { type: 'string' },
-      locale: { type: 'string' },
-      code: { type: 'string' },
-      minutes: { type: 'string' },
-      part: { type: 'string' }
-    }
+export async function run (argv: string[], { out, env }: Io): Promise<void> {
+  const { positionals, values } = parse(argv, {
+    file: { type: 'string' },
+    templates: { type: 'string' },
+    tenant: { type: 'string' },
+    locale: { type: 'string' },
+    code: { type: 'string' },
+    minutes: { type: 'string' },
+    part: { type: 'string' }
   })
-  const command = positionals[0]
+  const [command, extra] = positionals
   if (values.help === true || command === 'help') {
-    out(usage)
+    out(helpFor(help, positionals))
     return
   }
-  const path = option(values, 'file')
-  const templatesDir = values.templates ?? (env.TEMPLATES_DIR === undefined || env.TEMPLATES_DIR === '' ? TemplateFolders.besideTenantsFile(path) : env.TEMPLATES_DIR)
+  if (command !== 'check' && command !== 'preview') throw new UsageError(command === undefined ? 'a command is required: preview or check' : `unknown command ${command}`)
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+  const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE') ?? 'tenants.json'
+  const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
 
   if (command === 'check') {
-    const registry = await load(path, templatesDir, env)
+    const registry = await loadTenantsFile(path, templatesDir, env)
     for (const tenant of registry.tenants.values()) {
       const own = tenant.templates.locales
         .map((locale) => ({ locale, parts: tenant.templates.customParts(locale) }))
@@ -86,23 +63,24 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     return
   }
 
-  if (command !== 'preview') throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`)
-  const tenantId = option(values, 'tenant')
-  const code = values.code ?? SAMPLE_CODE
+  const tenantId = required(values, 'tenant')
+  const code = text(values, 'code') ?? SAMPLE_CODE
   if (!/^[0-9]{6}$/.test(code)) throw new UsageError('--code must be 6 digits')
   let minutes: number | undefined
-  if (values.minutes !== undefined) {
-    minutes = Number(values.minutes)
+  const minutesOption = text(values, 'minutes')
+  if (minutesOption !== undefined) {
+    minutes = Number(minutesOption)
     if (!Number.isInteger(minutes) || minutes < 1 || minutes > 1440) throw new UsageError('--minutes must be a whole number from 1 to 1440')
   }
-  const part = values.part
+  const part = text(values, 'part')
   if (part !== undefined && !(PARTS as readonly string[]).includes(part)) throw new UsageError(`--part must be one of ${PARTS.join(', ')}`)
 
-  const tenant = (await load(path, templatesDir, env)).tenants.get(tenantId)
-  if (tenant === undefined) throw new UsageError(`no tenant ${tenantId} in ${path}`)
+  const tenant = (await loadTenantsFile(path, templatesDir, env)).tenants.get(tenantId)
+  if (tenant === undefined) throw new CommandError(`no tenant ${tenantId} in ${path}`)
   const { templates } = tenant
-  const locale = values.locale === undefined ? templates.defaultLocale : templates.match(values.locale)
-  if (locale === undefined) throw new UsageError(`tenant ${tenantId} has no wording in ${values.locale ?? ''}; it has ${templates.locales.join(', ')}`)
+  const wanted = text(values, 'locale')
+  const locale = wanted === undefined ? templates.defaultLocale : templates.match(wanted)
+  if (locale === undefined) throw new CommandError(`tenant ${tenantId} has no wording in ${wanted ?? ''}; it has ${templates.locales.join(', ')}`)
   let fallback = ''
   const rendered = renderVerificationParts({
     templates,
@@ -126,13 +104,4 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
   out(rendered.text.trimEnd())
   out('----- html -----')
   out(rendered.html.trimEnd())
-}
-
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
-if (invokedDirectly) {
-  run(process.argv.slice(2), (line) => { process.stdout.write(line + '\n') }, process.env).catch((error: unknown) => {
-    process.stderr.write(`templates: ${error instanceof Error ? error.message : String(error)}\n`)
-    if (error instanceof UsageError || (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') process.stderr.write(`\n${usage}\n`)
-    process.exitCode = 1
-  })
 }

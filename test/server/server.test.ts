@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { writeFileSync } from 'node:fs'
 import t from 'tap'
-import { run as keysCli } from '../../lib/cli/keys.js'
+import { run as keysCli } from '../../cli/keys.js'
 import { writeTenants } from '../helper.js'
 import { post, serverArgs, startServer } from '../support/service-process.js'
 
@@ -17,7 +17,7 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
   t.equal((await post(server.base, '/otp/verify', keys.acmeLive, { requestId: sent.body.data.requestId, userGuess: code })).status, 200, 'the code printed by the log mailer verifies')
 
   let minted = ''
-  await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], (line) => { minted = line })
+  await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], { out: (line) => { minted = line }, note: () => {}, env: {} })
   t.match(minted, /^sk_live_[0-9A-Za-z]{43}$/, 'the CLI prints the key')
   t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 401, 'unknown until reloaded')
 
