@@ -32,7 +32,9 @@ async function main (): Promise<void> {
 
 main().catch((error: unknown) => {
   // Configuration problems end start-up with one line naming what to fix.
-  if (error instanceof ConfigError || error instanceof TenantsFileError) {
+  if (error instanceof TenantsFileError && error.problems.length > 1) {
+    process.stderr.write(`email-otp: tenants file: ${error.problems.length} problems:\n${error.problems.map((problem) => `  ${problem}\n`).join('')}`)
+  } else if (error instanceof ConfigError || error instanceof TenantsFileError) {
     process.stderr.write(`email-otp: ${error.message}\n`)
   } else {
     process.stderr.write(`email-otp: start-up failed: ${error instanceof Error ? error.message : String(error)}\n`)
