@@ -27,6 +27,9 @@ async function main (): Promise<void> {
   process.on('SIGHUP', () => { void fastify.tenants.reload() })
 
   await fastify.listen({ host: config.host, port: config.port })
+  // Started through npm, the PID a person sees is npm's, which neither forwards SIGHUP nor
+  // SIGTERM: this line names the process signals must reach.
+  fastify.log.info({ pid: process.pid }, `signals go to pid ${process.pid}: SIGHUP reloads the tenants file, SIGTERM drains and stops`)
   if (internal !== null && config.metricsListener !== null) await internal.listen(config.metricsListener)
 }
 
