@@ -71,7 +71,7 @@ t.test('a configuration error stops start-up with one line', async (t) => {
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const [exitCode] = await once(child, 'exit')
   t.equal(exitCode, 1)
-  t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be an integer from 1 to 86400 (got "soon")')
+  t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be a duration from 1s to 1d, such as 500ms, 30s, 15m, 24h or 30d (a plain number is seconds) (got "soon")')
 })
 
 t.test('a bad tenants file stops start-up with one line naming the problem', async (t) => {
