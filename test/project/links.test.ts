@@ -1,5 +1,5 @@
 /*
- * Every relative link of the README, UPGRADING, CHANGELOG and docs/ pages leads somewhere: the
+ * Every relative link of the READMEs, UPGRADING, CHANGELOG and docs/ pages leads somewhere: the
  * file exists, and a `#fragment` names a heading of the target page, with anchors computed as
  * GitHub computes them. Links inside code blocks are code, not links (markdown-it decides).
  */
@@ -51,7 +51,7 @@ function brokenLinks (file: string): string[] {
   })
 }
 
-const pages = ['README.md', 'UPGRADING.md', 'CHANGELOG.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)]
+const pages = ['README.md', 'UPGRADING.md', 'CHANGELOG.md', 'clients/typescript/README.md', 'bench/README.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)]
 
 t.test('every relative link and anchor resolves', async (t) => {
   for (const page of pages) {
