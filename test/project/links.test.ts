@@ -73,3 +73,13 @@ t.test('the README stays short', async (t) => {
   const lines = readFileSync(join(root, 'README.md'), 'utf8').split('\n').length
   t.ok(lines <= 250, `README.md has ${lines} lines, at most 250`)
 })
+
+t.test('every `npm run` the pages show names a script of package.json', async (t) => {
+  const { scripts } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+  for (const page of pages) {
+    const file = join(root, page)
+    if (!existsSync(file)) continue
+    const named = [...readFileSync(file, 'utf8').matchAll(/npm run (?:-s )?([\w:-]+)/g)].map((match) => match[1] ?? '')
+    t.same(named.filter((name) => !(name in scripts)), [], `${page}: ${new Set(named).size} scripts`)
+  }
+})
