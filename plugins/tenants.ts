@@ -2,7 +2,7 @@ import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import fp from 'fastify-plugin'
-import { TenantRegistry, demoRegistry, tenantsFileVersion } from '../lib/tenants/registry.js'
+import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from '../lib/tenants/registry.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -72,7 +72,9 @@ export default fp(async function tenantsPlugin (fastify) {
       const message = (error as Error).message
       reloads.failed++
       lastReloadOk = false
-      fastify.log.error({ reason: message, version: current.version, trigger }, 'tenants file reload failed; keeping the previous tenants')
+      // Every problem of the file, so that one reload shows all there is to fix.
+      const problems = error instanceof TenantsFileError ? error.problems : [message]
+      fastify.log.error({ reason: message, problems, version: current.version, trigger }, 'tenants file reload failed; keeping the previous tenants')
       return { ok: false, error: message }
     }
   }
