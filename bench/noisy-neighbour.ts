@@ -79,9 +79,18 @@ interface StoreRun {
   noisy: Phase
   /** p99 noisy / p99 baseline. */
   p99Ratio: number
-  flood: { requestsPerSecond: number, surfaces: Array<FloodResult & { rps: number }> }
+  flood: {
+    requestsPerSecond: number
+    /**
+     * CPU µs the service spent per flood request: its CPU from the flood's start to its end,
+     * less what the calm flows cost at the baseline's rate. Unlike the latencies, this hardly
+     * moves when other work shares the machine.
+     */
+    serviceCpuPerRequestUs: number
+    surfaces: Array<FloodResult & { rps: number }>
+  }
   /** CPU seconds the service process (and redis-server) spent per second of each phase. */
-  cpu: { baseline: number, noisy: number, redisBaseline: number | null, redisNoisy: number | null }
+  cpu: { baseline: number, noisy: number, redisBaseline: number | null, redisNoisy: number | null, generatorBaseline: number, generatorNoisy: number }
   goal: { p99Within2x: boolean, everyFlowSucceeded: boolean }
 }
 
@@ -212,17 +221,22 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
   const nodeArgs = profileDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `service-${store}.cpuprofile`]
   const service = await startService(resources, { name: `email-otp (${store})`, dir, env: setup.env, nodeArgs })
   const port = Number(new URL(service.child.url).port)
-  const cpu = (): [number, number | null] => [cpuSeconds(service.child.pid) ?? Number.NaN, redisPid === null ? null : cpuSeconds(redisPid)]
+  const cpu = (): [number, number | null, number] => {
+    const own = process.cpuUsage()
+    return [cpuSeconds(service.child.pid) ?? Number.NaN, redisPid === null ? null : cpuSeconds(redisPid), (own.user + own.system) / 1e6]
+  }
 
   process.stderr.write(`${store}: warm-up ${PHASES.warmup} s, baseline ${PHASES.baseline} s\n`)
   await runCalm(port, setup.calmKey, PHASES.warmup)
-  const [serviceBefore, redisBefore] = cpu()
+  const [serviceBefore, redisBefore, generatorBefore] = cpu()
   let started = performance.now()
   const baseline = phase(await runCalm(port, setup.calmKey, PHASES.baseline))
   const baselineSeconds = (performance.now() - started) / 1000
-  const [serviceMiddle, redisMiddle] = cpu()
+  const [serviceMiddle, redisMiddle, generatorMiddle] = cpu()
 
   process.stderr.write(`${store}: flood (${surfaces.join(', ')}) and the calm tenant's noisy phase, ${PHASES.noisy} s\n`)
+  const [serviceFloodStart] = cpu()
+  const floodStarted = performance.now()
   const floods = surfaces.map((surface) => worker<FloodResult>({
     role: 'flood',
     surface,
@@ -237,15 +251,20 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
   }))
   await sleep(FLOOD_LEAD_S * 1000)
   started = performance.now()
-  const [serviceNoisyStart, redisNoisyStart] = cpu()
+  const [serviceNoisyStart, redisNoisyStart, generatorNoisyStart] = cpu()
   const noisy = phase(await runCalm(port, setup.calmKey, PHASES.noisy))
   const noisySeconds = (performance.now() - started) / 1000
-  const [serviceAfter, redisAfter] = cpu()
+  const [serviceAfter, redisAfter, generatorAfter] = cpu()
   for (const flood of floods) flood.stop()
   const results = await Promise.all(floods.map(async (flood) => await flood.result))
+  const [serviceFloodEnd] = cpu()
+  const floodSeconds = (performance.now() - floodStarted) / 1000
   await service.child.stop()
 
   const floodSurfaces = results.map((result) => ({ ...result, rps: result.requests / result.seconds }))
+  const floodRequests = results.reduce((sum, result) => sum + result.requests, 0)
+  const baselineCpu = (serviceMiddle - serviceBefore) / baselineSeconds
+  const floodCpu = serviceFloodEnd - serviceFloodStart - baselineCpu * floodSeconds
   const p99Ratio = noisy.p99 / baseline.p99
   const perSecond = (from: number | null, to: number | null, seconds: number): number | null => from === null || to === null ? null : (to - from) / seconds
   return {
@@ -253,12 +272,18 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     baseline,
     noisy,
     p99Ratio,
-    flood: { requestsPerSecond: floodSurfaces.reduce((sum, result) => sum + result.rps, 0), surfaces: floodSurfaces },
+    flood: {
+      requestsPerSecond: floodSurfaces.reduce((sum, result) => sum + result.rps, 0),
+      serviceCpuPerRequestUs: floodRequests > 0 ? floodCpu / floodRequests * 1e6 : Number.NaN,
+      surfaces: floodSurfaces
+    },
     cpu: {
-      baseline: (serviceMiddle - serviceBefore) / baselineSeconds,
+      baseline: baselineCpu,
       noisy: (serviceAfter - serviceNoisyStart) / noisySeconds,
       redisBaseline: perSecond(redisBefore, redisMiddle, baselineSeconds),
-      redisNoisy: perSecond(redisNoisyStart, redisAfter, noisySeconds)
+      redisNoisy: perSecond(redisNoisyStart, redisAfter, noisySeconds),
+      generatorBaseline: (generatorMiddle - generatorBefore) / baselineSeconds,
+      generatorNoisy: (generatorAfter - generatorNoisyStart) / noisySeconds
     },
     goal: { p99Within2x: p99Ratio <= 2, everyFlowSucceeded: baseline.succeeded === baseline.flows && noisy.succeeded === noisy.flows }
   }
@@ -269,16 +294,20 @@ const pad = (value: string, width: number): string => value.padStart(width)
 
 function table (runs: StoreRun[]): string {
   const lines = [
-    `${'store'.padEnd(8)}${'phase'.padEnd(10)}${pad('flows', 7)}${pad('ok', 7)}${pad('flows/s', 9)}${pad('p50 ms', 9)}${pad('p99 ms', 9)}${pad('max ms', 9)}${pad('cpu', 6)}${pad('flood/s', 9)}`
+    `${'store'.padEnd(8)}${'phase'.padEnd(10)}${pad('flows', 7)}${pad('ok', 7)}${pad('flows/s', 9)}${pad('p50 ms', 9)}${pad('p99 ms', 9)}${pad('max ms', 9)}${pad('cpu', 6)}${pad('redis', 6)}${pad('load', 6)}${pad('flood/s', 9)}`
   ]
   for (const run of runs) {
-    for (const [name, result, cpu, flood] of [['baseline', run.baseline, run.cpu.baseline, '-'], ['noisy', run.noisy, run.cpu.noisy, run.flood.requestsPerSecond.toFixed(0)]] as const) {
-      lines.push(`${run.store.padEnd(8)}${name.padEnd(10)}${pad(String(result.flows), 7)}${pad(String(result.succeeded), 7)}${pad(result.flowsPerSecond.toFixed(1), 9)}${pad(ms(result.p50), 9)}${pad(ms(result.p99), 9)}${pad(ms(result.max), 9)}${pad(cpu.toFixed(2), 6)}${pad(flood, 9)}`)
+    for (const [name, result, cpu, redis, generator, flood] of [
+      ['baseline', run.baseline, run.cpu.baseline, run.cpu.redisBaseline, run.cpu.generatorBaseline, '-'],
+      ['noisy', run.noisy, run.cpu.noisy, run.cpu.redisNoisy, run.cpu.generatorNoisy, run.flood.requestsPerSecond.toFixed(0)]
+    ] as const) {
+      lines.push(`${run.store.padEnd(8)}${name.padEnd(10)}${pad(String(result.flows), 7)}${pad(String(result.succeeded), 7)}${pad(result.flowsPerSecond.toFixed(1), 9)}${pad(ms(result.p50), 9)}${pad(ms(result.p99), 9)}${pad(ms(result.max), 9)}${pad(cpu.toFixed(2), 6)}${pad(redis === null ? '-' : redis.toFixed(2), 6)}${pad(generator.toFixed(2), 6)}${pad(flood, 9)}`)
     }
   }
   lines.push('')
   for (const run of runs) {
     lines.push(`${run.store}: calm p99 noisy/baseline ×${run.p99Ratio.toFixed(2)} (goal ≤ ×2: ${run.goal.p99Within2x ? 'PASS' : 'MISS'}); every calm flow succeeded: ${run.goal.everyFlowSucceeded ? 'PASS' : `MISS (${JSON.stringify({ ...run.baseline.problems, ...run.noisy.problems })})`}`)
+    lines.push(`  service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs`)
     for (const surface of run.flood.surfaces) {
       const statuses = Object.entries(surface.statuses).map(([status, count]) => `${count} × ${status}`).join(', ')
       lines.push(`  flood ${surface.surface.padEnd(16)} ${pad(surface.rps.toFixed(0), 6)}/s  ${statuses}`)
