@@ -15,7 +15,7 @@
  *                        [--rate 200] [--loops 8] [--cpu-prof]
  */
 import { execFileSync } from 'node:child_process'
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer, type Socket } from 'node:net'
 import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -91,7 +91,18 @@ interface StoreRun {
   }
   /** CPU seconds the service process (and redis-server) spent per second of each phase. */
   cpu: { baseline: number, noisy: number, redisBaseline: number | null, redisNoisy: number | null, generatorBaseline: number, generatorNoisy: number }
+  /** The service's peak resident memory (VmHWM) at the end of each phase, MiB. */
+  peakRssMiB: { baseline: number, noisy: number }
   goal: { p99Within2x: boolean, everyFlowSucceeded: boolean }
+}
+
+function peakRssMiB (pid: number): number {
+  try {
+    const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return match?.[1] === undefined ? Number.NaN : Number(match[1]) / 1024
+  } catch {
+    return Number.NaN
+  }
 }
 
 function percentile (sorted: readonly number[], fraction: number): number {
@@ -233,6 +244,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
   const baseline = phase(await runCalm(port, setup.calmKey, PHASES.baseline))
   const baselineSeconds = (performance.now() - started) / 1000
   const [serviceMiddle, redisMiddle, generatorMiddle] = cpu()
+  const baselineRss = peakRssMiB(service.child.pid)
 
   process.stderr.write(`${store}: flood (${surfaces.join(', ')}) and the calm tenant's noisy phase, ${PHASES.noisy} s\n`)
   const [serviceFloodStart] = cpu()
@@ -258,6 +270,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
   for (const flood of floods) flood.stop()
   const results = await Promise.all(floods.map(async (flood) => await flood.result))
   const [serviceFloodEnd] = cpu()
+  const noisyRss = peakRssMiB(service.child.pid)
   const floodSeconds = (performance.now() - floodStarted) / 1000
   await service.child.stop()
 
@@ -285,6 +298,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
       generatorBaseline: (generatorMiddle - generatorBefore) / baselineSeconds,
       generatorNoisy: (generatorAfter - generatorNoisyStart) / noisySeconds
     },
+    peakRssMiB: { baseline: baselineRss, noisy: noisyRss },
     goal: { p99Within2x: p99Ratio <= 2, everyFlowSucceeded: baseline.succeeded === baseline.flows && noisy.succeeded === noisy.flows }
   }
 }
@@ -307,7 +321,7 @@ function table (runs: StoreRun[]): string {
   lines.push('')
   for (const run of runs) {
     lines.push(`${run.store}: calm p99 noisy/baseline ×${run.p99Ratio.toFixed(2)} (goal ≤ ×2: ${run.goal.p99Within2x ? 'PASS' : 'MISS'}); every calm flow succeeded: ${run.goal.everyFlowSucceeded ? 'PASS' : `MISS (${JSON.stringify({ ...run.baseline.problems, ...run.noisy.problems })})`}`)
-    lines.push(`  service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs`)
+    lines.push(`  service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs; service peak RSS ${run.peakRssMiB.baseline.toFixed(0)} MiB after the baseline, ${run.peakRssMiB.noisy.toFixed(0)} MiB after the flood`)
     for (const surface of run.flood.surfaces) {
       const statuses = Object.entries(surface.statuses).map(([status, count]) => `${count} × ${status}`).join(', ')
       lines.push(`  flood ${surface.surface.padEnd(16)} ${pad(surface.rps.toFixed(0), 6)}/s  ${statuses}`)
