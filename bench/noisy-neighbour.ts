@@ -123,8 +123,13 @@ function phase (result: CalmResult): Phase {
   }
 }
 
+/** Every load generator still running: terminated when the run ends early (an error, a signal). */
+const threads = new Set<Worker>()
+
 function worker<T> (job: CalmJob | FloodJob): { result: Promise<T>, stop: () => void, thread: Worker } {
   const thread = new Worker(new URL('./noisy-neighbour-load.js', import.meta.url), { workerData: job })
+  threads.add(thread)
+  thread.once('exit', () => { threads.delete(thread) })
   const result = new Promise<T>((resolve, reject) => {
     thread.once('message', resolve)
     thread.once('error', reject)
@@ -374,6 +379,7 @@ async function main (resources: Resources): Promise<void> {
 }
 
 const resources = new Resources()
+resources.add(async () => { await Promise.all([...threads].map(async (thread) => await thread.terminate())) })
 try {
   await main(resources)
 } catch (error) {
