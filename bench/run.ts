@@ -178,7 +178,9 @@ async function measureVerify (meter: Meter, target: OtpTarget, connections: numb
   // autocannon refuses a run of fewer requests than connections.
   const pool = async (count: number): Promise<Token[]> => await target.issue(Math.max(2 * connections, Math.ceil(count)))
   const calibration = await verify(await pool(Math.max(1000, 20 * connections)))
-  assertClean(calibration, `${target.name}: verify calibration`)
+  // A peer that times out under load (better-auth's memory adapter copies its store on every
+  // sign-in) still gets its runs; their errors are reported with the figures.
+  if (calibration.unexpected > 0 || calibration.requests === 0) assertClean(calibration, `${target.name}: verify calibration`)
   const warm = await verify(await pool(calibration.rps * warmup))
   const measuredPool = await pool(warm.rps * seconds * POOL_MARGIN)
   return await meter(target, async () => await verify(measuredPool))
