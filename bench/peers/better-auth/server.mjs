@@ -3,7 +3,7 @@
  * up, on node:http (toNodeHandler), its rate limiter off so that the benchmark measures work,
  * not refusals. PEER_STORAGE=memory: everything in its memory adapter; PEER_STORAGE=redis:
  * the memory adapter for users and accounts, REDIS_URL as secondary storage (codes and
- * sessions), through the three-method interface better-auth documents. Each code is written
+ * sessions), through better-auth's secondary storage interface. PEER_LOG=1 shows its log. Each code is written
  * to stdout as "address code", the mail it would send, which the benchmark reads to verify.
  * Its own package.json keeps better-auth's optional peers out of the service's tree:
  * `npm --prefix bench/peers/better-auth install` once before `npm run bench`.
@@ -22,6 +22,8 @@ const secondaryStorage = redis === null
   ? undefined
   : {
       get: async (key) => await redis.get(key),
+      // Codes are consumed with it (GETDEL): one use each, as in @better-auth/redis-storage.
+      getAndDelete: async (key) => await redis.getdel(key),
       set: async (key, value, ttl) => { if (ttl) await redis.set(key, value, 'EX', ttl); else await redis.set(key, value) },
       delete: async (key) => { await redis.del(key) }
     }
@@ -32,7 +34,7 @@ const auth = betterAuth({
   database: memoryAdapter({ user: [], session: [], account: [], verification: [] }),
   secondaryStorage,
   rateLimit: { enabled: false },
-  logger: { disabled: true },
+  logger: { disabled: process.env.PEER_LOG !== '1' },
   plugins: [emailOTP({
     expiresIn: 600,
     async sendVerificationOTP ({ email, otp }) {
