@@ -9,6 +9,7 @@ import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/te
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { tracingConfig, type TracingConfig } from './telemetry/config.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -83,6 +84,8 @@ export interface Config {
     allowHttpLoopback: boolean
     allowedNetworks: string[]
   }
+  /** OpenTelemetry tracing; null when off (no OTLP endpoint set, or OTEL_TRACES_EXPORTER=none). */
+  tracing: TracingConfig | null
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -203,7 +206,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       },
       allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
       allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
-    }
+    },
+    tracing: tracingConfig(valid, (variable, problem) => new ConfigError(variable, problem))
   }
 }
 
@@ -321,7 +325,8 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
-  [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off'
+  [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
+  '^(0(\\.[0-9]+)?|1(\\.0+)?)$': 'must be a ratio from 0 to 1 (e.g. 0.01)'
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
