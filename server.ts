@@ -9,7 +9,7 @@ async function main (): Promise<void> {
   const config = readConfig()
   // The OpenTelemetry SDK is loaded only when tracing is on, and before the app's modules:
   // the Redis instrumentation patches ioredis as it is imported.
-  let tracing: { shutdown: () => Promise<void>, plugin: import('fastify').FastifyPluginCallback } | null = null
+  let tracing: { shutdown: () => Promise<void>, plugin: import('fastify').FastifyPluginAsync } | null = null
   if (config.tracing !== null) {
     const [{ startTracing }, { routeInstrumentation }] = await Promise.all([import('./lib/telemetry/tracing.js'), import('./plugins/tracing.js')])
     const routes = routeInstrumentation()

@@ -25,13 +25,18 @@ function tenantsWithWebhook (t: Test, url: string, secret: string): { path: stri
   return { path, keys, addressHashKey }
 }
 
-async function call (base: string, path: string, key: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number, body: any }> {
+async function call (base: string, path: string, key: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number, body: any, requestId: string }> {
   const response = await fetch(base + path, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body)
   })
-  return { status: response.status, body: await response.json() }
+  return { status: response.status, body: await response.json(), requestId: response.headers.get('x-request-id') ?? '' }
+}
+
+/** The service's JSON log lines. */
+function logLines (output: string): any[] {
+  return output.split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line))
 }
 
 const named = (spans: ReceivedSpan[], name: string): ReceivedSpan[] => spans.filter((span) => span.name === name)
@@ -125,6 +130,10 @@ t.test('Redis, SMTP and a webhook, http/protobuf: one trace per request, continu
   t.equal(sent.split('-')[1], attempt?.traceId, 'of the attempt\'s trace')
 
   await stop(server)
+  const dispatchLines = logLines(server.output()).filter((line) => line.reqId === dispatched.requestId)
+  t.ok(dispatchLines.some((line) => line.msg === 'incoming request') && dispatchLines.some((line) => line.msg === 'request completed'), 'the request was logged')
+  t.ok(dispatchLines.every((line) => line.traceId === caller.traceId), 'every line of the request carries the trace id')
+  t.equal(dispatchLines.find((line) => line.msg === 'request completed')?.spanId, dispatchSpan?.spanId, 'and, once the span is open, its span id')
   assertNoSecrets(t, collector, {
     address: email,
     'address\'s local part': 'ada.lovelace',
@@ -155,7 +164,8 @@ t.test('embedded default, SES, http/json: the SDK\'s HTTP call is a child of the
     OTEL_SERVICE_NAME: 'otp-eu'
   })
   const email = 'grace@example.com'
-  t.equal((await call(server.base, '/otp/request', keys.acmeLive, { email })).status, 200)
+  const dispatched = await call(server.base, '/otp/request', keys.acmeLive, { email })
+  t.equal(dispatched.status, 200)
   await collector.waitFor((spans) => named(spans, 'mail send ses').length === 1 && spans.some((span) => span.kind === 3 && span.attributes['http.request.method'] === 'POST'), 'the SES spans')
   t.same([...collector.contentTypes], ['application/json'], 'exported as http/json')
   const [mailSpan] = named(collector.spans, 'mail send ses')
@@ -166,6 +176,8 @@ t.test('embedded default, SES, http/json: the SDK\'s HTTP call is a child of the
   const outbound = collector.spans.find((span) => span.kind === 3 && span.attributes['http.request.method'] === 'POST')
   t.equal(outbound?.parentSpanId, mailSpan?.spanId, 'the SES API call (node:http instrumentation) is inside the mail send span')
   await stop(server)
+  const completed = logLines(server.output()).find((line) => line.reqId === dispatched.requestId && line.msg === 'request completed')
+  t.same([completed?.traceId, completed?.spanId], [request?.traceId, request?.spanId], 'a new trace\'s id is in the request\'s lines')
   assertNoSecrets(t, collector, { address: email, 'API key': keys.acmeLive })
 })
 
