@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
 
 export interface Metrics {
@@ -72,6 +73,14 @@ export default fp(async function metricsPlugin (fastify) {
         timingSafeEqual(digest(request.headers.authorization ?? ''), expected)
     }
   }
+  // The value is always 1: the labels are the information (`version`, `node_version`), joined
+  // onto other series by dashboards to tell which build each instance runs.
+  new Gauge({
+    name: 'email_otp_build_info',
+    help: 'The running build: its version and Node.js version. Always 1.',
+    labelNames: ['version', 'node_version'] as const,
+    registers: [registry]
+  }).set({ version: readManifest().version, node_version: process.versions.node }, 1)
   // Gauges read their value at scrape time, so the request path pays nothing for them.
   const { redis } = fastify
   if (redis !== null) {

@@ -20,6 +20,11 @@ export interface Delivery {
   traceparent?: string
 }
 
+export interface Backlog {
+  depth: number
+  oldestCreatedAtMs: number | null
+}
+
 /** A delivery one consumer holds until it settles it (complete, retry or bury). */
 export interface ClaimedDelivery {
   entryId: string
@@ -115,6 +120,11 @@ export interface WebhookQueue {
   replay (tenant: string | null, ids: readonly string[] | null): Promise<ReplayResult>
   /** Deliveries of `tenant` queued: waiting, held or due for a retry. */
   depth (tenant: string): Promise<number>
+  /**
+   * What an operator watches (/metrics): the deliveries of `tenant` queued (as `depth`), and
+   * when the longest-waiting of them was queued (its `createdAtMs`; null when none is).
+   */
+  backlog (tenant: string): Promise<Backlog>
   /**
    * Where the queue has an earlier layout to drain (Redis: the one shared stream of earlier
    * versions), moves a batch of it into the tenants' queues; the count per tenant of deliveries
