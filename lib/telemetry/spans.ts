@@ -9,8 +9,18 @@ import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, isSpanContextValid, pr
  */
 const tracer = trace.getTracer('email-otp')
 
+/**
+ * Set by lib/telemetry/tracing.ts when it starts the SDK. Until then our spans are skipped
+ * outright: even the API's no-op span costs a microsecond per call.
+ */
+let enabled = false
+export function enableSpans (): void {
+  enabled = true
+}
+
 /** The active span's context as a W3C `traceparent`, or undefined when there is none. */
 export function currentTraceparent (): string | undefined {
+  if (!enabled) return undefined
   const span = trace.getActiveSpan()
   if (span === undefined) return undefined
   const { traceId, spanId, traceFlags } = span.spanContext()
@@ -49,6 +59,7 @@ async function inSpan<T> (
 
 /** One message handed to a mail transport (`ses`, `smtp`, `log`). */
 export async function mailSendSpan<T> (transport: string, attributes: { tenant: string, mode: string, requestId: string }, send: () => Promise<T>, failureKind: (error: unknown) => string): Promise<T> {
+  if (!enabled) return await send()
   return await inSpan(`mail send ${transport}`, {
     kind: SpanKind.CLIENT,
     attributes: {
@@ -74,6 +85,8 @@ export interface WebhookAttemptSpan {
   settle: (outcome: { status: number } | { error: string }) => void
 }
 
+const UNTRACED: WebhookAttemptSpan = { inject: () => {}, settle: () => {} }
+
 /**
  * One webhook delivery attempt: the root of a trace of its own (attempts run long after the
  * request that queued the event, and there may be many), linked to that request's span.
@@ -82,6 +95,7 @@ export async function webhookAttemptSpan<T> (
   delivery: { tenant: string, type: string, messageId: string, attempts: number, url: string, traceparent?: string },
   attempt: (span: WebhookAttemptSpan) => Promise<T>
 ): Promise<T> {
+  if (!enabled) return await attempt(UNTRACED)
   return await inSpan(`webhook ${delivery.type}`, {
     kind: SpanKind.PRODUCER,
     root: true,
