@@ -23,8 +23,9 @@ COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist
 COPY --from=build /app/schemas/tenants.schema.json schemas/tenants.schema.json
-USER node
-EXPOSE 3000
+# Numeric, so that Kubernetes can check runAsNonRoot (the `node` user of the base image).
+USER 1000:1000
+EXPOSE 3000 9464
 # Liveness only: an unhealthy Redis must not make the orchestrator restart healthy processes.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 3000) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
+import { requestIdFor, traceIdOf } from './lib/telemetry/correlation.js'
 import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
@@ -93,9 +93,17 @@ export function serverOptions (config: Config, logStream?: Writable): FastifyHtt
     // The client address is ours (plugins/client-address.ts), from TRUST_PROXY: Fastify's own
     // trustProxy would hand out any X-Forwarded-For text as request.ip.
     trustProxy: false,
-    // Request ids are ours; a client-chosen id would let callers forge log correlation.
+    // Request ids are ours, or the mesh sidecar's `x-request-id` when it comes from a proxy in
+    // TRUST_PROXY: a caller's own choice would let it forge log correlation.
     requestIdHeader: false,
-    genReqId: () => randomUUID(),
+    genReqId: (raw) => requestIdFor(raw.headers['x-request-id'], raw.socket?.remoteAddress, proxies),
+    // Every line of a request carries the trace id of an incoming `traceparent` (also with
+    // tracing off), so lines match the sidecar's access log and the caller's trace. With
+    // tracing on, plugins/tracing.ts adds the request's own span (and a new trace's id).
+    childLoggerFactory: (logger, bindings, options, raw) => {
+      const traceId = traceIdOf(raw.headers.traceparent)
+      return logger.child(traceId === null ? bindings : { ...bindings, traceId }, options)
+    },
     ajv: {
       customOptions: {
         // Unknown fields are an error, not something to drop silently; types are not coerced.

@@ -1,14 +1,24 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
-import app, { internalApp, serverOptions } from './app.js'
 import { ConfigError } from './lib/config.js'
+import { readManifest } from './lib/manifest.js'
 import { TenantsFileError } from './lib/tenants/registry.js'
 import { readConfig } from './plugins/config.js'
 
 async function main (): Promise<void> {
   const config = readConfig()
+  // The OpenTelemetry SDK is loaded only when tracing is on, and before the app's modules:
+  // the Redis instrumentation patches ioredis as it is imported.
+  let tracing: { shutdown: () => Promise<void>, plugin: import('fastify').FastifyPluginAsync } | null = null
+  if (config.tracing !== null) {
+    const [{ startTracing }, { routeInstrumentation }] = await Promise.all([import('./lib/telemetry/tracing.js'), import('./plugins/tracing.js')])
+    const routes = routeInstrumentation()
+    tracing = { ...startTracing(config.tracing, readManifest().version, [routes.instrumentation]), plugin: routes.plugin }
+  }
+  const { default: app, internalApp, serverOptions } = await import('./app.js')
   const fastify = Fastify(serverOptions(config))
+  if (tracing !== null) await fastify.register(tracing.plugin)
   await fastify.register(app, { config })
   const internal = config.metricsListener === null ? null : Fastify(serverOptions(config))
   if (internal !== null) await internal.register(internalApp, { service: fastify })
@@ -31,6 +41,8 @@ async function main (): Promise<void> {
     // Requests fully received are drained; idle keep-alive connections and requests still
     // arriving are closed (plugins/connections.ts).
     await Promise.all([fastify.close(), internal?.close()])
+    // The spans of the last requests are exported before the process ends.
+    await tracing?.shutdown()
   })
   process.on('SIGHUP', () => { void fastify.tenants.reload('signal') })
 

@@ -11,6 +11,7 @@ import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/te
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { tracingConfig, type TracingConfig } from './telemetry/config.js'
 import { parseDuration, type DurationUnit } from './duration.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
@@ -89,6 +90,8 @@ export interface Config {
     allowHttpLoopback: boolean
     allowedNetworks: string[]
   }
+  /** OpenTelemetry tracing; null when off (no OTLP endpoint set, or OTEL_TRACES_EXPORTER=none). */
+  tracing: TracingConfig | null
 }
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -220,7 +223,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
       },
       allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
       allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
-    }
+    },
+    tracing: tracingConfig(valid, (variable, problem) => new ConfigError(variable, problem))
   }
 }
 
@@ -394,7 +398,8 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[A-Za-z0-9_-]{1,16}$': 'must be 1 to 16 letters, digits, _ or -',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
-  [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off'
+  [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
+  '^(0(\\.[0-9]+)?|1(\\.0+)?)$': 'must be a ratio from 0 to 1 (e.g. 0.01)'
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {

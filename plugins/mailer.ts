@@ -15,7 +15,10 @@ export interface MailerOptions {
 
 /** The mailer of lib/mail/mailer.ts over the configured transport, closed on close. */
 export default fp<MailerOptions>(async function mailerPlugin (fastify, options) {
-  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout)
+  const { mailSendSeconds } = fastify.metrics
+  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout, (transport, seconds, result) => {
+    mailSendSeconds.observe({ transport, result }, seconds)
+  })
   fastify.decorate('mailer', mailer)
   fastify.addHook('onClose', async () => { await mailer.close() })
-}, { name: 'mailer', dependencies: ['config', 'backend'], fastify: '5.x' })
+}, { name: 'mailer', dependencies: ['config', 'backend', 'metrics'], fastify: '5.x' })

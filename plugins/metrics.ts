@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
 
 export interface Metrics {
@@ -11,6 +12,8 @@ export interface Metrics {
   readonly deliveryFailures: Counter<'kind'>
   readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
+  /** Time to hand one live message to its transport, by transport and result (`sent` or the failure kind). */
+  readonly mailSendSeconds: Histogram<'transport' | 'result'>
   /**
    * Whether the request carries METRICS_TOKEN as its one `Authorization: Bearer` header:
    * what the public listener asks before it shows metrics or readiness details. Always false
@@ -58,11 +61,26 @@ export default fp(async function metricsPlugin (fastify) {
     lockouts: new Counter({ name: 'email_otp_lockouts_total', help: 'Recipient mailboxes locked by a run of wrong guesses.', labelNames: ['mode'] as const, registers: [registry] }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
+    mailSendSeconds: new Histogram({
+      name: 'email_otp_mail_send_duration_seconds',
+      help: 'Time to hand one live message to the mail transport, by transport and result (sent, or timeout, connection, throttled, rejected, unknown).',
+      labelNames: ['transport', 'result'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry]
+    }),
     presentsToken (request) {
       return expected !== null && headerCount(request.raw.rawHeaders, 'authorization') === 1 &&
         timingSafeEqual(digest(request.headers.authorization ?? ''), expected)
     }
   }
+  // The value is always 1: the labels are the information (`version`, `node_version`), joined
+  // onto other series by dashboards to tell which build each instance runs.
+  new Gauge({
+    name: 'email_otp_build_info',
+    help: 'The running build: its version and Node.js version. Always 1.',
+    labelNames: ['version', 'node_version'] as const,
+    registers: [registry]
+  }).set({ version: readManifest().version, node_version: process.versions.node }, 1)
   // Gauges read their value at scrape time, so the request path pays nothing for them.
   const { redis } = fastify
   if (redis !== null) {

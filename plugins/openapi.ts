@@ -1,37 +1,11 @@
-import { existsSync, readFileSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import fp from 'fastify-plugin'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
+import { readManifest } from '../lib/manifest.js'
 import { DEMO_RESTRICTED_KEY } from '../lib/tenants/registry.js'
 import { namedSchemas } from '../schemas/components.js'
 import { documentedErrorCodes } from '../schemas/errors.js'
 import { responseHeaderNames, responseHeaderPlacements, responseHeaders, type ResponseHeaderName } from '../schemas/headers.js'
-
-interface Manifest {
-  name: string
-  version: string
-  license: string
-}
-
-/**
- * The project's package.json, found upwards from this module: the same file whether the
- * service runs from its sources or from dist/.
- */
-function readManifest (): Manifest {
-  let directory = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(directory, 'package.json'))) {
-    const parent = dirname(directory)
-    if (parent === directory) throw new Error('package.json not found above the openapi plugin')
-    directory = parent
-  }
-  const manifest = JSON.parse(readFileSync(join(directory, 'package.json'), 'utf8')) as Partial<Manifest>
-  if (typeof manifest.name !== 'string' || typeof manifest.version !== 'string' || typeof manifest.license !== 'string') {
-    throw new Error('package.json needs a name, a version and a license (an SPDX id) for the OpenAPI document')
-  }
-  return { name: manifest.name, version: manifest.version, license: manifest.license }
-}
 
 /** The headers the placement table gives one answer of one operation, and whether each is always sent. */
 function headersOf (operationId: string | undefined, status: number, codes: readonly string[] | null): Map<ResponseHeaderName, boolean> {

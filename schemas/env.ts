@@ -103,10 +103,30 @@ export const EnvSchema = Type.Object({
   METRICS_TOKEN_FILE: SecretFile('METRICS_TOKEN'),
   OTP_HMAC_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,16}$', description: 'Id of the key of OTP_HMAC_KEYS that signs new codes (unset: the first). The others only verify: a key is added verify-only in one rollout and promoted to signing in the next, so old and new instances always verify each other\'s codes. With derived receipt keys, the key derived from it signs receipts.' })),
   RECEIPT_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'kid of the key of RECEIPT_SIGNING_KEYS that signs receipts (unset: the first). The others are only published at /.well-known/jwks.json: a key is published in one rollout and promoted to signing in the next.' })),
-  SHUTDOWN_DRAIN_MS: Duration('5000', 'ms', '0ms', '2m', 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
+  SHUTDOWN_DRAIN_MS: Duration('5000', 'ms', '0ms', '2m', 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.'),
+
+  // OpenTelemetry tracing: the standard OTEL_* variables, read as the specification defines
+  // them. Tracing is on when an OTLP endpoint is set (or OTEL_TRACES_EXPORTER=otlp), off otherwise.
+  OTEL_SERVICE_NAME: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'service.name of the spans.' }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://', description: 'Base URL of the OTLP/HTTP collector; traces go to `<it>/v1/traces`. Set: tracing is on.' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://', description: 'Full URL traces are sent to, used as is (overrides OTEL_EXPORTER_OTLP_ENDPOINT). Set: tracing is on.' })),
+  OTEL_EXPORTER_OTLP_PROTOCOL: Type.Union([Type.Literal('http/protobuf'), Type.Literal('http/json')], { default: 'http/protobuf', description: 'OTLP encoding: http/protobuf or http/json (gRPC is not supported).' }),
+  OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Type.Optional(Type.Union([Type.Literal('http/protobuf'), Type.Literal('http/json')], { description: 'Overrides OTEL_EXPORTER_OTLP_PROTOCOL for traces.' })),
+  OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(Type.String({ description: 'Headers sent with every export: comma-separated `key=value` (values URL-encoded), e.g. a vendor\'s API key.' })),
+  OTEL_EXPORTER_OTLP_HEADERS_FILE: SecretFile('OTEL_EXPORTER_OTLP_HEADERS'),
+  OTEL_TRACES_EXPORTER: Type.Optional(Type.Union([Type.Literal('otlp'), Type.Literal('none')], { description: 'none: tracing off whatever else is set. otlp: on (to http://localhost:4318 unless an endpoint is set).' })),
+  OTEL_TRACES_SAMPLER: Type.Union(
+    ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'].map((name) => Type.Literal(name)),
+    { default: 'parentbased_always_on', description: 'Which traces are recorded. parentbased_*: an incoming traceparent\'s sampled flag decides.' }
+  ),
+  OTEL_TRACES_SAMPLER_ARG: Type.Optional(Type.String({ pattern: '^(0(\\.[0-9]+)?|1(\\.0+)?)$', description: 'The ratio for traceidratio samplers, 0 to 1 (default 1).' })),
+  OTEL_BSP_SCHEDULE_DELAY: PositiveInt(5000, 1, 600_000, 'Milliseconds between two exports of finished spans.'),
+  OTEL_BSP_EXPORT_TIMEOUT: PositiveInt(30000, 1, 600_000, 'Longest an export may take, in milliseconds.'),
+  OTEL_BSP_MAX_QUEUE_SIZE: PositiveInt(2048, 1, 1_000_000, 'Finished spans kept waiting for export; past it new spans are dropped (never the request).'),
+  OTEL_BSP_MAX_EXPORT_BATCH_SIZE: PositiveInt(512, 1, 1_000_000, 'Spans per export (at most OTEL_BSP_MAX_QUEUE_SIZE).')
 })
 
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])

@@ -6,7 +6,8 @@ import { simulateDelivery } from '../sandbox/simulator.js'
 import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
 import { SmtpTransport } from './smtp-transport.js'
-import type { MailTransport, OutgoingMessage } from './transport.js'
+import { mailSendSpan } from '../telemetry/spans.js'
+import { DeliveryError, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface DeliveryContext {
   mode: KeyMode
@@ -15,6 +16,11 @@ export interface DeliveryContext {
   /** Kept only in the sandbox inbox, never for live mail. */
   code: string
 }
+
+/** How long one live message took to leave, by transport, and its outcome (`sent` or a failure kind). */
+export type MailSendObserver = (transport: string, seconds: number, result: string) => void
+
+const failureKind = (error: unknown): string => error instanceof DeliveryError ? error.kind : 'unknown'
 
 /**
  * Sends a verification message. Live mail goes through the configured transport. Sandbox
@@ -26,12 +32,14 @@ export class Mailer {
   readonly #log: LogTransport
   readonly #sandboxInbox: SandboxInbox
   readonly #timeoutMs: number
+  readonly #observe: MailSendObserver | undefined
 
-  constructor (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, sandboxInbox: SandboxInbox, logOutput: Writable) {
+  constructor (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, sandboxInbox: SandboxInbox, logOutput: Writable, observe?: MailSendObserver) {
     this.#log = new LogTransport(logOutput)
     this.#live = liveTransport(config, this.#log)
     this.#sandboxInbox = sandboxInbox
     this.#timeoutMs = config.mailTimeoutMs
+    this.#observe = observe
   }
 
   /** The transport live mail leaves through. */
@@ -41,7 +49,17 @@ export class Mailer {
 
   async send (message: OutgoingMessage, context: DeliveryContext): Promise<void> {
     if (context.mode === 'live') {
-      await this.#live.send(message)
+      const transport = this.#live
+      const started = performance.now()
+      let result = 'sent'
+      try {
+        await mailSendSpan(transport.name, { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }, async () => { await transport.send(message) }, failureKind)
+      } catch (error) {
+        result = failureKind(error)
+        throw error
+      } finally {
+        this.#observe?.(transport.name, (performance.now() - started) / 1000, result)
+      }
       return
     }
     await simulateDelivery(message.to, this.#timeoutMs)

@@ -3,6 +3,7 @@ import type { Logger } from 'pino'
 import type { WebhookEventData, WebhookEventType } from '../../schemas/webhooks.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { Tenant } from '../tenants/registry.js'
+import { currentTraceparent } from '../telemetry/spans.js'
 import type { Delivery, OnceKey, WebhookQueue } from './queue.js'
 
 /** `msg_` and 128 random bits: the webhook-id receivers deduplicate on. */
@@ -54,7 +55,8 @@ export class EventSink {
     const nowMs = (this.#options.now ?? Date.now)()
     const body = JSON.stringify({ type, timestamp: new Date(nowMs).toISOString(), data: { tenant: tenant.id, mode, ...data } })
     const messageId = generateMessageId()
-    const deliveries: Delivery[] = endpoints.map((endpoint) => ({ messageId, tenant: tenant.id, url: endpoint.url, type, body, createdAtMs: nowMs, attempts: 0 }))
+    const traceparent = currentTraceparent()
+    const deliveries: Delivery[] = endpoints.map((endpoint) => ({ messageId, tenant: tenant.id, url: endpoint.url, type, body, createdAtMs: nowMs, attempts: 0, ...(traceparent === undefined ? {} : { traceparent }) }))
     this.#queue.enqueue(deliveries, once).then(({ queued, overflowed }) => {
       if (overflowed > 0) this.#options.overflowed?.(tenant.id, overflowed)
       if (queued) this.#options.queued?.()

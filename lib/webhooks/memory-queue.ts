@@ -1,6 +1,6 @@
 import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, revived, tenantOf,
-  type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
+  type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
 } from './queue.js'
 
 interface Held {
@@ -129,6 +129,16 @@ export class MemoryWebhookQueue implements WebhookQueue {
 
   async depth (tenant: string): Promise<number> {
     return this.#tenants.get(tenant)?.queued ?? 0
+  }
+
+  async backlog (tenant: string): Promise<Backlog> {
+    const queue = this.#tenants.get(tenant)
+    if (queue === undefined) return { depth: 0, oldestCreatedAtMs: null }
+    let oldest: number | null = null
+    for (const { delivery } of [...queue.ready, ...queue.held.values(), ...queue.retries]) {
+      if (oldest === null || delivery.createdAtMs < oldest) oldest = delivery.createdAtMs
+    }
+    return { depth: queue.queued, oldestCreatedAtMs: oldest }
   }
 
   async close (): Promise<void> {

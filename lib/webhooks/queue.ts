@@ -16,6 +16,13 @@ export interface Delivery {
   attempts: number
   /** Why the last attempt failed. */
   lastError?: string
+  /** The W3C trace context of the request that caused the event, when it was traced: attempts link to it. */
+  traceparent?: string
+}
+
+export interface Backlog {
+  depth: number
+  oldestCreatedAtMs: number | null
 }
 
 /** A delivery one consumer holds until it settles it (complete, retry or bury). */
@@ -114,6 +121,11 @@ export interface WebhookQueue {
   /** Deliveries of `tenant` queued: waiting, held or due for a retry. */
   depth (tenant: string): Promise<number>
   /**
+   * What an operator watches (/metrics): the deliveries of `tenant` queued (as `depth`), and
+   * when the longest-waiting of them was queued (its `createdAtMs`; null when none is).
+   */
+  backlog (tenant: string): Promise<Backlog>
+  /**
    * Where the queue has an earlier layout to drain (Redis: the one shared stream of earlier
    * versions), moves a batch of it into the tenants' queues; the count per tenant of deliveries
    * the move pushed out of a full queue. Consumers call it before they claim.
@@ -127,7 +139,7 @@ export const DEFAULT_PER_TENANT_CAP = 10_000
 
 /** A dead letter queued again: a new retry period, no attempt counted, no stale error. */
 export function revived (delivery: Delivery, nowMs: number): Delivery {
-  return { messageId: delivery.messageId, tenant: delivery.tenant, url: delivery.url, type: delivery.type, body: delivery.body, createdAtMs: nowMs, attempts: 0 }
+  return { messageId: delivery.messageId, tenant: delivery.tenant, url: delivery.url, type: delivery.type, body: delivery.body, createdAtMs: nowMs, attempts: 0, ...(delivery.traceparent === undefined ? {} : { traceparent: delivery.traceparent }) }
 }
 
 /** The tenant of one event's deliveries; they must all be the same tenant's. */
@@ -189,6 +201,8 @@ export async function claimFairly (
   return claimed
 }
 
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/
+
 /** Reads a queued delivery back, refusing anything that is not one. */
 export function parseDelivery (text: string): Delivery | null {
   let value: unknown
@@ -201,5 +215,6 @@ export function parseDelivery (text: string): Delivery | null {
   const entry = value as Record<string, unknown>
   const strings = ['messageId', 'tenant', 'url', 'type', 'body'].every((name) => typeof entry[name] === 'string')
   const numbers = ['createdAtMs', 'attempts'].every((name) => typeof entry[name] === 'number')
-  return strings && numbers && (entry.lastError === undefined || typeof entry.lastError === 'string') ? value as Delivery : null
+  const traceparent = entry.traceparent === undefined || (typeof entry.traceparent === 'string' && TRACEPARENT.test(entry.traceparent))
+  return strings && numbers && traceparent && (entry.lastError === undefined || typeof entry.lastError === 'string') ? value as Delivery : null
 }

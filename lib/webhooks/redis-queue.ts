@@ -1,7 +1,7 @@
 import type { RedisClient } from '../redis/client.js'
 import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, parseDelivery, revived, tenantOf,
-  type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
+  type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
 } from './queue.js'
 
 /*
@@ -248,6 +248,34 @@ if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) == 0 then 
 return 1
 `
 
+/**
+ * A tenant's depth and the earliest `createdAtMs` among its stream (waiting and held) and its
+ * retries: one pass over at most WEBHOOK_MAX_QUEUED_PER_TENANT entries, run at scrape time only.
+ * The field is read by pattern, not decoded: the body inside is a JSON string whose quotes are
+ * escaped, so its own fields never match.
+ */
+const BACKLOG_LUA = `
+local oldest = nil
+local function consider (text)
+  local at = tonumber(string.match(text, '"createdAtMs":(%d+)'))
+  if at ~= nil and (oldest == nil or at < oldest) then oldest = at end
+end
+local depth = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+    local fields = entry[2]
+    for i = 1, #fields, 2 do if fields[i] == 'd' then consider(fields[i + 1]) end end
+    depth = depth + 1
+  end
+end
+for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  consider(member)
+  depth = depth + 1
+end
+if oldest == nil then return { depth, false } end
+return { depth, tostring(oldest) }
+`
+
 /** Names are specific to this service (and to this layout): defineCommand adds methods to a client others share. */
 const COMMANDS = {
   enqueue: ['emailOtpTenantWebhookEnqueue', ENQUEUE_LUA, 4],
@@ -261,7 +289,8 @@ const COMMANDS = {
   index: ['emailOtpWebhookIndex', INDEX_LUA, 3],
   unindex: ['emailOtpWebhookUnindex', UNINDEX_LUA, 1],
   legacyTake: ['emailOtpWebhookLegacyTake', LEGACY_TAKE_LUA, 4],
-  legacyDone: ['emailOtpWebhookLegacyDone', LEGACY_DONE_LUA, 3]
+  legacyDone: ['emailOtpWebhookLegacyDone', LEGACY_DONE_LUA, 3],
+  backlog: ['emailOtpTenantWebhookBacklog', BACKLOG_LUA, 2]
 } as const
 
 type Command = (...keysAndArgs: string[]) => Promise<unknown>
@@ -439,6 +468,13 @@ export class RedisWebhookQueue implements WebhookQueue {
     const keys = keysOf(tenant)
     const [waiting, retries] = await Promise.all([this.#client.xlen(keys.stream), this.#client.zcard(keys.retry)])
     return waiting + retries
+  }
+
+  async backlog (tenant: string): Promise<Backlog> {
+    const keys = keysOf(tenant)
+    const reply = await this.#commands.backlog(keys.stream, keys.retry)
+    if (!Array.isArray(reply) || typeof reply[0] !== 'number') throw new Error(`unexpected reply from the webhook backlog script: ${JSON.stringify(reply)}`)
+    return { depth: reply[0], oldestCreatedAtMs: typeof reply[1] === 'string' ? Number(reply[1]) : null }
   }
 
   /**

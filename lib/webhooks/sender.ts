@@ -2,6 +2,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { isIP } from 'node:net'
 import { Webhook } from 'standardwebhooks'
+import { webhookAttemptSpan } from '../telemetry/spans.js'
 import type { WebhookEndpoint } from '../tenants/registry.js'
 import type { AddressPolicy } from './address-policy.js'
 import type { Delivery } from './queue.js'
@@ -38,6 +39,14 @@ export function signedHeaders (secret: string, delivery: Delivery, at: Date): Re
  * status, a redirect, a refused address, a timeout, a reset) is a failure with its reason.
  */
 export async function sendWebhook (endpoint: WebhookEndpoint, delivery: Delivery, options: SenderOptions, signal?: AbortSignal): Promise<AttemptResult> {
+  return await webhookAttemptSpan(delivery, async (span) => {
+    const result = await attempt(endpoint, delivery, options, span.inject, signal)
+    span.settle(result.ok ? { status: result.status } : { error: result.error })
+    return result
+  })
+}
+
+async function attempt (endpoint: WebhookEndpoint, delivery: Delivery, options: SenderOptions, inject: (headers: Record<string, string>) => void, signal?: AbortSignal): Promise<AttemptResult> {
   const url = new URL(delivery.url)
   const urlRefusal = options.policy.urlRefusal(url)
   if (urlRefusal !== null) return { ok: false, error: `refused: ${urlRefusal}` }
@@ -48,12 +57,13 @@ export async function sendWebhook (endpoint: WebhookEndpoint, delivery: Delivery
     if (refusal !== null) return { ok: false, error: `refused: ${refusal}` }
   }
   const body = Buffer.from(delivery.body)
-  const headers = {
+  const headers: Record<string, string> = {
     'content-type': 'application/json',
     'content-length': String(body.length),
     'user-agent': options.userAgent,
     ...signedHeaders(endpoint.secret, delivery, new Date())
   }
+  inject(headers)
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest
   return await new Promise<AttemptResult>((resolve) => {
     let settled = false

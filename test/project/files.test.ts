@@ -64,7 +64,8 @@ t.test('Dockerfile: one pinned Node release; the code is root\'s and read-only f
   const copies = runtime.filter((line) => line.startsWith('COPY '))
   t.ok(copies.length >= 4, 'the runtime stage copies the build')
   t.same(copies.filter((line) => /--chown|--chmod/.test(line)), [], 'no copy hands the code to the runtime user')
-  t.ok(runtime.findIndex((line) => line === 'USER node') > runtime.findIndex((line) => line === copies.at(-1)), 'the service runs as node, after every copy')
+  // 1000:1000 is the base image's `node` user, numeric so that Kubernetes can check runAsNonRoot.
+  t.ok(runtime.findIndex((line) => line === 'USER 1000:1000') > runtime.findIndex((line) => line === copies.at(-1)), 'the service runs as node (1000:1000), after every copy')
   t.notOk(runtime.some((line) => /^RUN .*(chown|chmod)/.test(line)), 'nor does a later step')
   t.match(dockerfile, /^COPY cli cli$/m, 'the command-line program is built into the image (npx email-otp …)')
   t.match(dockerfile, /^CMD \["node", "dist\/server\.js"\]$/m, 'node as the command: signals reach the service')
