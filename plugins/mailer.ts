@@ -15,7 +15,16 @@ export interface MailerOptions {
 
 /** The mailer of lib/mail/mailer.ts over the configured transport, closed on close. */
 export default fp<MailerOptions>(async function mailerPlugin (fastify, options) {
-  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout)
+  const { metrics, log } = fastify
+  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout, {
+    failedOver (from, kind) {
+      metrics.mailFailovers.inc({ from, kind })
+      log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+    },
+    skipped (transport) {
+      metrics.mailCircuitSkips.inc({ transport })
+    }
+  })
   fastify.decorate('mailer', mailer)
   fastify.addHook('onClose', async () => { await mailer.close() })
-}, { name: 'mailer', dependencies: ['config', 'backend'], fastify: '5.x' })
+}, { name: 'mailer', dependencies: ['config', 'backend', 'metrics'], fastify: '5.x' })

@@ -38,8 +38,9 @@ export default fp(async function otpPlugin (fastify) {
     events: webhooks,
     observer: {
       dispatched (key, result) {
-        if (result === 'sent') {
+        if ('sentBy' in result) {
           metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
+          metrics.mailSent.inc({ transport: result.sentBy })
           return
         }
         metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
+import { MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
@@ -31,8 +31,10 @@ export const EnvSchema = Type.Object({
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
   RECEIPT_TTL_SECONDS: PositiveInt(300, 10, 3600, 'Lifetime of a verification receipt in seconds.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes per tenant and mode in the in-memory store; past it, that tenant\'s dispatches in that mode answer 503, and no other tenant\'s.'),
-  MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
-  MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
+  MAIL_TRANSPORT: Type.String({ default: 'log', pattern: MAIL_TRANSPORT_PATTERN, description: 'How live mail leaves: log (prints it), ses, smtp, or an ordered list of providers (`ses,smtp`): a send that times out, cannot connect, is throttled or meets a provider-side error goes to the next; a rejected message does not.' }),
+  MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to one provider, retries included. With a list, each provider has its own; a dispatch answers within their sum, and 502 once all failed.'),
+  MAIL_BREAKER_FAILURES: PositiveInt(5, 1, 1000, 'Consecutive failed sends after which a provider of a MAIL_TRANSPORT list is skipped (its circuit opens).'),
+  MAIL_BREAKER_OPEN_SECONDS: PositiveInt(30, 1, 3600, 'How long an open circuit skips its provider before one probe send may try it again.'),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://', description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),
   AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
   AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),

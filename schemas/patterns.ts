@@ -17,3 +17,6 @@ export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 
 /** An API key: kind, mode, then base62. */
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
+
+/** MAIL_TRANSPORT: `log`, or one or two providers in the order a send tries them. */
+export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'

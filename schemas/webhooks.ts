@@ -52,7 +52,7 @@ export const DeliveryFailedPayload = payload('delivery.failed', 'The mail with t
   ...Base,
   requestId: RequestId,
   addressHash: AddressHash,
-  reason: Type.Union(['timeout', 'connection', 'throttled', 'rejected', 'unknown'].map((kind) => Type.Literal(kind)), { description: 'The kind of failure.' })
+  reason: Type.Union(['timeout', 'connection', 'throttled', 'provider', 'rejected', 'unavailable', 'unknown'].map((kind) => Type.Literal(kind)), { description: 'The kind of failure.' })
 }, { additionalProperties: false }))
 
 export const RecipientLockedPayload = payload('recipient.locked', 'Wrong guesses for this recipient reached LOCKOUT_THRESHOLD: dispatch to the address answers 429 until `lockedUntil`. Sent once per lockout.', Type.Object({

@@ -31,7 +31,7 @@ export class CodeSeeder {
       policy: admissionPolicy(config),
       signer: new CodeSigner(hmacKeys),
       backend,
-      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code) } },
+      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code); return 'bench' } },
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       ipv6BucketPrefix: config.ipv6BucketPrefix,
       observer: { dispatched () {}, checked () {}, locked () {} },

@@ -1,8 +1,9 @@
 import type { Writable } from 'node:stream'
-import type { Config } from '../config.js'
+import type { Config, MailTransportName } from '../config.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { SandboxInbox } from '../sandbox/inbox.js'
 import { simulateDelivery } from '../sandbox/simulator.js'
+import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
 import { SmtpTransport } from './smtp-transport.js'
@@ -21,29 +22,40 @@ export interface DeliveryContext {
  * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
  * the sandbox inbox (and, with the log transport, on the console people look at).
  */
+type MailerConfig = Pick<Config, 'mailTransports' | 'mailTimeoutMs' | 'mailBreaker' | 'ses' | 'smtpUrl'>
+
+/** Where a message went: the provider that accepted it, or `sandbox`. */
+export type DeliveredBy = string
+
+const NO_OBSERVER: FailoverObserver = { failedOver () {}, skipped () {} }
+
 export class Mailer {
-  readonly #live: MailTransport
+  readonly #live: FailoverTransport
+  readonly #logsLive: boolean
   readonly #log: LogTransport
   readonly #sandboxInbox: SandboxInbox
   readonly #timeoutMs: number
 
-  constructor (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, sandboxInbox: SandboxInbox, logOutput: Writable) {
+  constructor (config: MailerConfig, sandboxInbox: SandboxInbox, logOutput: Writable, observer: FailoverObserver = NO_OBSERVER) {
     this.#log = new LogTransport(logOutput)
-    this.#live = liveTransport(config, this.#log)
+    this.#logsLive = config.mailTransports[0] === 'log'
+    this.#live = new FailoverTransport(config.mailTransports.map((name) => liveTransport(name, config, this.#log)), config.mailBreaker, observer)
     this.#sandboxInbox = sandboxInbox
     this.#timeoutMs = config.mailTimeoutMs
   }
 
-  /** The transport live mail leaves through. */
+  /** The providers live mail leaves through, in order (`ses,smtp`). */
   get transport (): string {
     return this.#live.name
   }
 
-  async send (message: OutgoingMessage, context: DeliveryContext): Promise<void> {
-    if (context.mode === 'live') {
-      await this.#live.send(message)
-      return
-    }
+  /** Each live provider's circuit. */
+  circuits (): Record<string, CircuitState> {
+    return this.#live.circuits()
+  }
+
+  async send (message: OutgoingMessage, context: DeliveryContext): Promise<DeliveredBy> {
+    if (context.mode === 'live') return await this.#live.send(message)
     await simulateDelivery(message.to, this.#timeoutMs)
     await this.#sandboxInbox.add(context.tenantId, {
       requestId: context.requestId,
@@ -55,7 +67,8 @@ export class Mailer {
       code: context.code,
       createdAt: new Date().toISOString()
     })
-    if (this.#live === this.#log) await this.#log.send(message)
+    if (this.#logsLive) await this.#log.send(message)
+    return 'sandbox'
   }
 
   async ready (): Promise<boolean> {
@@ -67,8 +80,8 @@ export class Mailer {
   }
 }
 
-function liveTransport (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, log: LogTransport): MailTransport {
-  switch (config.mailTransport) {
+function liveTransport (name: MailTransportName, config: MailerConfig, log: LogTransport): MailTransport {
+  switch (name) {
     case 'ses':
       return new SesTransport({
         timeoutMs: config.mailTimeoutMs,

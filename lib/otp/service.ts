@@ -47,7 +47,7 @@ export type VerifyResult = 'verified' | 'mismatch' | 'malformed'
 
 /** What the service tells the outside about finished requests: metrics, events. */
 export interface OtpObserver {
-  dispatched (key: TenantKey, result: 'sent' | { deliveryFailed: DeliveryFailureKind }): void
+  dispatched (key: TenantKey, result: { sentBy: string } | { deliveryFailed: DeliveryFailureKind }): void
   checked (key: TenantKey, result: VerifyResult): void
   /** A wrong guess locked its recipient for `lockMs`. */
   locked (key: TenantKey, requestId: string, lockMs: number): void
@@ -128,8 +128,9 @@ export class OtpService {
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
 
+      let deliveredBy: string
       try {
-        await mailer.send(composeVerificationMessage({
+        deliveredBy = await mailer.send(composeVerificationMessage({
           to: email.address,
           from: tenant.from ?? defaults.mailFrom,
           ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
@@ -154,7 +155,7 @@ export class OtpService {
         const state = refunded ? { remaining: Math.min(plan.quota.tenant.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
       }
-      observer.dispatched(key, 'sent')
+      observer.dispatched(key, { sentBy: deliveredBy })
       // Once the mail left, so that a refunded unit never reports a threshold.
       const { quota } = decision
       const allowance = plan.quota.tenant
@@ -163,7 +164,7 @@ export class OtpService {
           requestId: minted.requestId, threshold, limit: allowance.limit, used: quota.used, window: allowance.window.spec, resetsAt: new Date(quota.resetMs).toISOString()
         }, { key: `quota:${allowance.scope}:${quota.windowId}:${threshold}`, ttlMs: Math.max(1, quota.resetMs - Date.now()) })
       }
-      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId }, 'code dispatched')
+      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy }, 'code dispatched')
       return { requestId: minted.requestId, headers: decision.headers }
     }
     throw new Error('could not allocate a unique requestId')

@@ -70,7 +70,7 @@ async function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) =
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     observer: {
-      dispatched: (_key, result) => { events.push(result === 'sent' ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
+      dispatched: (_key, result) => { events.push('sentBy' in result ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
       checked: (_key, result: VerifyResult) => { events.push(result) },
       locked: (_key, _requestId, lockMs) => { events.push(`locked:${lockMs}`) }
     },
