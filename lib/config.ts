@@ -50,6 +50,8 @@ export interface Config {
   memoryStoreMaxTokens: number
   /** Live mail's providers, in the order a send tries them (or just `log`). */
   mailTransports: MailTransportName[]
+  /** How long a suppression lasts. */
+  suppressionMs: number
   /** When a provider of the list is skipped, and for how long. */
   mailBreaker: { failures: number, openMs: number }
   mailFrom: string
@@ -172,6 +174,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     otpTtlSeconds: valid.OTP_TTL_SECONDS,
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransports,
+    suppressionMs: valid.SUPPRESSION_DAYS * 86_400_000,
     mailBreaker: { failures: valid.MAIL_BREAKER_FAILURES, openMs: valid.MAIL_BREAKER_OPEN_SECONDS * 1000 },
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
     mailTimeoutMs: valid.MAIL_TIMEOUT_MS,

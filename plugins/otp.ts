@@ -33,6 +33,7 @@ export default fp(async function otpPlugin (fastify) {
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+    suppressionMs: config.suppressionMs,
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     receipts,
     events: webhooks,

@@ -34,6 +34,7 @@ export const errorCatalog = {
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json' },
   HEADERS_TOO_LARGE: { status: 431, message: 'The request headers are too large' },
+  RECIPIENT_SUPPRESSED: { status: 422, message: 'This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress)' },
   IDEMPOTENCY_MISMATCH: { status: 422, message: 'This Idempotency-Key was used with a different request body' },
   IDEMPOTENCY_IN_FLIGHT: { status: 409, message: 'A request with this Idempotency-Key is still in progress' },
   RECEIPT_ALREADY_REDEEMED: { status: 409, message: 'The receipt was already redeemed' },

@@ -11,3 +11,23 @@ export const UnlockReply = Type.Object({
     cleared: Type.Boolean({ description: 'Whether the mailbox had a lock or a run of wrong guesses to forget.' })
   })
 }, { $id: 'UnlockReply' })
+
+export const SuppressBody = Type.Object({
+  email: Type.String({ minLength: 1, maxLength: 1024, description: 'The recipient to suppress or release; every spelling of its mailbox is the same one.', examples: ['ada@example.com'] })
+}, { $id: 'SuppressRequest', additionalProperties: false })
+
+export const SuppressReply = Type.Object({
+  success: Type.Literal(true),
+  message: Type.String(),
+  data: Type.Object({
+    suppressedUntil: Type.String({ format: 'date-time', description: 'When the suppression ends unless lifted earlier (SUPPRESSION_DAYS from now).' })
+  })
+}, { $id: 'SuppressReply' })
+
+export const UnsuppressReply = Type.Object({
+  success: Type.Literal(true),
+  message: Type.String(),
+  data: Type.Object({
+    lifted: Type.Boolean({ description: 'Whether the mailbox was suppressed.' })
+  })
+}, { $id: 'UnsuppressReply' })

@@ -33,6 +33,7 @@ export class CodeSeeder {
       backend,
       mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code); return 'bench' } },
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+      suppressionMs: config.suppressionMs,
       ipv6BucketPrefix: config.ipv6BucketPrefix,
       observer: { dispatched () {}, checked () {}, locked () {} },
       // The address hash goes into every record, as the service stores it; the seeder verifies nothing.

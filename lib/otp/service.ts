@@ -1,4 +1,4 @@
-import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, suppressionKey, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { Backend } from '../backend.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -8,6 +8,7 @@ import { sourceBucket } from '../net/source-address.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
+import type { KeyMode } from '../tenants/api-keys.js'
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
 import { tokenKey } from '../tokens/token-store.js'
@@ -60,6 +61,8 @@ export interface OtpServiceOptions {
   mailer: Pick<Mailer, 'send'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }
+  /** How long a suppressed mailbox gets no code. */
+  suppressionMs: number
   ipv6BucketPrefix: number
   observer: OtpObserver
   /** The address hash a code's record carries, and the receipt a right guess answers. */
@@ -223,12 +226,39 @@ export class OtpService {
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const checked = validateEmail(address)
-    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    const tag = this.#options.signer.tag(checked.email.canonical)
-    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, tag))
+    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, this.mailboxTag(address)))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
+  }
+
+  /**
+   * Suppresses a recipient mailbox (every spelling) in the key's tenant and mode for the
+   * configured time: a partner feeding the bounces and complaints it receives itself.
+   */
+  async suppress (caller: Caller, address: string): Promise<void> {
+    const { key } = caller
+    await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
+    caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id }, 'recipient suppressed')
+  }
+
+  /** Lifts a mailbox's suppression in the key's tenant and mode; true when there was one. */
+  async unsuppress (caller: Caller, address: string): Promise<boolean> {
+    const { key } = caller
+    const lifted = await this.#options.backend.admission.unsuppress(suppressionKey(key.tenant.id, key.mode, this.mailboxTag(address)))
+    caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, lifted }, 'recipient suppression lifted')
+    return lifted
+  }
+
+  /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
+  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
+    await this.#options.backend.admission.suppress(suppressionKey(tenantId, mode, recipientTag), this.#options.suppressionMs)
+  }
+
+  /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
+  mailboxTag (address: string): string {
+    const checked = validateEmail(address)
+    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
+    return this.#options.signer.tag(checked.email.canonical)
   }
 
   /** The caller's per-source buckets: the end user's when a backend forwards one, and the backend's own. */

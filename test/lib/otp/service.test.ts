@@ -68,6 +68,7 @@ async function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) =
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+    suppressionMs: config.suppressionMs,
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     observer: {
       dispatched: (_key, result) => { events.push('sentBy' in result ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
