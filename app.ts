@@ -18,6 +18,7 @@ import helmetPlugin from './plugins/external/helmet.js'
 import rateLimitPlugin from './plugins/external/rate-limit.js'
 import connectionsPlugin from './plugins/connections.js'
 import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
+import feedbackPlugin from './plugins/feedback.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
@@ -29,6 +30,7 @@ import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import webhooksPlugin from './plugins/webhooks.js'
 import healthRoutes from './routes/health.js'
+import feedbackRoutes from './routes/feedback.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
 import recipientRoutes from './routes/recipients.js'
@@ -133,6 +135,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(receiptsPlugin)
   await fastify.register(webhooksPlugin)
   await fastify.register(otpPlugin)
+  await fastify.register(feedbackPlugin)
   await fastify.register(openapiPlugin)
 
   await fastify.register(healthRoutes, { details: 'token' })
@@ -140,6 +143,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   // them on the internal listener, internalApp below).
   if (options.config.metricsToken !== null) await fastify.register(metricsRoutes, { requireToken: true })
   await fastify.register(jwksRoutes)
+  await fastify.register(feedbackRoutes)
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.
     api.removeContentTypeParser('text/plain')

@@ -8,7 +8,7 @@ import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission
 import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
-import { MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -50,6 +50,8 @@ export interface Config {
   memoryStoreMaxTokens: number
   /** Live mail's providers, in the order a send tries them (or just `log`). */
   mailTransports: MailTransportName[]
+  /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */
+  sesFeedback: { topicArns: ReadonlySet<string>, certUrlPattern: RegExp }
   /** How long a suppression lasts. */
   suppressionMs: number
   /** When a provider of the list is skipped, and for how long. */
@@ -138,6 +140,12 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   if (mailTransports.includes('ses') && valid.AWS_REGION === undefined) {
     throw new ConfigError('AWS_REGION', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
   }
+  let certUrlPattern: RegExp
+  try {
+    certUrlPattern = new RegExp(valid.SNS_SIGNING_CERT_URL_PATTERN)
+  } catch {
+    throw new ConfigError('SNS_SIGNING_CERT_URL_PATTERN', 'is not a valid regular expression')
+  }
   if (valid.METRICS_HOST !== undefined && valid.METRICS_PORT === undefined) {
     throw new ConfigError('METRICS_HOST', 'is only used with METRICS_PORT')
   }
@@ -175,6 +183,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransports,
     suppressionMs: valid.SUPPRESSION_DAYS * 86_400_000,
+    sesFeedback: { topicArns: new Set((valid.SES_FEEDBACK_TOPIC_ARNS ?? '').split(',').filter((arn) => arn !== '')), certUrlPattern },
     mailBreaker: { failures: valid.MAIL_BREAKER_FAILURES, openMs: valid.MAIL_BREAKER_OPEN_SECONDS * 1000 },
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
     mailTimeoutMs: valid.MAIL_TIMEOUT_MS,
@@ -336,6 +345,7 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
+  [ARN_LIST_PATTERN]: 'must be one or more ARNs (arn:aws:sns:…), comma-separated',
   [MAIL_TRANSPORT_PATTERN]: 'must be one of log, ses, smtp, or two providers in the order to try them (ses,smtp or smtp,ses)'
 }
 

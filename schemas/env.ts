@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
+import { ARN_LIST_PATTERN, DEFAULT_SNS_CERT_URL_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
@@ -40,6 +40,8 @@ export const EnvSchema = Type.Object({
   AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
   AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),
   SES_CONFIGURATION_SET: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'SES configuration set for event publishing.' })),
+  SES_FEEDBACK_TOPIC_ARNS: Type.Optional(Type.String({ pattern: ARN_LIST_PATTERN, description: 'Comma-separated ARNs of the SNS topics SES publishes delivery events to: POST /feedback/ses accepts (and confirms subscriptions of) only these. Unset: every message is refused.' })),
+  SNS_SIGNING_CERT_URL_PATTERN: Type.String({ default: DEFAULT_SNS_CERT_URL_PATTERN, minLength: 1, description: 'Regular expression an SNS message\'s SigningCertURL must match before the certificate is fetched. The default allows only SNS\'s own HTTPS hosts; never widen it in production (tests point it at a loopback server).' }),
   MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp; a tenant\'s brand.from overrides it.' })),
   BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413 before the key is checked.'),
   TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none and use the socket address.' })),

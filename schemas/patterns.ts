@@ -20,3 +20,9 @@ export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 
 /** MAIL_TRANSPORT: `log`, or one or two providers in the order a send tries them. */
 export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
+
+/** SNS's own signing-certificate URLs: HTTPS on an SNS host, a .pem file. */
+export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[A-Za-z0-9]+\\.pem$'
+
+/** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
+export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'

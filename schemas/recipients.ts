@@ -31,3 +31,8 @@ export const UnsuppressReply = Type.Object({
     lifted: Type.Boolean({ description: 'Whether the mailbox was suppressed.' })
   })
 }, { $id: 'UnsuppressReply' })
+
+export const FeedbackReply = Type.Object({
+  success: Type.Literal(true),
+  message: Type.Union(['handled', 'confirmed', 'duplicate', 'ignored'].map((outcome) => Type.Literal(outcome)), { description: '`handled`: the event became webhooks (and a suppression); `confirmed`: the subscription is confirmed; `duplicate`: this MessageId was handled before; `ignored`: nothing the service sent, or an event type it does not act on.' })
+}, { $id: 'FeedbackReply' })

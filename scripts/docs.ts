@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { EnvSchema } from '../schemas/env.js'
-import { MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 
 /** The page whose table of environment variables is written from the schema. */
 export const configurationPath = fileURLToPath(new URL('../docs/configuration.md', import.meta.url))
@@ -25,6 +25,7 @@ interface VariableSchema {
 const PATTERN_WORDS = new Map<string, string>([
   [RATE_LIMIT_PATTERN, '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'],
   [RATE_LIMIT_OR_OFF_PATTERN, '`max/window` (`15/15m`), or `off`'],
+  [ARN_LIST_PATTERN, 'ARNs, comma-separated (`arn:aws:sns:eu-west-1:123456789012:ses-events`)'],
   [MAIL_TRANSPORT_PATTERN, '`log`, `ses`, `smtp`, `ses,smtp`, `smtp,ses`'],
   ['^[1-9][0-9]{0,6}[smhd]$', 'a duration: a number and `s`, `m`, `h` or `d` (`15m`)'],
   ['^rediss?://', 'a `redis://` or `rediss://` URL'],

@@ -142,7 +142,7 @@ export class OtpService {
           ttlSeconds,
           locale: tenant.templates.negotiate(input.locale, input.acceptLanguage),
           templates: tenant.templates,
-          tags: { tenant: tenant.id, mode },
+          tags: { tenant: tenant.id, mode, requestId: minted.requestId },
           onTemplateFallback: (fallback) => {
             log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
           }

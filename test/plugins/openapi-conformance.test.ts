@@ -29,14 +29,18 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
   ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
-  ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`]
+  ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`],
+  ['receiveSesFeedback 429', `the cap on connections per source: ${connectionLayer}`],
+  ['receiveSesFeedback 500', 'INTERNAL: no request makes the service fail'],
+  ['receiveSesFeedback 200', 'needs a message signed with a certificate SNS_SIGNING_CERT_URL_PATTERN accepts: test/routes/ses-feedback.test.ts serves one from loopback'],
+  ['receiveSesFeedback 503', 'needs a certificate host that fails: test/routes/ses-feedback.test.ts runs one']
 ])
 
 interface Exchange { operationId: string, what: string, answer: LightMyRequestResponse }
@@ -152,6 +156,14 @@ t.test('every answer the service sends is the one the document describes', async
     await exchange(main.app, operationId, 'too large', { method: 'POST', url, headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
     await exchange(main.app, operationId, 'not JSON', { method: 'POST', url, headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
   }
+  const feedback = async (what: string, payload: string, contentType = 'text/plain; charset=UTF-8') =>
+    await exchange(main.app, 'receiveSesFeedback', what, { method: 'POST', url: '/feedback/ses', headers: { 'content-type': contentType }, payload })
+  await feedback('not JSON', '{')
+  await feedback('not an SNS message', '{"hello":"world"}')
+  await feedback('a topic not listed', JSON.stringify({ Type: 'Notification', MessageId: 'm-1', TopicArn: 'arn:aws:sns:eu-west-1:1:x', Timestamp: new Date().toISOString(), SigningCertURL: 'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-a.pem', Message: '{}', Signature: 'x', SignatureVersion: '2' }))
+  await feedback('too large', JSON.stringify({ Message: 'a'.repeat(300_000) }))
+  await feedback('XML', '<x/>', 'application/xml')
+  await exchange(main.app, 'receiveSesFeedback', 'malformed URL', { method: 'POST', url: '/feedback/ses%zz', headers: { 'content-type': 'text/plain' }, payload: '{}' })
   await suppress('suppress', keys.acmeLive, { email: 'sam@example.com' })
   await dispatch('suppressed mailbox', keys.acmeLive, 'sam@example.com')
   await unsuppress('lift', keys.acmeLive, { email: 'sam@example.com' })

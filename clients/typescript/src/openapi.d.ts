@@ -61,6 +61,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/feedback/ses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * SES delivery events, as an SNS HTTPS subscription
+         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN, or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
+         */
+        post: operations["receiveSesFeedback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/otp/request": {
         parameters: {
             query?: never;
@@ -263,6 +283,8 @@ export interface components {
          *     - `RECEIPT_INVALID` (400): The receipt is malformed, not signed by this service, or issued to another tenant or mode.
          *     - `RECEIPT_EXPIRED` (400): The receipt has expired.
          *     - `RECEIPT_ADDRESS_MISMATCH` (400): The receipt was issued for another address.
+         *     - `SNS_MESSAGE_INVALID` (400): The body is not a well-formed SNS message.
+         *     - `SNS_MESSAGE_STALE` (400): The SNS message is older than SNS's one-hour retry window.
          *     - `UNAUTHORIZED` (401): A valid API key is required: Authorization: Bearer <key>.
          *     - `QUOTA_EXCEEDED` (402): The volume allowance of this billing tier is used up.
          *     - `ORIGIN_NOT_ALLOWED` (403): This origin is not allowed for this key.
@@ -272,6 +294,9 @@ export interface components {
          *     - `CAPTCHA_REQUIRED` (403): This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header.
          *     - `CAPTCHA_INVALID` (403): The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again.
          *     - `RECIPIENT_BLOCKED` (403): Codes cannot be sent to this address.
+         *     - `SNS_TOPIC_NOT_ALLOWED` (403): The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS.
+         *     - `SNS_CERT_URL_NOT_ALLOWED` (403): The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN.
+         *     - `SNS_SIGNATURE_INVALID` (403): The SNS message signature does not verify.
          *     - `NOT_FOUND` (404): Not found.
          *     - `METHOD_NOT_ALLOWED` (405): This method is not allowed here; see the Allow header.
          *     - `REQUEST_TIMEOUT` (408): The request did not arrive in time.
@@ -289,7 +314,7 @@ export interface components {
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -444,6 +469,12 @@ export interface components {
                 /** @description Whether the mailbox was suppressed. */
                 lifted: boolean;
             };
+        };
+        FeedbackReply: {
+            /** @enum {boolean} */
+            success: true;
+            /** @description `handled`: the event became webhooks (and a suppression); `confirmed`: the subscription is confirmed; `duplicate`: this MessageId was handled before; `ignored`: nothing the service sent, or an event type it does not act on. */
+            message: "handled" | "confirmed" | "duplicate" | "ignored";
         };
         RedeemRequest: {
             /**
@@ -938,6 +969,227 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+        };
+    };
+    receiveSesFeedback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Handled, confirmed, a duplicate, or nothing the service sent. */
+            200: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
+            400: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request URL is malformed",
+                     *       "code": "INVALID_URL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE";
+                    };
+                };
+            };
+            /** @description `SNS_TOPIC_NOT_ALLOWED`: The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS. `SNS_CERT_URL_NOT_ALLOWED`: The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN. `SNS_SIGNATURE_INVALID`: The SNS message signature does not verify. */
+            403: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS",
+                     *       "code": "SNS_TOPIC_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
+            413: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is too large",
+                     *       "code": "PAYLOAD_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
+            415: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Send the body as application/json",
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            503: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE";
                     };
                 };
             };
