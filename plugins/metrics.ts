@@ -13,6 +13,7 @@ export interface Metrics {
   readonly mailFailovers: Counter<'from' | 'kind'>
   readonly mailCircuitSkips: Counter<'transport'>
   readonly sesFeedback: Counter<'outcome'>
+  readonly reviewUses: Counter<'mode'>
   readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
   /**
@@ -65,6 +66,7 @@ export default fp(async function metricsPlugin (fastify) {
     mailFailovers: new Counter({ name: 'email_otp_mail_failovers_total', help: 'Sends that went on to the next provider of MAIL_TRANSPORT, by the provider that failed and how.', labelNames: ['from', 'kind'] as const, registers: [registry] }),
     mailCircuitSkips: new Counter({ name: 'email_otp_mail_circuit_skips_total', help: 'Sends that skipped a provider because its circuit was open.', labelNames: ['transport'] as const, registers: [registry] }),
     sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'SNS messages at POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, unavailable, or the refusal code (SNS_SIGNATURE_INVALID…).', labelNames: ['outcome'] as const, registers: [registry] }),
+    reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
     presentsToken (request) {
       return expected !== null && headerCount(request.raw.rawHeaders, 'authorization') === 1 &&

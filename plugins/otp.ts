@@ -52,6 +52,9 @@ export default fp(async function otpPlugin (fastify) {
       },
       locked (key) {
         metrics.lockouts.inc({ mode: key.mode })
+      },
+      reviewed (key) {
+        metrics.reviewUses.inc({ mode: key.mode })
       }
     }
   }))

@@ -20,6 +20,7 @@ export default fp(async function tenantsPlugin (fastify) {
   const path = fastify.config.tenantsFile
   const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
   let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
+  for (const warning of current.warnings) fastify.log.warn(warning)
   if (path === null) {
     fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   }
@@ -30,6 +31,7 @@ export default fp(async function tenantsPlugin (fastify) {
       if (path === null) return { ok: true, tenants: current.tenants.size }
       try {
         current = await TenantRegistry.fromFile(path, options)
+        for (const warning of current.warnings) fastify.log.warn(warning)
         fastify.log.info({ tenants: current.tenants.size }, 'tenants file reloaded')
         return { ok: true, tenants: current.tenants.size }
       } catch (error) {

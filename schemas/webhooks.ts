@@ -10,7 +10,8 @@ export const WEBHOOK_EVENT_TYPES = [
   'delivery.bounced',
   'delivery.complained',
   'recipient.locked',
-  'quota.threshold'
+  'quota.threshold',
+  'review.used'
 ] as const
 
 export type WebhookEventType = typeof WEBHOOK_EVENT_TYPES[number]
@@ -103,6 +104,14 @@ export const QuotaThresholdPayload = payload('quota.threshold', "A dispatch took
   resetsAt: Type.String({ format: 'date-time', description: 'When the window ends and the allowance returns.' })
 }, { additionalProperties: false }))
 
+export const ReviewUsedPayload = payload('review.used', 'A dispatch went to one of the tenant\'s review addresses (`reviewAddresses`): no mail was sent and nothing charged; the fixed code verifies once for this requestId. An unexpected one means the review code leaked.', Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash,
+  keyId: Type.String({ description: 'The API key that asked.' }),
+  source: Type.String({ description: 'The source address the request came from (the end user\'s, with End-User-IP).' })
+}, { additionalProperties: false }))
+
 export const WebhookPayloads = [
   VerificationSucceededPayload,
   VerificationFailedPayload,
@@ -112,7 +121,8 @@ export const WebhookPayloads = [
   DeliveryBouncedPayload,
   DeliveryComplainedPayload,
   RecipientLockedPayload,
-  QuotaThresholdPayload
+  QuotaThresholdPayload,
+  ReviewUsedPayload
 ] as const
 
 /** The `data` of each event type, as the service builds it. */
@@ -126,6 +136,7 @@ export interface WebhookEventData {
   'delivery.complained': Omit<Static<typeof DeliveryComplainedPayload>['data'], 'tenant' | 'mode'>
   'recipient.locked': Omit<Static<typeof RecipientLockedPayload>['data'], 'tenant' | 'mode'>
   'quota.threshold': Omit<Static<typeof QuotaThresholdPayload>['data'], 'tenant' | 'mode'>
+  'review.used': Omit<Static<typeof ReviewUsedPayload>['data'], 'tenant' | 'mode'>
 }
 
 /** The published JSON Schema of every webhook body (schemas/webhooks.schema.json). */

@@ -35,7 +35,7 @@ export class CodeSeeder {
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       suppressionMs: config.suppressionMs,
       ipv6BucketPrefix: config.ipv6BucketPrefix,
-      observer: { dispatched () {}, checked () {}, locked () {} },
+      observer: { dispatched () {}, checked () {}, locked () {}, reviewed () {} },
       // The address hash goes into every record, as the service stores it; the seeder verifies nothing.
       receipts: { addressHash: (tenant, address) => hasher.hash(tenant, address), issue: async () => { throw new Error('the seeder only dispatches') } },
       events: { emit () {} }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, suppressionKey, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { Backend } from '../backend.js'
 import { apiError, type ApiError } from '../errors.js'
@@ -11,7 +12,7 @@ import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../r
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
-import { tokenKey } from '../tokens/token-store.js'
+import { tokenKey, tokenRecord } from '../tokens/token-store.js'
 import type { Receipts } from '../receipts/receipts.js'
 import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
@@ -52,6 +53,8 @@ export interface OtpObserver {
   checked (key: TenantKey, result: VerifyResult): void
   /** A wrong guess locked its recipient for `lockMs`. */
   locked (key: TenantKey, requestId: string, lockMs: number): void
+  /** A dispatch went to a review address (nothing sent, nothing charged). */
+  reviewed (key: TenantKey): void
 }
 
 export interface OtpServiceOptions {
@@ -69,6 +72,14 @@ export interface OtpServiceOptions {
   receipts: Pick<Receipts, 'addressHash' | 'issue'>
   /** The tenants' webhooks: events are queued, never delivered on the request path. */
   events: Pick<EventSink, 'emit'>
+}
+
+/**
+ * The stored form of a review address's code: its SHA-256 under a prefix no signing key id
+ * can have (ids are letters, digits, `_` and `-`), so it never equals a signed code's form.
+ */
+function reviewForm (codeSha256: string): string {
+  return `review:${codeSha256}`
 }
 
 /** The address and the tenant's domain policy: the validated address, or the refusal. */
@@ -118,8 +129,13 @@ export class OtpService {
     const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const requester = this.#requester(caller)
+    const review = tenant.reviewAddresses.get(email.address.toLowerCase())
+    const reviewing = review !== undefined && review.expiresAtMs > Date.now()
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-      const minted = mintCode(signer, tenant.id, mode, laneSubject(audienceOf(key), recipientTag), addressHash)
+      const subject = laneSubject(audienceOf(key), recipientTag)
+      const minted = mintCode(signer, tenant.id, mode, subject, addressHash)
+      // A review address's code is fixed, kept only as its SHA-256: the record holds that.
+      if (reviewing) minted.record = tokenRecord(reviewForm(review.codeSha256), subject, addressHash)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
         ...requester,
@@ -130,6 +146,7 @@ export class OtpService {
       const decision = await backend.admission.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
 
       let deliveredBy: string
       try {
@@ -180,6 +197,7 @@ export class OtpService {
     const malformed = !GUESS_FORMAT.test(guess)
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
+    if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
     const decision = await backend.admission.verify(verifyPlan(policy, {
       ...this.#requester(caller),
       tokenKey: tokenKey(key.tenant.id, key.mode, requestId),
@@ -268,6 +286,28 @@ export class OtpService {
     return endUser === null
       ? { key: caller.key, sourceBucket: bucket(caller.address), backendBucket: null }
       : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: bucket(caller.address) }
+  }
+
+  /**
+   * A dispatch to a review address: nothing is sent, the unit is given back, and the use is
+   * logged, counted and sent as `review.used`, so that a leaked review code shows.
+   */
+  async #reviewed (caller: Caller, requestId: string, addressHash: string, quota: QuotaDecision, shared: boolean, browserHeaders: Record<string, string> | null, limit: number): Promise<Dispatched> {
+    const { backend, observer, events } = this.#options
+    const { key, log } = caller
+    const { tenant, mode } = key
+    const scope = tenantScope(tenant.id, mode)
+    const [refunded] = await Promise.allSettled([
+      backend.quota.refund(scope, quota.windowId),
+      shared ? backend.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
+    ])
+    const source = caller.endUserAddress ?? caller.address
+    observer.reviewed(key)
+    log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
+    events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })
+    if (browserHeaders !== null) return { requestId, headers: browserHeaders }
+    const state = refunded.status === 'fulfilled' ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
+    return { requestId, headers: quotaHeaders(limit, state, Date.now()) }
   }
 
   /**

@@ -2,7 +2,7 @@ import { createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
+import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import type { WebhookEventType } from '../../schemas/webhooks.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { TemplateFolders } from '../mail/template-files.js'
@@ -53,7 +53,18 @@ export interface Tenant {
   captcha: CaptchaSettings | null
   /** Its message wording (its own templates, the built-in wording elsewhere) and languages. */
   templates: TenantTemplates
+  /** Review addresses (lower-cased validated address → code hash and expiry); empty for most. */
+  reviewAddresses: ReadonlyMap<string, ReviewAddress>
 }
+
+/** A review address's fixed code, as its SHA-256, and when it stops working. */
+export interface ReviewAddress {
+  codeSha256: string
+  expiresAtMs: number
+}
+
+/** How far ahead a review address may expire: a forgotten entry is a standing way in. */
+export const REVIEW_ADDRESS_MAX_DAYS = 90
 
 /** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
 export interface WebhookEndpoint {
@@ -110,9 +121,13 @@ export class TenantRegistry {
   readonly #keysByHash: ReadonlyMap<string, TenantKey>
   readonly tenants: ReadonlyMap<string, Tenant>
 
-  private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>) {
+  /** What loading noticed without refusing the file (expired review addresses), for the log. */
+  readonly warnings: readonly string[]
+
+  private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>, warnings: readonly string[] = []) {
     this.#keysByHash = keysByHash
     this.tenants = tenants
+    this.warnings = warnings
   }
 
   static fromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
@@ -124,6 +139,7 @@ export class TenantRegistry {
     const tenants = new Map<string, Tenant>()
     const keysByHash = new Map<string, TenantKey>()
     const templateProblems: string[] = []
+    const warnings: string[] = []
     for (const [index, entry] of file.tenants.entries()) {
       const where = `tenants file: /tenants/${index}`
       const tierEntry = file.tiers[entry.tier]
@@ -147,7 +163,8 @@ export class TenantRegistry {
         addressHashKey: addressHashKey(entry.addressHashKey),
         webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`),
         captcha: captchaSettings(entry.captcha, `${where}/captcha`),
-        templates: TenantTemplates.builtin
+        templates: TenantTemplates.builtin,
+        reviewAddresses: reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings)
       }
       try {
         tenant.templates = TenantTemplates.load(entry, {
@@ -190,7 +207,7 @@ export class TenantRegistry {
       const count = templateProblems.length === 1 ? 'a template is' : `${templateProblems.length} templates are`
       throw new TenantsFileError(`tenants file: ${count} refused: ${templateProblems.join('; ')}`, templateProblems)
     }
-    return new TenantRegistry(keysByHash, tenants)
+    return new TenantRegistry(keysByHash, tenants, warnings)
   }
 
   static async fromFile (path: string, options: RegistryFileOptions = {}): Promise<TenantRegistry> {
@@ -351,4 +368,29 @@ function captchaRequired (tenant: TenantEntry, key: KeyEntry, where: string): bo
   if (key.requireCaptcha !== undefined) return key.requireCaptcha
   if (tenant.captcha === undefined) return false
   return (tenant.captcha.requireFor ?? 'restricted') === 'all' || key.kind === 'restricted'
+}
+
+/**
+ * A tenant's review addresses. An expiry more than REVIEW_ADDRESS_MAX_DAYS ahead refuses the
+ * file; a past one is left out with a warning, so a stale entry never blocks a reload.
+ */
+function reviewAddresses (entries: readonly ReviewAddressEntry[], where: string, warnings: string[]): Map<string, ReviewAddress> {
+  const result = new Map<string, ReviewAddress>()
+  const now = Date.now()
+  for (const [index, entry] of entries.entries()) {
+    const at = `${where}/${index}`
+    const checked = validateEmail(entry.address)
+    if (!checked.ok) throw new TenantsFileError(`${at}/address is not an acceptable address`)
+    const expiresAtMs = Date.parse(entry.expiresAt)
+    if (Number.isNaN(expiresAtMs)) throw new TenantsFileError(`${at}/expiresAt is not a date-time`)
+    if (expiresAtMs > now + REVIEW_ADDRESS_MAX_DAYS * 86_400_000) throw new TenantsFileError(`${at}/expiresAt is more than ${REVIEW_ADDRESS_MAX_DAYS} days ahead`)
+    if (expiresAtMs <= now) {
+      warnings.push(`${at}: the review address expired at ${entry.expiresAt} and is ignored`)
+      continue
+    }
+    const address = checked.email.address.toLowerCase()
+    if (result.has(address)) throw new TenantsFileError(`${at}/address appears twice`)
+    result.set(address, { codeSha256: entry.codeSha256, expiresAtMs })
+  }
+  return result
 }
