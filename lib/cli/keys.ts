@@ -1,9 +1,11 @@
+import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { parseArgs } from 'node:util'
 import { TemplateFolders } from '../mail/template-files.js'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../tenants/api-keys.js'
-import { TenantRegistry } from '../tenants/registry.js'
+import { generateCode } from '../otp/codes.js'
+import { REVIEW_ADDRESS_MAX_DAYS, TenantRegistry } from '../tenants/registry.js'
 import type { KeyEntry, TenantsFile } from '../../schemas/tenants.js'
 
 const usage = `Usage:
@@ -12,6 +14,7 @@ const usage = `Usage:
                          [--templates DIR]
   npm run keys -- revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]
   npm run keys -- list [--file PATH]
+  npm run keys -- review --tenant ID --address EMAIL [--days 1-90] [--file PATH] [--templates DIR]
   npm run keys -- --help
 
 --file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
@@ -19,7 +22,10 @@ template folders, read to check the file as the service would) to $TEMPLATES_DIR
 templates/ beside the tenants file.
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
-revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`
+revoke) is on stderr and in list. review gives the tenant's review address (for app-store
+reviewers and end-to-end tests: no mail, no charge) a new random code, valid --days (default
+30, at most 90): the code is printed once, the file keeps only its SHA-256. Send SIGHUP to the
+service to load the change.`
 
 class UsageError extends Error {}
 
@@ -66,6 +72,8 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
       expires: { type: 'string' },
       tier: { type: 'string' },
       id: { type: 'string' },
+      address: { type: 'string' },
+      days: { type: 'string' },
       help: { type: 'boolean', short: 'h' }
     }
   })
@@ -99,6 +107,25 @@ export async function run (argv: string[], out: (line: string) => void, env: Rea
     key.revoked = true
     await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)
+    return
+  }
+
+  if (command === 'review') {
+    const file = await readTenantsFile(path)
+    const tenantId = option(values, 'tenant')
+    const address = option(values, 'address')
+    const days = values.days === undefined ? 30 : Number(values.days)
+    if (!Number.isInteger(days) || days < 1 || days > REVIEW_ADDRESS_MAX_DAYS) throw new UsageError(`--days must be a whole number from 1 to ${REVIEW_ADDRESS_MAX_DAYS}`)
+    const tenant = file.tenants.find((entry) => entry.id === tenantId)
+    if (tenant === undefined) throw new UsageError(`no tenant ${tenantId}`)
+    const code = generateCode()
+    const entry = { address, codeSha256: createHash('sha256').update(code).digest('hex'), expiresAt: new Date(Date.now() + days * 86_400_000).toISOString() }
+    // One entry per address: a new code replaces the old one.
+    tenant.reviewAddresses = [...(tenant.reviewAddresses ?? []).filter((existing) => existing.address.toLowerCase() !== address.toLowerCase()), entry]
+    await writeTenantsFile(path, file, templatesDir)
+    out(code)
+    process.stderr.write(`Review address ${address} of tenant ${tenantId} has a new code, valid until ${entry.expiresAt}.\n` +
+      'This is the only time the code is shown. Send SIGHUP to running services to load it.\n')
     return
   }
 
