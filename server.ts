@@ -27,12 +27,17 @@ async function main (): Promise<void> {
   process.on('SIGHUP', () => { void fastify.tenants.reload() })
 
   await fastify.listen({ host: config.host, port: config.port })
+  // Started through npm, the PID a person sees is npm's, which neither forwards SIGHUP nor
+  // SIGTERM: this line names the process signals must reach.
+  fastify.log.info({ pid: process.pid }, `signals go to pid ${process.pid}: SIGHUP reloads the tenants file, SIGTERM drains and stops`)
   if (internal !== null && config.metricsListener !== null) await internal.listen(config.metricsListener)
 }
 
 main().catch((error: unknown) => {
   // Configuration problems end start-up with one line naming what to fix.
-  if (error instanceof ConfigError || error instanceof TenantsFileError) {
+  if (error instanceof TenantsFileError && error.problems.length > 1) {
+    process.stderr.write(`email-otp: tenants file: ${error.problems.length} problems:\n${error.problems.map((problem) => `  ${problem}\n`).join('')}`)
+  } else if (error instanceof ConfigError || error instanceof TenantsFileError) {
     process.stderr.write(`email-otp: ${error.message}\n`)
   } else {
     process.stderr.write(`email-otp: start-up failed: ${error instanceof Error ? error.message : String(error)}\n`)

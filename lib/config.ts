@@ -9,6 +9,7 @@ import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/te
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { parseDuration, type DurationUnit } from './duration.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -156,15 +157,15 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const blocklists = {
     ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
     torSource: valid.TOR_EXIT_LIST ?? null,
-    refreshMs: valid.BLOCKLIST_REFRESH_SECONDS * 1000
+    refreshMs: durationMs(valid, 'BLOCKLIST_REFRESH_SECONDS')
   }
   const templatesDir = templatesFolder(valid, blocklists)
 
   const lockout: LockoutPolicy = {
     threshold: valid.LOCKOUT_THRESHOLD,
-    baseMs: duration('LOCKOUT_DURATION', valid.LOCKOUT_DURATION),
-    maxMs: duration('LOCKOUT_MAX_DURATION', valid.LOCKOUT_MAX_DURATION),
-    resetAfterMs: duration('LOCKOUT_RESET_AFTER', valid.LOCKOUT_RESET_AFTER)
+    baseMs: durationMs(valid, 'LOCKOUT_DURATION'),
+    maxMs: durationMs(valid, 'LOCKOUT_MAX_DURATION'),
+    resetAfterMs: durationMs(valid, 'LOCKOUT_RESET_AFTER')
   }
   if (lockout.maxMs < lockout.baseMs) throw new ConfigError('LOCKOUT_MAX_DURATION', `must be at least LOCKOUT_DURATION (${valid.LOCKOUT_DURATION})`)
 
@@ -176,22 +177,22 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     templatesDir,
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
-    redisCommandTimeoutMs: valid.REDIS_COMMAND_TIMEOUT_MS,
+    redisCommandTimeoutMs: durationMs(valid, 'REDIS_COMMAND_TIMEOUT_MS'),
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
-    otpTtlSeconds: valid.OTP_TTL_SECONDS,
+    otpTtlSeconds: durationSeconds(valid, 'OTP_TTL_SECONDS'),
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransports,
     suppressionMs: valid.SUPPRESSION_DAYS * 86_400_000,
     sesFeedback: { topicArns: new Set((valid.SES_FEEDBACK_TOPIC_ARNS ?? '').split(',').filter((arn) => arn !== '')), certUrlPattern },
-    mailBreaker: { failures: valid.MAIL_BREAKER_FAILURES, openMs: valid.MAIL_BREAKER_OPEN_SECONDS * 1000 },
+    mailBreaker: { failures: valid.MAIL_BREAKER_FAILURES, openMs: durationMs(valid, 'MAIL_BREAKER_OPEN_SECONDS') },
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
-    mailTimeoutMs: valid.MAIL_TIMEOUT_MS,
+    mailTimeoutMs: durationMs(valid, 'MAIL_TIMEOUT_MS'),
     smtpUrl: valid.SMTP_URL ?? null,
     ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
-    shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
+    shutdownGraceMs: durationMs(valid, 'SHUTDOWN_GRACE_MS'),
     blocklists,
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {
@@ -209,20 +210,20 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     lockout,
     metricsToken: valid.METRICS_TOKEN ?? null,
     metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },
-    requestTimeoutMs: valid.REQUEST_TIMEOUT_MS,
-    captchaTimeoutMs: valid.CAPTCHA_TIMEOUT_MS,
-    keepAliveTimeoutMs: valid.KEEP_ALIVE_TIMEOUT_MS,
+    requestTimeoutMs: durationMs(valid, 'REQUEST_TIMEOUT_MS'),
+    captchaTimeoutMs: durationMs(valid, 'CAPTCHA_TIMEOUT_MS'),
+    keepAliveTimeoutMs: durationMs(valid, 'KEEP_ALIVE_TIMEOUT_MS'),
     maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
-    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: valid.RECEIPT_TTL_SECONDS },
+    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: durationSeconds(valid, 'RECEIPT_TTL_SECONDS') },
     webhooks: {
-      timeoutMs: valid.WEBHOOK_TIMEOUT_MS,
+      timeoutMs: durationMs(valid, 'WEBHOOK_TIMEOUT_MS'),
       concurrencyPerEndpoint: valid.WEBHOOK_CONCURRENCY_PER_ENDPOINT,
       maxInFlightPerTenant: valid.WEBHOOK_MAX_IN_FLIGHT_PER_TENANT,
       maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT,
       retry: {
-        baseMs: valid.WEBHOOK_RETRY_BASE_MS,
-        maxDelayMs: Math.max(valid.WEBHOOK_RETRY_BASE_MS, valid.WEBHOOK_RETRY_MAX_DELAY_MS),
-        forMs: rateLimit('WEBHOOK_RETRY_FOR', `1/${valid.WEBHOOK_RETRY_FOR}`).windowMs
+        baseMs: durationMs(valid, 'WEBHOOK_RETRY_BASE_MS'),
+        maxDelayMs: Math.max(durationMs(valid, 'WEBHOOK_RETRY_BASE_MS'), durationMs(valid, 'WEBHOOK_RETRY_MAX_DELAY_MS')),
+        forMs: durationMs(valid, 'WEBHOOK_RETRY_FOR')
       },
       allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
       allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
@@ -323,8 +324,33 @@ function parseRedisNodes (variable: string, value: string): RedisNode[] {
   return nodes
 }
 
-function duration (variable: string, spec: string): number {
-  return rateLimit(variable, `1/${spec}`).windowMs
+type DurationVariable = { [Name in keyof Env]-?: Env[Name] extends string ? Name : never }[keyof Env]
+
+interface DurationSchema { durationUnit: DurationUnit | null, durationMinimum: string, durationMaximum: string }
+
+const isDurationSchema = (schema: object): schema is DurationSchema => 'durationMinimum' in schema
+
+function durationRule (schema: DurationSchema): string {
+  const plain = schema.durationUnit === null ? '' : ` (a plain number is ${schema.durationUnit === 'ms' ? 'milliseconds' : 'seconds'})`
+  return `must be a duration from ${schema.durationMinimum} to ${schema.durationMaximum}, such as 500ms, 30s, 15m, 24h or 30d${plain}`
+}
+
+/** A duration variable in milliseconds, within the bounds its schema names. */
+function durationMs (env: Env, variable: DurationVariable): number {
+  const schema = EnvSchema.properties[variable] as unknown as DurationSchema
+  const spec = env[variable]
+  const ms = parseDuration(spec, schema.durationUnit)
+  const minimum = parseDuration(schema.durationMinimum, null) ?? 0
+  const maximum = parseDuration(schema.durationMaximum, null) ?? 0
+  if (ms === null || ms < minimum || ms > maximum) throw new ConfigError(variable, `${durationRule(schema)} (got ${JSON.stringify(spec)})`)
+  return ms
+}
+
+/** A duration variable the service counts in whole seconds. */
+function durationSeconds (env: Env, variable: DurationVariable): number {
+  const ms = durationMs(env, variable)
+  if (ms % 1000 !== 0) throw new ConfigError(variable, `must be whole seconds (got ${JSON.stringify(env[variable])})`)
+  return ms / 1000
 }
 
 function rateLimit (variable: string, spec: string): RateLimit {
@@ -342,7 +368,6 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
   '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
-  '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
   [ARN_LIST_PATTERN]: 'must be one or more ARNs (arn:aws:sns:…), comma-separated',
@@ -350,6 +375,7 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
+  if (isDurationSchema(schema)) return durationRule(schema)
   if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((option) => String(option.const)).join(', ')}`
   if (schema.type === 'integer') return `must be an integer from ${schema.minimum} to ${schema.maximum}`
   if (schema.pattern !== undefined) return PATTERN_RULES[schema.pattern] ?? `must match ${schema.pattern}`

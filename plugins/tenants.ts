@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import { TenantRegistry, demoRegistry } from '../lib/tenants/registry.js'
+import { TenantRegistry, TenantsFileError, demoRegistry } from '../lib/tenants/registry.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -36,7 +36,9 @@ export default fp(async function tenantsPlugin (fastify) {
         return { ok: true, tenants: current.tenants.size }
       } catch (error) {
         const message = (error as Error).message
-        fastify.log.error({ reason: message }, 'tenants file reload failed; keeping the previous tenants')
+        // Every problem of the file, so that one reload shows all there is to fix.
+        const problems = error instanceof TenantsFileError ? error.problems : [message]
+        fastify.log.error({ reason: message, problems }, 'tenants file reload failed; keeping the previous tenants')
         return { ok: false, error: message }
       }
     }

@@ -26,3 +26,9 @@ export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z0-9-]+\\.amazona
 
 /** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
 export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'
+
+/**
+ * A duration: a whole number then ms, s, m, h or d (`500ms`, `5s`, `15m`, `24h`, `30d`). A
+ * variable whose name carries its unit (`…_MS`, `…_SECONDS`) also takes a plain number in it.
+ */
+export const DURATION_PATTERN = '^[0-9]{1,12}(ms|s|m|h|d)?$'

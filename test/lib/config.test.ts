@@ -24,11 +24,30 @@ t.test('values are converted and checked', async (t) => {
   t.equal(config.logLevel, 'info', 'an empty variable means unset')
 })
 
+t.test('one duration type: ms, s, m, h, d everywhere; plain numbers in the unit a variable always had', async (t) => {
+  const old = parseConfig({ OTP_TTL_SECONDS: '300', RECEIPT_TTL_SECONDS: '60', MAIL_TIMEOUT_MS: '2500', BLOCKLIST_REFRESH_SECONDS: '7200', WEBHOOK_RETRY_MAX_DELAY_MS: '7200000', SHUTDOWN_GRACE_MS: '0', LOCKOUT_DURATION: '15m', WEBHOOK_RETRY_FOR: '24h' })
+  t.same([old.otpTtlSeconds, old.receipts.ttlSeconds, old.mailTimeoutMs, old.blocklists.refreshMs, old.webhooks.retry.maxDelayMs, old.shutdownGraceMs, old.lockout.baseMs, old.webhooks.retry.forMs],
+    [300, 60, 2500, 7_200_000, 7_200_000, 0, 900_000, 86_400_000], 'the forms accepted so far keep their meaning')
+  const spelled = parseConfig({ OTP_TTL_SECONDS: '5m', RECEIPT_TTL_SECONDS: '1m', MAIL_TIMEOUT_MS: '2500ms', BLOCKLIST_REFRESH_SECONDS: '2h', WEBHOOK_RETRY_MAX_DELAY_MS: '2h', SHUTDOWN_GRACE_MS: '0s', LOCKOUT_DURATION: '900s', WEBHOOK_RETRY_FOR: '1d', REQUEST_TIMEOUT_MS: '10s', LOCKOUT_RESET_AFTER: '90m' })
+  t.same([spelled.otpTtlSeconds, spelled.receipts.ttlSeconds, spelled.mailTimeoutMs, spelled.blocklists.refreshMs, spelled.webhooks.retry.maxDelayMs, spelled.shutdownGraceMs, spelled.lockout.baseMs, spelled.webhooks.retry.forMs, spelled.requestTimeoutMs],
+    [300, 60, 2500, 7_200_000, 7_200_000, 0, 900_000, 86_400_000, 10_000], 'the same values with units')
+  t.equal(spelled.lockout.resetAfterMs, 5_400_000)
+  const refused: Array<[Record<string, string>, string]> = [
+    [{ OTP_TTL_SECONDS: '1500ms' }, 'OTP_TTL_SECONDS must be whole seconds (got "1500ms")'],
+    [{ OTP_TTL_SECONDS: '2d' }, 'OTP_TTL_SECONDS must be a duration from 1s to 1d, such as 500ms, 30s, 15m, 24h or 30d (a plain number is seconds) (got "2d")'],
+    [{ MAIL_TIMEOUT_MS: '99ms' }, 'MAIL_TIMEOUT_MS must be a duration from 100ms to 1m, such as 500ms, 30s, 15m, 24h or 30d (a plain number is milliseconds) (got "99ms")'],
+    [{ LOCKOUT_DURATION: '900' }, 'LOCKOUT_DURATION must be a duration from 1s to 9999999d, such as 500ms, 30s, 15m, 24h or 30d (got "900")'],
+    [{ WEBHOOK_RETRY_FOR: '1.5h' }, 'WEBHOOK_RETRY_FOR must be a duration from 1s to 9999999d, such as 500ms, 30s, 15m, 24h or 30d (got "1.5h")'],
+    [{ REDIS_COMMAND_TIMEOUT_MS: '1w' }, 'REDIS_COMMAND_TIMEOUT_MS must be a duration from 50ms to 10s, such as 500ms, 30s, 15m, 24h or 30d (a plain number is milliseconds) (got "1w")']
+  ]
+  for (const [env, message] of refused) t.equal((t.throws(() => parseConfig(env)) as ConfigError).message, `Invalid configuration: ${message}`)
+})
+
 t.test('a bad value stops start-up with one line naming the variable', async (t) => {
   const cases: Array<[Record<string, string>, string, RegExp]> = [
     [{ PORT: 'abc' }, 'PORT', /^Invalid configuration: PORT must be an integer from 0 to 65535 \(got "abc"\)$/],
     [{ PORT: '70000' }, 'PORT', /PORT must be an integer/],
-    [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be an integer/],
+    [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be a duration from 1s to 1d/],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL', /LOG_LEVEL must be one of fatal, error/],
     [{ MAIL_TRANSPORT: 'pigeon' }, 'MAIL_TRANSPORT', /MAIL_TRANSPORT must be one of log, ses, smtp/],
     [{ REDIS_URL: 'http://x' }, 'REDIS_URL', /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/],

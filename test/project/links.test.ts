@@ -1,5 +1,5 @@
 /*
- * Every relative link of the README, UPGRADING, CHANGELOG and docs/ pages leads somewhere: the
+ * Every relative link of the READMEs, UPGRADING, CHANGELOG and docs/ pages leads somewhere: the
  * file exists, and a `#fragment` names a heading of the target page, with anchors computed as
  * GitHub computes them. Links inside code blocks are code, not links (markdown-it decides).
  */
@@ -51,7 +51,7 @@ function brokenLinks (file: string): string[] {
   })
 }
 
-const pages = ['README.md', 'UPGRADING.md', 'CHANGELOG.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)]
+const pages = ['README.md', 'UPGRADING.md', 'CHANGELOG.md', 'clients/typescript/README.md', 'bench/README.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).map((name) => `docs/${name}`)]
 
 t.test('every relative link and anchor resolves', async (t) => {
   for (const page of pages) {
@@ -72,4 +72,14 @@ t.test('the checker finds broken links', async (t) => {
 t.test('the README stays short', async (t) => {
   const lines = readFileSync(join(root, 'README.md'), 'utf8').split('\n').length
   t.ok(lines <= 250, `README.md has ${lines} lines, at most 250`)
+})
+
+t.test('every `npm run` the pages show names a script of package.json', async (t) => {
+  const { scripts } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+  for (const page of pages) {
+    const file = join(root, page)
+    if (!existsSync(file)) continue
+    const named = [...readFileSync(file, 'utf8').matchAll(/npm run (?:-s )?([\w:-]+)/g)].map((match) => match[1] ?? '')
+    t.same(named.filter((name) => !(name in scripts)), [], `${page}: ${new Set(named).size} scripts`)
+  }
 })

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { run } from '../../lib/cli/keys.js'
+import { run } from '../../cli/keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
@@ -72,10 +72,10 @@ t.test('review address: the expiry is required and at most 90 days ahead', async
   await t.rejects(buildApp(t, { TENANTS_FILE: plain.path }), /codeSha256/, 'the code itself is refused: only its hash is stored')
 })
 
-t.test('npm run keys -- review: a random code printed once, only its hash in the file, and it verifies', async (t) => {
+t.test('email-otp keys review: a random code printed once, only its hash in the file, and it verifies', async (t) => {
   const { path, keys } = writeTenants(t)
   const printed: string[] = []
-  await run(['review', '--tenant', 'acme', '--address', 'store-review@acme.test', '--days', '14', '--file', path], (line) => { printed.push(line) })
+  await run(['review', '--tenant', 'acme', '--address', 'store-review@acme.test', '--days', '14', '--file', path], { out: (line) => { printed.push(line) }, note: () => {}, env: {} })
   const [code] = printed
   t.match(code, /^\d{6}$/, 'stdout: the code alone')
   const file = JSON.parse(readFileSync(path, 'utf8')) as { tenants: Array<{ reviewAddresses?: Array<{ address: string, codeSha256: string, expiresAt: string }> }> }
@@ -83,7 +83,7 @@ t.test('npm run keys -- review: a random code printed once, only its hash in the
   t.equal(entry?.codeSha256, sha256(code ?? ''), 'the file keeps its SHA-256')
   t.notMatch(readFileSync(path, 'utf8'), new RegExp(`"${code ?? ''}"`), 'never the code')
   t.ok(Math.abs(Date.parse(entry?.expiresAt ?? '') - (Date.now() + 14 * 86_400_000)) < 60_000, 'valid --days')
-  await t.rejects(run(['review', '--tenant', 'acme', '--address', 'x@acme.test', '--days', '91', '--file', path], () => {}), /--days must be a whole number from 1 to 90/)
+  await t.rejects(run(['review', '--tenant', 'acme', '--address', 'x@acme.test', '--days', '91', '--file', path], { out: () => {}, note: () => {}, env: {} }), /--days must be a whole number from 1 to 90/)
 
   const { app, mail } = await buildApp(t, { TENANTS_FILE: path })
   const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'store-review@acme.test' } })
