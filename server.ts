@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
 import app, { internalApp, serverOptions } from './app.js'
@@ -13,18 +14,25 @@ async function main (): Promise<void> {
   if (internal !== null) await internal.register(internalApp, { service: fastify })
 
   closeWithGrace({
-    delay: config.shutdownGraceMs,
+    // The drain, then the grace period: one deadline for both.
+    delay: config.shutdownDrainMs + config.shutdownGraceMs,
     // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
     skip: ['SIGHUP'],
     logger: { error: (problem: unknown) => { fastify.log.error({ err: problem }, 'shutdown problem') } }
   }, async ({ signal, err }) => {
-    if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
-    else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
+    if (err !== undefined) {
+      fastify.log.error({ err }, 'shutting down after an error')
+    } else {
+      fastify.drain.start()
+      fastify.log.info({ signal, drainMs: config.shutdownDrainMs }, 'draining: /readyz answers 503, every route keeps serving')
+      await sleep(config.shutdownDrainMs)
+      fastify.log.info('shutting down: closing the listeners, finishing in-flight requests')
+    }
     // Requests fully received are drained; idle keep-alive connections and requests still
     // arriving are closed (plugins/connections.ts).
     await Promise.all([fastify.close(), internal?.close()])
   })
-  process.on('SIGHUP', () => { void fastify.tenants.reload() })
+  process.on('SIGHUP', () => { void fastify.tenants.reload('signal') })
 
   await fastify.listen({ host: config.host, port: config.port })
   // Started through npm, the PID a person sees is npm's, which neither forwards SIGHUP nor

@@ -10,7 +10,9 @@ import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
 
 const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
                         [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
-                        [--templates DIR]`
+                        [--templates DIR] [--workload IDENTITY]...`
+const workloadsUsage = `  email-otp keys workloads --tenant ID --id KEY_ID [--workload IDENTITY]... [--any]
+                           [--file PATH] [--templates DIR]`
 const revokeUsage = '  email-otp keys revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]'
 const listUsage = '  email-otp keys list [--file PATH]'
 const reviewUsage = '  email-otp keys review --tenant ID --address EMAIL [--days 1-90] [--file PATH] [--templates DIR]'
@@ -20,9 +22,15 @@ const files = `--file defaults to $TENANTS_FILE, the file the service reads; --t
 template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
 templates/ beside the tenants file.`
 
+const workloadsHelp = `--workload binds a key to mesh workloads (MESH_IDENTITY_HEADER): an exact SPIFFE ID or
+Linkerd identity, or a prefix ending in /* (spiffe://cluster.local/ns/payments/sa/*).
+workloads prints a key's list; with --workload it replaces the list, with --any it removes
+it (the key works for any caller again).`
+
 const help: Record<string, string> = {
   '': `Usage:
 ${createUsage}
+${workloadsUsage}
 ${revokeUsage}
 ${listUsage}
 ${reviewUsage}
@@ -31,8 +39,10 @@ ${reviewUsage}
 ${files}
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
-revoke) is on stderr and in list. Send SIGHUP to the service to load the change.`,
+revoke) is on stderr and in list. The service reloads the changed file by itself (or on SIGHUP).
+${workloadsHelp}`,
   create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Send SIGHUP to the service to load it.\n${files}`,
+  workloads: `Usage:\n${workloadsUsage}\n\n${workloadsHelp}\n${files}`,
   revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Send SIGHUP to the service to\nload the change.\n${files}`,
   review: `Usage:\n${reviewUsage}\n\n${reviewText}\n${files}`,
   list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE.`
@@ -83,6 +93,8 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     expires: { type: 'string' },
     tier: { type: 'string' },
     id: { type: 'string' },
+    workload: { type: 'string', multiple: true },
+    any: { type: 'boolean' },
     address: { type: 'string' },
     days: { type: 'string' }
   })
@@ -91,8 +103,8 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     out(helpFor(help, positionals))
     return
   }
-  if (command === undefined) throw new UsageError('a command is required: create, revoke, list or review')
-  if (!['create', 'revoke', 'list', 'review'].includes(command)) throw new UsageError(`unknown command ${command}`)
+  if (command === undefined) throw new UsageError('a command is required: create, workloads, revoke, list or review')
+  if (!['create', 'workloads', 'revoke', 'list', 'review'].includes(command)) throw new UsageError(`unknown command ${command}`)
   if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
   const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE')
   if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
@@ -103,10 +115,31 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     for (const tenant of file.tenants) {
       for (const key of tenant.keys) {
         const state = key.revoked === true ? 'revoked' : key.expiresAt !== undefined && Date.parse(key.expiresAt) <= Date.now() ? 'expired' : 'active'
-        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}`)
+        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}${key.workloads === undefined ? '' : `\tworkloads ${key.workloads.join(' ')}`}`)
       }
     }
     if (file.tenants.every((tenant) => tenant.keys.length === 0)) note(`No keys in ${path}.`)
+    return
+  }
+
+  if (command === 'workloads') {
+    const file = await readTenantsFile(path)
+    const tenantId = required(values, 'tenant')
+    const keyId = required(values, 'id')
+    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+    const workloads = (values.workload ?? []) as string[]
+    if (values.any === true && workloads.length > 0) throw new UsageError('--any and --workload exclude each other')
+    if (values.any === true) {
+      delete key.workloads
+    } else if (workloads.length > 0) {
+      key.workloads = workloads
+    } else {
+      out(key.workloads === undefined ? '(any caller)' : key.workloads.join('\n'))
+      return
+    }
+    await writeTenantsFile(path, file, templatesDir)
+    out(`${tenantId}/${keyId}: ${key.workloads === undefined ? 'any caller' : `workloads ${key.workloads.join(' ')}`}`)
     return
   }
 
@@ -171,6 +204,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     sha256: hashKey(key),
     ...(origins.length > 0 ? { origins } : {}),
     ...(expiresAt === undefined ? {} : { expiresAt }),
+    ...(values.workload === undefined ? {} : { workloads: values.workload as string[] }),
     createdAt: new Date().toISOString()
   }
   tenant.keys.push(entry)

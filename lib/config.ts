@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
+import type { MeshIdentityHeader } from './net/workload-identity.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
@@ -63,7 +65,10 @@ export interface Config {
   ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
   bodyLimitBytes: number
   trustProxy: string[]
+  /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
+  meshIdentityHeader: MeshIdentityHeader | null
   shutdownGraceMs: number
+  shutdownDrainMs: number
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
   ipv6BucketPrefix: number
   rateLimits: VelocityLimits
@@ -113,7 +118,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const valid = validEnv(source)
 
   const redis = redisTopology(valid)
-  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
+  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : signingFirst('OTP_HMAC_SIGNING_KEY', 'OTP_HMAC_KEYS', parseMacKeys(valid.OTP_HMAC_KEYS), (key) => key.id, valid.OTP_HMAC_SIGNING_KEY)
+  if (hmacKeys === null && valid.OTP_HMAC_SIGNING_KEY !== undefined) throw new ConfigError('OTP_HMAC_SIGNING_KEY', 'is only used with OTP_HMAC_KEYS')
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
@@ -124,6 +130,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     } catch (error) {
       throw new ConfigError('RECEIPT_SIGNING_KEYS', (error as Error).message)
     }
+    receiptSigningKeys = signingFirst('RECEIPT_SIGNING_KEY', 'RECEIPT_SIGNING_KEYS', receiptSigningKeys, (key) => key.kid, valid.RECEIPT_SIGNING_KEY)
+  } else if (valid.RECEIPT_SIGNING_KEY !== undefined) {
+    throw new ConfigError('RECEIPT_SIGNING_KEY', 'is only used with RECEIPT_SIGNING_KEYS (derived receipt keys follow OTP_HMAC_SIGNING_KEY)')
   }
   const mailTransports = valid.MAIL_TRANSPORT.split(',') as MailTransportName[]
   if (new Set(mailTransports).size !== mailTransports.length) {
@@ -152,6 +161,11 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   }
   if (valid.METRICS_PORT !== undefined && valid.METRICS_PORT !== 0 && valid.METRICS_PORT === valid.PORT) {
     throw new ConfigError('METRICS_PORT', `must differ from PORT (${valid.PORT}): the internal listener is a listener of its own`)
+  }
+
+  const trustProxy = parseCidrList('TRUST_PROXY', valid.TRUST_PROXY)
+  if (valid.MESH_IDENTITY_HEADER !== undefined && trustProxy.length === 0) {
+    throw new ConfigError('MESH_IDENTITY_HEADER', 'needs TRUST_PROXY: the identity is read only from the address the sidecar connects from (127.0.0.6 behind Istio)')
   }
 
   const blocklists = {
@@ -191,8 +205,10 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     smtpUrl: valid.SMTP_URL ?? null,
     ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
-    trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
+    trustProxy,
+    meshIdentityHeader: valid.MESH_IDENTITY_HEADER ?? null,
     shutdownGraceMs: durationMs(valid, 'SHUTDOWN_GRACE_MS'),
+    shutdownDrainMs: durationMs(valid, 'SHUTDOWN_DRAIN_MS'),
     blocklists,
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {
@@ -259,8 +275,39 @@ export function parseRedisToolConfig (source: Readonly<Record<string, string | u
   return { redis: redis?.topology ?? null, redisVariable: redis?.variable ?? null, webhooks: { maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT } }
 }
 
+/** Reads a secret's file (`<NAME>_FILE`) once at start; the path is named, never the content. */
+function readSecretFile (variable: string, path: string): string {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`${variable}_FILE`, `cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message} (${path})`)
+  }
+  const value = text.trim()
+  if (value === '') throw new ConfigError(`${variable}_FILE`, `names an empty file (${path})`)
+  return value
+}
+
+/**
+ * The environment with every secret given as a file (`<NAME>_FILE`) read into its variable.
+ * Both set is an error: which one wins would depend on who reads the manifest.
+ */
+function withSecretFiles (source: Readonly<Record<string, string | undefined>>): Readonly<Record<string, string | undefined>> {
+  const set = (value: string | undefined): value is string => value !== undefined && value.trim() !== ''
+  let resolved: Record<string, string | undefined> | null = null
+  for (const variable of secretEnvVariables) {
+    const path = source[`${variable}_FILE`]
+    if (!set(path)) continue
+    if (set(source[variable])) throw new ConfigError(`${variable}_FILE`, `cannot be combined with ${variable}: set one of them`)
+    resolved ??= { ...source }
+    resolved[variable] = readSecretFile(variable, path.trim())
+  }
+  return resolved ?? source
+}
+
 /** The environment against its schema, defaults applied; throws ConfigError naming the first bad variable. */
-function validEnv (source: Readonly<Record<string, string | undefined>>): Env {
+function validEnv (environment: Readonly<Record<string, string | undefined>>): Env {
+  const source = withSecretFiles(environment)
   const raw: Record<string, unknown> = {}
   for (const name of Object.keys(EnvSchema.properties)) {
     const value = source[name]
@@ -367,6 +414,7 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^\\S+$': 'must be one word, without spaces',
   '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
   '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
+  '^[A-Za-z0-9_-]{1,16}$': 'must be 1 to 16 letters, digits, _ or -',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
@@ -381,6 +429,18 @@ function describe (schema: { type?: unknown, minimum?: number, maximum?: number,
   if (schema.pattern !== undefined) return PATTERN_RULES[schema.pattern] ?? `must match ${schema.pattern}`
   if (schema.minLength !== undefined) return `must be at least ${schema.minLength} characters long`
   return 'is not valid'
+}
+
+/**
+ * The keys with the one that signs first (the signers sign with the first): `selector` names
+ * it, else the list's first signs. The others only verify (or, for receipts, are only
+ * published): the first phase of a rotation that old and new instances survive side by side.
+ */
+function signingFirst<T> (selector: string, list: string, keys: T[], idOf: (key: T) => string, chosen: string | undefined): T[] {
+  if (chosen === undefined) return keys
+  const signing = keys.find((key) => idOf(key) === chosen)
+  if (signing === undefined) throw new ConfigError(selector, `names no key of ${list} (got ${JSON.stringify(chosen)}; ids: ${keys.map(idOf).join(', ')})`)
+  return [signing, ...keys.filter((key) => key !== signing)]
 }
 
 const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/

@@ -4,6 +4,9 @@ import { ARN_LIST_PATTERN, DEFAULT_SNS_CERT_URL_PATTERN, DURATION_PATTERN, MAIL_
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
 
+/** `<NAME>_FILE`: the secret read from a file, as a mounted Kubernetes or Docker secret gives it. */
+const SecretFile = (name: string) => Type.Optional(Type.String({ minLength: 1, description: `Path of a file holding ${name} (a mounted Secret; surrounding whitespace and the final newline are dropped). Not together with ${name}.` }))
+
 /**
  * Every configured duration: `500ms`, `5s`, `15m`, `24h`, `30d`, and for a variable named
  * after its unit (`plain`) a plain number in that unit, as it always took. The bounds
@@ -69,9 +72,9 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_BACKEND: Type.String({ default: '6000/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key and backend address when the backend forwards its end users with End-User-IP: `max/window`.' }),
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key: dispatches, and verifies that find a live code (made-up requestIds and refused requests count only against their source): `max/window`.' }),
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
-  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /recipients/suppress, /recipients/unsuppress): `max/window`.' }),
-  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key: `max/window`.' }),
-  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
+  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /recipients/suppress, /recipients/unsuppress, /templates/preview): `max/window`.' }),
+  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key; one preview per tenant renders at a time per instance: `max/window`.' }),
+  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /.well-known/jwks.json) and to unknown paths: `max/window`. Probes (/healthz, /readyz) are never limited.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),
   LOCKOUT_DURATION: Duration('15m', null, '1s', '9999999d', 'Length of the first lock; each further consecutive wrong guess doubles it.'),
   LOCKOUT_MAX_DURATION: Duration('30d', null, '1s', '9999999d', 'Longest lock.'),
@@ -91,11 +94,24 @@ export const EnvSchema = Type.Object({
   CAPTCHA_TIMEOUT_MS: Duration('3000', 'ms', '100ms', '30s', 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
   REQUEST_TIMEOUT_MS: Duration('10000', 'ms', '100ms', '5m', 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
-  KEEP_ALIVE_TIMEOUT_MS: Duration('72000', 'ms', '100ms', '10m', 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of a load balancer in front.'),
-  SHUTDOWN_GRACE_MS: Duration('10000', 'ms', '0ms', '2m', 'On SIGTERM, time allowed for in-flight requests before the process exits.')
+  KEEP_ALIVE_TIMEOUT_MS: Duration('72000', 'ms', '100ms', '65m', 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of every proxy and load balancer in front (72 s: above the 60 s of common load balancers and of the DestinationRule docs/mesh.md recommends; Envoy\'s own default is 1 h).'),
+  SHUTDOWN_GRACE_MS: Duration('10000', 'ms', '0ms', '2m', 'After the drain (SHUTDOWN_DRAIN_MS), time allowed for in-flight requests before the process exits.'),
+
+  // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
+  // files, the tenants file watched (docs/mesh.md).
+  MESH_IDENTITY_HEADER: Type.Optional(Type.Union([Type.Literal('x-forwarded-client-cert'), Type.Literal('l5d-client-id')], { description: 'The header in which a sidecar at a TRUST_PROXY address passes the caller\'s verified workload identity: x-forwarded-client-cert (Envoy, Istio: the URI of its last element) or l5d-client-id (Linkerd). Read only from TRUST_PROXY peers. Keys may then be bound to `workloads`, and per-source limits count per workload.' })),
+  OTP_HMAC_KEYS_FILE: SecretFile('OTP_HMAC_KEYS'),
+  RECEIPT_SIGNING_KEYS_FILE: SecretFile('RECEIPT_SIGNING_KEYS'),
+  REDIS_URL_FILE: SecretFile('REDIS_URL'),
+  REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
+  SMTP_URL_FILE: SecretFile('SMTP_URL'),
+  METRICS_TOKEN_FILE: SecretFile('METRICS_TOKEN'),
+  OTP_HMAC_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,16}$', description: 'Id of the key of OTP_HMAC_KEYS that signs new codes (unset: the first). The others only verify: a key is added verify-only in one rollout and promoted to signing in the next, so old and new instances always verify each other\'s codes. With derived receipt keys, the key derived from it signs receipts.' })),
+  RECEIPT_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'kid of the key of RECEIPT_SIGNING_KEYS that signs receipts (unset: the first). The others are only published at /.well-known/jwks.json: a key is published in one rollout and promoted to signing in the next.' })),
+  SHUTDOWN_DRAIN_MS: Duration('5000', 'ms', '0ms', '2m', 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 
 export type Env = Static<typeof EnvSchema>
 
-/** Variables whose values must never be echoed in an error line. */
+/** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
 export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])

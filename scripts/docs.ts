@@ -36,7 +36,8 @@ const PATTERN_WORDS = new Map<string, string>([
   ['^\\S+$', 'one word, no spaces'],
   ['^[\\x21-\\x7e]{1,200}$', '1 to 200 printable ASCII characters, no space'],
   ['^[a-z]{2}(-[a-z]+)+-[0-9]+$', 'an AWS region name (`eu-west-1`)'],
-  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`']
+  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`'],
+  ['^[A-Za-z0-9_-]{1,16}$', '1 to 16 letters, digits, `_` or `-`']
 ])
 
 function code (value: unknown): string {

@@ -1,4 +1,4 @@
-import { createSecretKey, type KeyObject } from 'node:crypto'
+import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
@@ -11,6 +11,7 @@ import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
+import { workloadMatcher } from '../net/workload-identity.js'
 import { parseWindow, type QuotaWindow } from '../quota/window.js'
 import { parseRateLimit, type VelocityLimits } from '../admission/velocity.js'
 import { RecipientPolicy } from '../recipients/policy.js'
@@ -87,6 +88,8 @@ export interface TenantKey {
   allowanceShare: number | null
   /** Its dispatches need a CAPTCHA token (the tenant's `captcha`). */
   captchaRequired: boolean
+  /** Null when any caller may use the key; else whether a workload identity may (`workloads`). */
+  allowsWorkload: ((identity: string) => boolean) | null
 }
 
 /** A restricted key may use this share of its tenant's allowance unless the file says otherwise. */
@@ -114,12 +117,22 @@ export interface RegistryFileOptions {
 }
 
 /**
+ * A tenants file's version, as logs and metrics name it: the first 16 hex digits of the
+ * SHA-256 of its bytes (`sha256sum tenants.json | cut -c1-16`), so an operator can tell which
+ * pods hold which file.
+ */
+export function tenantsFileVersion (text: string): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, 16)
+}
+
+/**
  * Tenants, tiers and keys, indexed by key hash. Immutable: a reload builds a new registry
  * and swaps the reference, so requests in flight finish on the one they started with.
  */
 export class TenantRegistry {
   readonly #keysByHash: ReadonlyMap<string, TenantKey>
   readonly tenants: ReadonlyMap<string, Tenant>
+  #version: string | null = null
 
   /** What loading noticed without refusing the file (expired review addresses), for the log. */
   readonly warnings: readonly string[]
@@ -216,7 +229,8 @@ export class TenantRegistry {
           revoked: key.revoked === true,
           allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
           allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
-          captchaRequired
+          captchaRequired,
+          allowsWorkload: key.workloads === undefined ? null : workloadMatcher(key.workloads)
         })
       }
     }
@@ -241,7 +255,14 @@ export class TenantRegistry {
       throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
     }
     const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
-    return TenantRegistry.fromJson(document, { templateFolders: new TemplateFolders(templatesDir, path) })
+    const registry = TenantRegistry.fromJson(document, { templateFolders: new TemplateFolders(templatesDir, path) })
+    registry.#version = tenantsFileVersion(text)
+    return registry
+  }
+
+  /** The version of the file it was read from (tenantsFileVersion); null when not read from a file. */
+  get version (): string | null {
+    return this.#version
   }
 
   /**

@@ -92,3 +92,24 @@ t.test('a tenants.json written in the repository root is not committed by accide
   const ignored = readFileSync(join(root, '.gitignore'), 'utf8').split('\n')
   t.ok(ignored.includes('/tenants.json'))
 })
+
+t.test('workloads: create bound to workloads, show, replace, refuse a bad pattern, unbind', async (t) => {
+  const file = join(t.testdir({}), 'tenants.json')
+  const api = 'spiffe://cluster.local/ns/payments/sa/api'
+  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--workload', api, '--workload', 'spiffe://cluster.local/ns/jobs/sa/*', '--id', 'bound'], { TENANTS_FILE: file })
+  t.match(created.stdout, /^sk_live_/)
+  const stored = JSON.parse(readFileSync(file, 'utf8')) as { tenants: Array<{ keys: Array<{ workloads?: string[] }> }> }
+  t.same(stored.tenants[0]?.keys[0]?.workloads, [api, 'spiffe://cluster.local/ns/jobs/sa/*'], 'written to the tenants file')
+  t.match((await npmKeys(['list'], { TENANTS_FILE: file })).stdout, /^acme\tbound\tsecret\tlive\tactive\tworkloads spiffe:\/\/cluster\.local\/ns\/payments\/sa\/api spiffe:\/\/cluster\.local\/ns\/jobs\/sa\/\*\n$/, 'list shows them')
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound'], { TENANTS_FILE: file })).stdout, `${api}\nspiffe://cluster.local/ns/jobs/sa/*\n`, 'workloads shows one a line')
+
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--workload', 'web.default.serviceaccount.identity.linkerd.cluster.local'], { TENANTS_FILE: file })).stdout,
+    'acme/bound: workloads web.default.serviceaccount.identity.linkerd.cluster.local\n', 'replaced')
+  const refused = await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--workload', 'spiffe://cluster.local/ns/*/sa/api'], { TENANTS_FILE: file }).then(() => null, (error: { code: number, stderr: string }) => error)
+  t.equal(refused?.code, 1, 'a wildcard anywhere but at the end is refused')
+  t.match(refused?.stderr, /workloads/)
+  t.same((JSON.parse(readFileSync(file, 'utf8')) as typeof stored).tenants[0]?.keys[0]?.workloads, ['web.default.serviceaccount.identity.linkerd.cluster.local'], 'and the file is left as it was')
+
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--any'], { TENANTS_FILE: file })).stdout, 'acme/bound: any caller\n')
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound'], { TENANTS_FILE: file })).stdout, '(any caller)\n')
+})

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { ConfigError, parseConfig } from '../../lib/config.js'
+import { ConfigError, parseConfig, parseRedisToolConfig } from '../../lib/config.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
 
 t.test('defaults give the embedded service', async (t) => {
@@ -137,4 +137,43 @@ t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding no
     t.equal(error.variable, 'TEMPLATES_DIR', JSON.stringify(env))
     t.match(error.message, message)
   }
+})
+
+t.test('MESH_IDENTITY_HEADER: one of the two headers, and only with TRUST_PROXY', async (t) => {
+  t.equal(parseConfig({}).meshIdentityHeader, null)
+  t.equal(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.6' }).meshIdentityHeader, 'l5d-client-id')
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-forwarded-client-cert' }), /MESH_IDENTITY_HEADER needs TRUST_PROXY/)
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-client-id', TRUST_PROXY: '127.0.0.6' }), /MESH_IDENTITY_HEADER must be one of x-forwarded-client-cert, l5d-client-id/)
+  t.equal(parseConfig({}).shutdownDrainMs, 5000, 'the drain lasts 5 s unless set')
+})
+
+t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoed', async (t) => {
+  const dir = t.testdir({
+    hmac: `k1:${Buffer.alloc(32, 7).toString('base64')}\n`,
+    token: '  metrics-token-from-a-file-0123  \n',
+    'redis-url': 'redis://:hunter2@redis.internal:6379\n',
+    empty: '\n'
+  })
+  const config = parseConfig({ OTP_HMAC_KEYS_FILE: `${dir}/hmac`, METRICS_TOKEN_FILE: `${dir}/token`, REDIS_URL_FILE: `${dir}/redis-url` })
+  t.same(config.hmacKeys.map((key) => key.id), ['k1'])
+  t.equal(config.hmacKeys[0]?.secret.equals(Buffer.alloc(32, 7)), true, 'the key as written, final newline dropped')
+  t.equal(config.metricsToken, 'metrics-token-from-a-file-0123')
+  t.equal(config.redisUrl, 'redis://:hunter2@redis.internal:6379')
+  t.equal(parseRedisToolConfig({ REDIS_URL_FILE: `${dir}/redis-url` }).redis?.kind, 'single', 'the tools read them too')
+
+  t.throws(() => parseConfig({ METRICS_TOKEN: 'metrics-token-in-the-env-0123', METRICS_TOKEN_FILE: `${dir}/token` }), /^Invalid configuration: METRICS_TOKEN_FILE cannot be combined with METRICS_TOKEN: set one of them$/, 'both set')
+  t.throws(() => parseConfig({ SMTP_URL_FILE: `${dir}/absent` }), /SMTP_URL_FILE cannot be read: ENOENT/)
+  t.throws(() => parseConfig({ REDIS_PASSWORD_FILE: `${dir}/empty` }), /REDIS_PASSWORD_FILE names an empty file/)
+  const error = (() => { try { parseConfig({ REDIS_URL_FILE: `${dir}/hmac` }) } catch (caught) { return caught as Error } })()
+  t.match(error?.message, /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL$/, 'a bad value from a file is refused like one from the environment')
+  t.notMatch(error?.message, /k1:/, 'without echoing it')
+})
+
+t.test('OTP_HMAC_SIGNING_KEY and RECEIPT_SIGNING_KEY choose the signing key among those listed', async (t) => {
+  const keys = `a:${Buffer.alloc(32, 1).toString('base64')},b:${Buffer.alloc(32, 2).toString('base64')}`
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys }).hmacKeys.map((key) => key.id), ['a', 'b'], 'the first signs unless told')
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b' }).hmacKeys.map((key) => key.id), ['b', 'a'])
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'c' }), /OTP_HMAC_SIGNING_KEY names no key of OTP_HMAC_KEYS \(got "c"; ids: a, b\)/)
+  t.throws(() => parseConfig({ OTP_HMAC_SIGNING_KEY: 'a' }), /OTP_HMAC_SIGNING_KEY is only used with OTP_HMAC_KEYS/)
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a' }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
 })

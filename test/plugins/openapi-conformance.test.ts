@@ -37,6 +37,7 @@ const notExercised = new Map([
   ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`],
+  ['getReadiness 429', `the cap on connections per source: ${connectionLayer}`],
   ['receiveSesFeedback 429', `the cap on connections per source: ${connectionLayer}`],
   ['receiveSesFeedback 500', 'INTERNAL: no request makes the service fail'],
   ['receiveSesFeedback 200', 'needs a message signed with a certificate SNS_SIGNING_CERT_URL_PATTERN accepts: test/routes/ses-feedback.test.ts serves one from loopback'],
@@ -197,7 +198,7 @@ t.test('every answer the service sends is the one the document describes', async
     await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await suppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await unsuppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
-    await get('getReadiness', what === 'first' ? what : 'public limit', '/readyz', null, {}, limited.app)
+    await get('getReadiness', what, '/readyz', null, {}, limited.app)
     await get('getReceiptKeys', what === 'first' ? what : 'public limit', '/.well-known/jwks.json', null, {}, limited.app)
     await redeem(what, keys.acmeTest, { receipt }, {}, limited.app)
     await preview(what, keys.acmeTest, {}, {}, limited.app)

@@ -60,6 +60,6 @@ t.test('npm start: the logged PID takes SIGHUP (reload) and SIGTERM (stop); npm 
   process.kill(pid, 'SIGTERM')
   const [code] = await exited as [number | null]
   t.equal(code, 0, 'npm ends when the service stops')
-  t.match(output, /shutting down: draining in-flight requests/)
+  t.match(output, /draining: \/readyz answers 503[^\n]*\n(.*\n)*.*shutting down: closing the listeners/, 'the drain, then the close')
   t.notOk(alive(pid), 'no process left behind')
 })

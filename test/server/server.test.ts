@@ -28,30 +28,33 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
   t.equal((await post(server.base, '/otp/verify', keys.acmeLive, { requestId: sent.body.data.requestId, userGuess: code })).status, 200, 'the code printed by the log mailer verifies')
 
   let minted = ''
+  let mark = server.output().length
   await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], { out: (line) => { minted = line }, note: () => {}, env: {} })
   t.match(minted, /^sk_live_[0-9A-Za-z]{43}$/, 'the CLI prints the key')
-  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 401, 'unknown until reloaded')
+  await server.waitFor(/"trigger":"watch","msg":"tenants file reloaded"/, mark)
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the changed file is picked up without a signal')
 
-  // Requests keep flowing while the file is swapped.
+  // Requests keep flowing while the tenants are swapped.
   const during = Array.from({ length: 100 }, async () => await post(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
-  let mark = server.output().length
+  mark = server.output().length
   server.child.kill('SIGHUP')
-  await server.waitFor(/tenants file reloaded/, mark)
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reloaded"/, mark)
   const statuses = (await Promise.all(during)).map((answer) => answer.status)
   t.ok(statuses.every((status) => status === 400), 'no request was dropped or refused during the reload')
-  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key authenticates after SIGHUP')
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key still authenticates after SIGHUP')
 
   const validFile = readFileSync(path, 'utf8')
   writeFileSync(path, '{ "tiers": ')
   mark = server.output().length
+  await server.waitFor(/"trigger":"watch","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   server.child.kill('SIGHUP')
-  await server.waitFor(/tenants file reload failed; keeping the previous tenants/, mark)
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   t.match(server.output().slice(mark), /not valid JSON/, 'the log says why')
 
   writeFileSync(path, JSON.stringify(twoProblems(validFile)))
   mark = server.output().length
   server.child.kill('SIGHUP')
-  await server.waitFor(/tenants file reload failed; keeping the previous tenants/, mark)
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   const failure = server.output().slice(mark).split('\n').map((line) => line.startsWith('{') ? JSON.parse(line) as { msg: string, problems?: string[] } : null).find((line) => line?.msg.startsWith('tenants file reload failed'))
   t.same(failure?.problems, ['/tenants/0/tier names an unknown tier "gold"', '/tenants/1/keys/0/origins: only restricted keys have origins'], 'the log lists every problem of the file')
   t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the previous tenants stay in force')
