@@ -13,11 +13,14 @@ process.env.AWS_SECRET_ACCESS_KEY = 'test'
 const codeIn = (text: string | undefined): string => /\b(\d{6})\b/.exec(text ?? '')?.[1] ?? ''
 
 /** An HTTP peer on loopback that answers every request 500, as SES does in an outage; counts them. */
-async function startFailingSes (t: Test): Promise<{ endpoint: string, requests: () => number }> {
+async function startFailingSes (t: Test): Promise<{ endpoint: string, requests: () => number, bodies: string[] }> {
   let requests = 0
+  const bodies: string[] = []
   const server = createServer((request, response) => {
     requests++
-    request.resume()
+    let body = ''
+    request.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    request.on('end', () => { bodies.push(body) })
     response.writeHead(500, { 'content-type': 'application/json', 'x-amzn-errortype': 'InternalServiceErrorException:http://internal.amazon.com/coral/com.amazonaws.sesv2/' })
     response.end('{"message":"internal"}')
   })
@@ -26,7 +29,7 @@ async function startFailingSes (t: Test): Promise<{ endpoint: string, requests: 
   t.teardown(async () => { server.closeAllConnections(); server.close(); await once(server, 'close') })
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('no address')
-  return { endpoint: `http://127.0.0.1:${address.port}`, requests: () => requests }
+  return { endpoint: `http://127.0.0.1:${address.port}`, requests: () => requests, bodies }
 }
 
 async function metric (app: FastifyInstance, name: string, labels: Record<string, string>): Promise<number> {
@@ -35,7 +38,7 @@ async function metric (app: FastifyInstance, name: string, labels: Record<string
   return found?.value ?? 0
 }
 
-async function dispatchAndVerify (t: Test, app: FastifyInstance, key: string, smtp: Awaited<ReturnType<typeof startSmtp>>, email: string): Promise<void> {
+async function dispatchAndVerify (t: Test, app: FastifyInstance, key: string, smtp: Awaited<ReturnType<typeof startSmtp>>, email: string): Promise<string> {
   const before = smtp.received.length
   const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(key), payload: { email } })
   t.equal(sent.statusCode, 200, `${email}: answered 200`)
@@ -43,6 +46,7 @@ async function dispatchAndVerify (t: Test, app: FastifyInstance, key: string, sm
   const code = codeIn(smtp.received.at(-1)?.text)
   const verified = await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(key), payload: { requestId: sent.json().data.requestId, userGuess: code } })
   t.equal(verified.statusCode, 200, `${email}: the code from the SMTP mail verifies`)
+  return sent.json().data.requestId
 }
 
 t.test('ses,smtp: with SES up the mail goes through SES; once the emulator is killed, through SMTP', async (t) => {
@@ -72,8 +76,10 @@ t.test('ses,smtp: SES answering 500 fails over to SMTP; a rejection does not', a
   const smtp = await startSmtp(t)
   const { path, keys } = writeTenants(t)
   const { app } = await buildApp(t, { TENANTS_FILE: path, MAIL_TRANSPORT: 'ses,smtp', AWS_REGION: 'eu-west-1', AWS_ENDPOINT_URL_SESV2: ses.endpoint, SMTP_URL: `smtp://127.0.0.1:${smtp.port}?tls=off`, MAIL_FROM: 'no-reply@otp.test' })
-  await dispatchAndVerify(t, app, keys.acmeLive, smtp, 'ola@example.com')
+  const requestId = await dispatchAndVerify(t, app, keys.acmeLive, smtp, 'ola@example.com')
   t.ok(ses.requests() >= 1, 'SES was tried first')
+  const tags = (JSON.parse(ses.bodies[0] ?? '{}') as { EmailTags?: Array<{ Name: string, Value: string }> }).EmailTags
+  t.same(tags, [{ Name: 'tenant', Value: 'acme' }, { Name: 'mode', Value: 'live' }, { Name: 'requestId', Value: requestId }], 'SES gets the tags its events are mapped by, requestId included, never the address')
   t.equal(await metric(app, 'email_otp_mail_failovers_total', { from: 'ses', kind: 'provider' }), 1, 'a provider 5xx fails over')
 
   // smtp first this time: a relay that refuses the recipient with 550.
