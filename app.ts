@@ -19,6 +19,7 @@ import rateLimitPlugin from './plugins/external/rate-limit.js'
 import connectionsPlugin from './plugins/connections.js'
 import drainPlugin from './plugins/drain.js'
 import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
+import feedbackPlugin from './plugins/feedback.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
@@ -31,6 +32,7 @@ import tenantsPlugin from './plugins/tenants.js'
 import webhooksPlugin from './plugins/webhooks.js'
 import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
+import feedbackRoutes from './routes/feedback.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
 import recipientRoutes from './routes/recipients.js'
@@ -145,6 +147,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(receiptsPlugin)
   await fastify.register(webhooksPlugin)
   await fastify.register(otpPlugin)
+  await fastify.register(feedbackPlugin)
   await fastify.register(openapiPlugin)
 
   await fastify.register(healthRoutes, { details: 'token' })
@@ -152,6 +155,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   // them on the internal listener, internalApp below).
   if (options.config.metricsToken !== null) await fastify.register(metricsRoutes, { requireToken: true })
   await fastify.register(jwksRoutes)
+  await fastify.register(feedbackRoutes)
   await fastify.register(async function apiScope (api) {
     // JSON only: anything else answers 415 before its body is read.
     api.removeContentTypeParser('text/plain')

@@ -1,9 +1,11 @@
+import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 import { TemplateFolders } from '../lib/mail/template-files.js'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/tenants/api-keys.js'
-import { TenantRegistry } from '../lib/tenants/registry.js'
+import { generateCode } from '../lib/otp/codes.js'
+import { REVIEW_ADDRESS_MAX_DAYS, TenantRegistry } from '../lib/tenants/registry.js'
 import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
 
 const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
@@ -13,6 +15,8 @@ const workloadsUsage = `  email-otp keys workloads --tenant ID --id KEY_ID [--wo
                            [--file PATH] [--templates DIR]`
 const revokeUsage = '  email-otp keys revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]'
 const listUsage = '  email-otp keys list [--file PATH]'
+const reviewUsage = '  email-otp keys review --tenant ID --address EMAIL [--days 1-90] [--file PATH] [--templates DIR]'
+const reviewText = 'Gives the tenant\'s review address (app-store reviewers, end-to-end tests: no mail, no charge) a\nnew random code, valid --days (default 30, at most 90), replacing its old one. The code is\nprinted once on stdout; the file keeps only its SHA-256. Send SIGHUP to the service to load it.'
 
 const files = `--file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
 template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
@@ -29,6 +33,7 @@ ${createUsage}
 ${workloadsUsage}
 ${revokeUsage}
 ${listUsage}
+${reviewUsage}
   email-otp keys [COMMAND] --help
 
 ${files}
@@ -39,6 +44,7 @@ ${workloadsHelp}`,
   create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Send SIGHUP to the service to load it.\n${files}`,
   workloads: `Usage:\n${workloadsUsage}\n\n${workloadsHelp}\n${files}`,
   revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Send SIGHUP to the service to\nload the change.\n${files}`,
+  review: `Usage:\n${reviewUsage}\n\n${reviewText}\n${files}`,
   list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE.`
 }
 
@@ -88,15 +94,17 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     tier: { type: 'string' },
     id: { type: 'string' },
     workload: { type: 'string', multiple: true },
-    any: { type: 'boolean' }
+    any: { type: 'boolean' },
+    address: { type: 'string' },
+    days: { type: 'string' }
   })
   const [command, extra] = positionals
   if (values.help === true || command === 'help') {
     out(helpFor(help, positionals))
     return
   }
-  if (command === undefined) throw new UsageError('a command is required: create, workloads, revoke or list')
-  if (!['create', 'workloads', 'revoke', 'list'].includes(command)) throw new UsageError(`unknown command ${command}`)
+  if (command === undefined) throw new UsageError('a command is required: create, workloads, revoke, list or review')
+  if (!['create', 'workloads', 'revoke', 'list', 'review'].includes(command)) throw new UsageError(`unknown command ${command}`)
   if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
   const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE')
   if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
@@ -144,6 +152,25 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     key.revoked = true
     await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)
+    return
+  }
+
+  if (command === 'review') {
+    const file = await readTenantsFile(path)
+    const tenantId = required(values, 'tenant')
+    const address = required(values, 'address')
+    const daysText = text(values, 'days')
+    const days = daysText === undefined ? 30 : Number(daysText)
+    if (!Number.isInteger(days) || days < 1 || days > REVIEW_ADDRESS_MAX_DAYS) throw new UsageError(`--days must be a whole number from 1 to ${REVIEW_ADDRESS_MAX_DAYS}`)
+    const tenant = file.tenants.find((entry) => entry.id === tenantId)
+    if (tenant === undefined) throw new CommandError(`no tenant ${tenantId} in ${path}`)
+    const code = generateCode()
+    const entry = { address, codeSha256: createHash('sha256').update(code).digest('hex'), expiresAt: new Date(Date.now() + days * 86_400_000).toISOString() }
+    // One entry per address: a new code replaces the old one.
+    tenant.reviewAddresses = [...(tenant.reviewAddresses ?? []).filter((existing) => existing.address.toLowerCase() !== address.toLowerCase()), entry]
+    await writeTenantsFile(path, file, templatesDir)
+    out(code)
+    note(`Review address ${address} of tenant ${tenantId} has a new code, valid until ${entry.expiresAt}.\nThis is the only time the code is shown. Send SIGHUP to running services to load it.`)
     return
   }
 

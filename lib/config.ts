@@ -10,7 +10,7 @@ import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission
 import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
-import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 import { tracingConfig, type TracingConfig } from './telemetry/config.js'
 import { parseDuration, type DurationUnit } from './duration.js'
 
@@ -26,6 +26,9 @@ export interface RedisAccess {
   password: string | null
   tls: boolean
 }
+
+/** A provider MAIL_TRANSPORT names; `log` stands alone. */
+export type MailTransportName = 'log' | 'ses' | 'smtp'
 
 /** Where Redis is: exactly one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES. */
 export type RedisTopology =
@@ -49,7 +52,14 @@ export interface Config {
   hmacKeyGenerated: boolean
   otpTtlSeconds: number
   memoryStoreMaxTokens: number
-  mailTransport: Env['MAIL_TRANSPORT']
+  /** Live mail's providers, in the order a send tries them (or just `log`). */
+  mailTransports: MailTransportName[]
+  /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */
+  sesFeedback: { topicArns: ReadonlySet<string>, certUrlPattern: RegExp }
+  /** How long a suppression lasts. */
+  suppressionMs: number
+  /** When a provider of the list is skipped, and for how long. */
+  mailBreaker: { failures: number, openMs: number }
   mailFrom: string
   mailTimeoutMs: number
   smtpUrl: string | null
@@ -127,17 +137,27 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   } else if (valid.RECEIPT_SIGNING_KEY !== undefined) {
     throw new ConfigError('RECEIPT_SIGNING_KEY', 'is only used with RECEIPT_SIGNING_KEYS (derived receipt keys follow OTP_HMAC_SIGNING_KEY)')
   }
+  const mailTransports = valid.MAIL_TRANSPORT.split(',') as MailTransportName[]
+  if (new Set(mailTransports).size !== mailTransports.length) {
+    throw new ConfigError('MAIL_TRANSPORT', `names a provider twice (${valid.MAIL_TRANSPORT})`)
+  }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
   }
   if (valid.MAIL_FROM !== undefined && !isSender(valid.MAIL_FROM)) {
     throw new ConfigError('MAIL_FROM', `must be an email address, or "Name <address>" (got ${JSON.stringify(valid.MAIL_FROM)})`)
   }
-  if (valid.MAIL_TRANSPORT === 'smtp' && valid.SMTP_URL === undefined) {
-    throw new ConfigError('SMTP_URL', 'is required when MAIL_TRANSPORT=smtp')
+  if (mailTransports.includes('smtp') && valid.SMTP_URL === undefined) {
+    throw new ConfigError('SMTP_URL', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
   }
-  if (valid.MAIL_TRANSPORT === 'ses' && valid.AWS_REGION === undefined) {
-    throw new ConfigError('AWS_REGION', 'is required when MAIL_TRANSPORT=ses')
+  if (mailTransports.includes('ses') && valid.AWS_REGION === undefined) {
+    throw new ConfigError('AWS_REGION', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
+  }
+  let certUrlPattern: RegExp
+  try {
+    certUrlPattern = new RegExp(valid.SNS_SIGNING_CERT_URL_PATTERN)
+  } catch {
+    throw new ConfigError('SNS_SIGNING_CERT_URL_PATTERN', 'is not a valid regular expression')
   }
   if (valid.METRICS_HOST !== undefined && valid.METRICS_PORT === undefined) {
     throw new ConfigError('METRICS_HOST', 'is only used with METRICS_PORT')
@@ -179,7 +199,10 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     hmacKeyGenerated: hmacKeys === null,
     otpTtlSeconds: durationSeconds(valid, 'OTP_TTL_SECONDS'),
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
-    mailTransport: valid.MAIL_TRANSPORT,
+    mailTransports,
+    suppressionMs: valid.SUPPRESSION_DAYS * 86_400_000,
+    sesFeedback: { topicArns: new Set((valid.SES_FEEDBACK_TOPIC_ARNS ?? '').split(',').filter((arn) => arn !== '')), certUrlPattern },
+    mailBreaker: { failures: valid.MAIL_BREAKER_FAILURES, openMs: durationMs(valid, 'MAIL_BREAKER_OPEN_SECONDS') },
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
     mailTimeoutMs: durationMs(valid, 'MAIL_TIMEOUT_MS'),
     smtpUrl: valid.SMTP_URL ?? null,
@@ -399,7 +422,9 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
-  '^(0(\\.[0-9]+)?|1(\\.0+)?)$': 'must be a ratio from 0 to 1 (e.g. 0.01)'
+  '^(0(\\.[0-9]+)?|1(\\.0+)?)$': 'must be a ratio from 0 to 1 (e.g. 0.01)',
+  [ARN_LIST_PATTERN]: 'must be one or more ARNs (arn:aws:sns:…), comma-separated',
+  [MAIL_TRANSPORT_PATTERN]: 'must be one of log, ses, smtp, or two providers in the order to try them (ses,smtp or smtp,ses)'
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {

@@ -15,9 +15,17 @@ export interface MailerOptions {
 
 /** The mailer of lib/mail/mailer.ts over the configured transport, closed on close. */
 export default fp<MailerOptions>(async function mailerPlugin (fastify, options) {
-  const { mailSendSeconds } = fastify.metrics
-  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout, (transport, seconds, result) => {
-    mailSendSeconds.observe({ transport, result }, seconds)
+  const { metrics, log } = fastify
+  const mailer = new Mailer(fastify.config, fastify.backend.sandboxInbox, options.mailLog ?? process.stdout, {
+    failedOver (from, kind) {
+      metrics.mailFailovers.inc({ from, kind })
+      log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+    },
+    skipped (transport) {
+      metrics.mailCircuitSkips.inc({ transport })
+    }
+  }, (transport, seconds, result) => {
+    metrics.mailSendSeconds.observe({ transport, result }, seconds)
   })
   fastify.decorate('mailer', mailer)
   fastify.addHook('onClose', async () => { await mailer.close() })

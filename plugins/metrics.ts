@@ -10,6 +10,11 @@ export interface Metrics {
   readonly dispatches: Counter<'mode' | 'result'>
   readonly verifications: Counter<'mode' | 'result'>
   readonly deliveryFailures: Counter<'kind'>
+  readonly mailSent: Counter<'transport'>
+  readonly mailFailovers: Counter<'from' | 'kind'>
+  readonly mailCircuitSkips: Counter<'transport'>
+  readonly sesFeedback: Counter<'outcome'>
+  readonly reviewUses: Counter<'mode'>
   readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
   /** Time to hand one live message to its transport, by transport and result (`sent` or the failure kind). */
@@ -60,6 +65,11 @@ export default fp(async function metricsPlugin (fastify) {
     verifications: new Counter({ name: 'email_otp_verifications_total', help: 'Verify outcomes: verified, mismatch, malformed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
     lockouts: new Counter({ name: 'email_otp_lockouts_total', help: 'Recipient mailboxes locked by a run of wrong guesses.', labelNames: ['mode'] as const, registers: [registry] }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
+    mailSent: new Counter({ name: 'email_otp_mail_sent_total', help: 'Messages accepted, by the provider that took them (sandbox: the sandbox inbox).', labelNames: ['transport'] as const, registers: [registry] }),
+    mailFailovers: new Counter({ name: 'email_otp_mail_failovers_total', help: 'Sends that went on to the next provider of MAIL_TRANSPORT, by the provider that failed and how.', labelNames: ['from', 'kind'] as const, registers: [registry] }),
+    mailCircuitSkips: new Counter({ name: 'email_otp_mail_circuit_skips_total', help: 'Sends that skipped a provider because its circuit was open.', labelNames: ['transport'] as const, registers: [registry] }),
+    sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'SNS messages at POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, unavailable, or the refusal code (SNS_SIGNATURE_INVALID…).', labelNames: ['outcome'] as const, registers: [registry] }),
+    reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
     mailSendSeconds: new Histogram({
       name: 'email_otp_mail_send_duration_seconds',

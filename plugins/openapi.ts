@@ -85,7 +85,8 @@ export default fp(async function openapiPlugin (fastify) {
         { name: 'account', description: 'The tenant\'s allowance.' },
         { name: 'sandbox', description: 'What sandbox (test) keys sent.' },
         { name: 'templates', description: 'The tenant\'s message wording, as its users get it.' },
-        { name: 'operations', description: 'Liveness and readiness probes; no key needed.' }
+        { name: 'operations', description: 'Liveness and readiness probes; no key needed.' },
+        { name: 'feedback', description: 'Delivery events from the mail provider (SES through SNS); signed by SNS, no key.' }
       ],
       security: [{ bearerAuth: [] }],
       components: {

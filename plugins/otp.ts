@@ -33,13 +33,15 @@ export default fp(async function otpPlugin (fastify) {
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+    suppressionMs: config.suppressionMs,
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     receipts,
     events: webhooks,
     observer: {
       dispatched (key, result) {
-        if (result === 'sent') {
+        if ('sentBy' in result) {
           metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
+          metrics.mailSent.inc({ transport: result.sentBy })
           return
         }
         metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
@@ -50,6 +52,9 @@ export default fp(async function otpPlugin (fastify) {
       },
       locked (key) {
         metrics.lockouts.inc({ mode: key.mode })
+      },
+      reviewed (key) {
+        metrics.reviewUses.inc({ mode: key.mode })
       }
     }
   }))

@@ -51,6 +51,7 @@ export default fp(async function tenantsPlugin (fastify) {
   const path = fastify.config.tenantsFile
   const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
   let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
+  for (const warning of current.warnings) fastify.log.warn(warning)
   if (path === null) {
     fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
@@ -64,6 +65,7 @@ export default fp(async function tenantsPlugin (fastify) {
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
     try {
       current = await TenantRegistry.fromFile(file, options)
+      for (const warning of current.warnings) fastify.log.warn(warning)
       reloads.ok++
       lastReloadOk = true
       fastify.log.info({ tenants: current.tenants.size, version: current.version, trigger }, 'tenants file reloaded')

@@ -3,7 +3,7 @@ import { ErrorBody, ErrorCodeSchema } from './errors.js'
 import { LiveReply, ReadyReply } from './health.js'
 import { DispatchBody, DispatchReply, VerifyBody, VerifyReply } from './otp.js'
 import { JwksReply, RedeemBody, RedeemReply } from './receipts.js'
-import { UnlockBody, UnlockReply } from './recipients.js'
+import { FeedbackReply, SuppressBody, SuppressReply, UnlockBody, UnlockReply, UnsuppressReply } from './recipients.js'
 import { SandboxMessagesReply } from './sandbox.js'
 import { TemplatePreviewBody, TemplatePreviewReply } from './templates.js'
 import { UsageReply } from './usage.js'
@@ -16,7 +16,7 @@ import { UsageReply } from './usage.js'
 export const namedSchemas: readonly TSchema[] = [
   ErrorCodeSchema, ErrorBody,
   DispatchBody, DispatchReply, VerifyBody, VerifyReply,
-  UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply,
+  UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply, SuppressBody, SuppressReply, UnsuppressReply, FeedbackReply,
   RedeemBody, RedeemReply, JwksReply,
   TemplatePreviewBody, TemplatePreviewReply,
   LiveReply, ReadyReply

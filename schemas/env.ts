@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { DURATION_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
+import { ARN_LIST_PATTERN, DEFAULT_SNS_CERT_URL_PATTERN, DURATION_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
@@ -49,12 +49,17 @@ export const EnvSchema = Type.Object({
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
   RECEIPT_TTL_SECONDS: Duration('300', 's', '10s', '1h', 'Lifetime of a verification receipt.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes per tenant and mode in the in-memory store (about 190 bytes each); past it, that tenant\'s dispatches in that mode answer 503, and no other tenant\'s.'),
-  MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
-  MAIL_TIMEOUT_MS: Duration('5000', 'ms', '100ms', '1m', 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
+  MAIL_TRANSPORT: Type.String({ default: 'log', pattern: MAIL_TRANSPORT_PATTERN, description: 'How live mail leaves: log (prints it), ses, smtp, or an ordered list of providers (`ses,smtp`): a send that times out, cannot connect, is throttled or meets a provider-side error goes to the next; a rejected message does not.' }),
+  MAIL_TIMEOUT_MS: Duration('5000', 'ms', '100ms', '1m', 'Upper bound for handing one message to one provider, retries included. With a list, each provider has its own; a dispatch answers within their sum, and 502 once all failed.'),
+  SUPPRESSION_DAYS: PositiveInt(30, 1, 3650, 'How long a permanent bounce, a complaint or POST /recipients/suppress keeps a mailbox from getting codes of that tenant.'),
+  MAIL_BREAKER_FAILURES: PositiveInt(5, 1, 1000, 'Consecutive failed sends after which a provider of a MAIL_TRANSPORT list is skipped (its circuit opens).'),
+  MAIL_BREAKER_OPEN_SECONDS: Duration('30', 's', '1s', '1h', 'How long an open circuit skips its provider before one probe send may try it again.'),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://', description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),
   AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
   AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),
   SES_CONFIGURATION_SET: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'SES configuration set for event publishing.' })),
+  SES_FEEDBACK_TOPIC_ARNS: Type.Optional(Type.String({ pattern: ARN_LIST_PATTERN, description: 'Comma-separated ARNs of the SNS topics SES publishes delivery events to: POST /feedback/ses accepts (and confirms subscriptions of) only these. Unset: every message is refused.' })),
+  SNS_SIGNING_CERT_URL_PATTERN: Type.String({ default: DEFAULT_SNS_CERT_URL_PATTERN, minLength: 1, description: 'Regular expression an SNS message\'s SigningCertURL must match before the certificate is fetched. The default allows only SNS\'s own HTTPS hosts; never widen it in production (tests point it at a loopback server).' }),
   MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp; a tenant\'s brand.from overrides it.' })),
   BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413 before the key is checked.'),
   TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none and use the socket address.' })),
@@ -67,7 +72,7 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_BACKEND: Type.String({ default: '6000/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key and backend address when the backend forwards its end users with End-User-IP: `max/window`.' }),
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key: dispatches, and verifies that find a live code (made-up requestIds and refused requests count only against their source): `max/window`.' }),
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
-  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /templates/preview): `max/window`.' }),
+  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /recipients/suppress, /recipients/unsuppress, /templates/preview): `max/window`.' }),
   RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key; one preview per tenant renders at a time per instance: `max/window`.' }),
   RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /.well-known/jwks.json) and to unknown paths: `max/window`. Probes (/healthz, /readyz) are never limited.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),

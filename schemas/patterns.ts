@@ -18,6 +18,15 @@ export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 /** An API key: kind, mode, then base62. */
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 
+/** MAIL_TRANSPORT: `log`, or one or two providers in the order a send tries them. */
+export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
+
+/** SNS's own signing-certificate URLs: HTTPS on an SNS host, a .pem file. */
+export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[A-Za-z0-9]+\\.pem$'
+
+/** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
+export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'
+
 /**
  * A duration: a whole number then ms, s, m, h or d (`500ms`, `5s`, `15m`, `24h`, `30d`). A
  * variable whose name carries its unit (`…_MS`, `…_SECONDS`) also takes a plain number in it.

@@ -98,6 +98,12 @@ export const WebhookEndpointSchema = Type.Object({
   events: Type.Array(Type.Union(WEBHOOK_EVENT_TYPES.map((type) => Type.Literal(type))), { minItems: 1, uniqueItems: true, description: 'The event types sent to this endpoint.' })
 }, { additionalProperties: false })
 
+export const ReviewAddressSchema = Type.Object({
+  address: Type.String({ minLength: 3, maxLength: 254, description: 'The address an app-store reviewer or an end-to-end test signs in with: a dispatch to it sends nothing and charges nothing.' }),
+  codeSha256: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'Lower-case hex SHA-256 of the 6-digit code that verifies for it (`npm run keys -- review --tenant ID --address …` makes one).' }),
+  expiresAt: Type.String({ format: 'date-time', description: 'Required, at most 90 days ahead when the file is loaded; past it the entry is ignored (with a warning).' })
+}, { additionalProperties: false })
+
 /** A tenant id: also part of Redis hash tags, so no braces, colons or slashes. */
 export const TENANT_ID_PATTERN = '^[a-z0-9][a-z0-9_-]{0,62}$'
 
@@ -116,6 +122,7 @@ export const TenantSchema = Type.Object({
   addressHashKey: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9+/]{43,}={0,2}$', maxLength: 344, description: "Base64 of at least 32 random bytes (`openssl rand -base64 32`), shared with the tenant's backend: receipts and webhook events carry HMAC-SHA256 of the recipient address under this key. Unset: a key derived from OTP_HMAC_KEYS, which the backend cannot compute (it can still pass the address to redeem)." })),
   webhooks: Type.Optional(Type.Array(WebhookEndpointSchema, { maxItems: 20, description: 'Endpoints that receive signed events (Standard Webhooks).' })),
   captcha: Type.Optional(CaptchaSchema),
+  reviewAddresses: Type.Optional(Type.Array(ReviewAddressSchema, { maxItems: 20, description: 'Addresses whose code is fixed (stored as its SHA-256) for app-store reviewers and end-to-end tests in live mode: no mail, no charge; the code verifies as any other (once, with the lockout and the receipt). Every use is logged, counted and sent as a `review.used` webhook.' })),
   templates: Type.Optional(Type.Record(Type.String({ pattern: LOCALE_TAG_PATTERN }), LocaleTemplatesSchema, {
     additionalProperties: false,
     maxProperties: 50,
@@ -144,3 +151,4 @@ export type KeyEntry = Static<typeof KeySchema>
 export type TenantEntry = Static<typeof TenantSchema>
 export type TenantsFile = Static<typeof TenantsFileSchema>
 export type WebhookEndpointEntry = Static<typeof WebhookEndpointSchema>
+export type ReviewAddressEntry = Static<typeof ReviewAddressSchema>

@@ -5,8 +5,13 @@ export const WEBHOOK_EVENT_TYPES = [
   'verification.succeeded',
   'verification.failed',
   'delivery.failed',
+  'delivery.delivered',
+  'delivery.delayed',
+  'delivery.bounced',
+  'delivery.complained',
   'recipient.locked',
-  'quota.threshold'
+  'quota.threshold',
+  'review.used'
 ] as const
 
 export type WebhookEventType = typeof WEBHOOK_EVENT_TYPES[number]
@@ -52,7 +57,34 @@ export const DeliveryFailedPayload = payload('delivery.failed', 'The mail with t
   ...Base,
   requestId: RequestId,
   addressHash: AddressHash,
-  reason: Type.Union(['timeout', 'connection', 'throttled', 'rejected', 'unknown'].map((kind) => Type.Literal(kind)), { description: 'The kind of failure.' })
+  reason: Type.Union(['timeout', 'connection', 'throttled', 'provider', 'rejected', 'unavailable', 'unknown'].map((kind) => Type.Literal(kind)), { description: 'The kind of failure.' })
+}, { additionalProperties: false }))
+
+const feedbackNote = 'From the provider\'s feedback (SES event publishing through SNS, POST /feedback/ses), mapped to the dispatch by the message tags the service sets; live mail only.'
+
+export const DeliveryDeliveredPayload = payload('delivery.delivered', `The recipient's mail server accepted the message. ${feedbackNote}`, Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash
+}, { additionalProperties: false }))
+
+export const DeliveryDelayedPayload = payload('delivery.delayed', `The provider could not deliver the message yet and keeps trying. ${feedbackNote}`, Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash
+}, { additionalProperties: false }))
+
+export const DeliveryBouncedPayload = payload('delivery.bounced', `The recipient's mail server refused the message. A permanent bounce suppresses the mailbox for SUPPRESSION_DAYS. ${feedbackNote}`, Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash,
+  bounceType: Type.Union([Type.Literal('permanent'), Type.Literal('transient')], { description: '`permanent`: the address does not exist or refuses mail for good (the mailbox is now suppressed); `transient`: a full mailbox, a message too large, an undetermined cause.' })
+}, { additionalProperties: false }))
+
+export const DeliveryComplainedPayload = payload('delivery.complained', `The recipient marked the message as spam; the mailbox is now suppressed for SUPPRESSION_DAYS. ${feedbackNote}`, Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash
 }, { additionalProperties: false }))
 
 export const RecipientLockedPayload = payload('recipient.locked', 'Wrong guesses for this recipient reached LOCKOUT_THRESHOLD: dispatch to the address answers 429 until `lockedUntil`. Sent once per lockout.', Type.Object({
@@ -72,12 +104,25 @@ export const QuotaThresholdPayload = payload('quota.threshold', "A dispatch took
   resetsAt: Type.String({ format: 'date-time', description: 'When the window ends and the allowance returns.' })
 }, { additionalProperties: false }))
 
+export const ReviewUsedPayload = payload('review.used', 'A dispatch went to one of the tenant\'s review addresses (`reviewAddresses`): no mail was sent and nothing charged; the fixed code verifies once for this requestId. An unexpected one means the review code leaked.', Type.Object({
+  ...Base,
+  requestId: RequestId,
+  addressHash: AddressHash,
+  keyId: Type.String({ description: 'The API key that asked.' }),
+  source: Type.String({ description: 'The source address the request came from (the end user\'s, with End-User-IP).' })
+}, { additionalProperties: false }))
+
 export const WebhookPayloads = [
   VerificationSucceededPayload,
   VerificationFailedPayload,
   DeliveryFailedPayload,
+  DeliveryDeliveredPayload,
+  DeliveryDelayedPayload,
+  DeliveryBouncedPayload,
+  DeliveryComplainedPayload,
   RecipientLockedPayload,
-  QuotaThresholdPayload
+  QuotaThresholdPayload,
+  ReviewUsedPayload
 ] as const
 
 /** The `data` of each event type, as the service builds it. */
@@ -85,8 +130,13 @@ export interface WebhookEventData {
   'verification.succeeded': Omit<Static<typeof VerificationSucceededPayload>['data'], 'tenant' | 'mode'>
   'verification.failed': Omit<Static<typeof VerificationFailedPayload>['data'], 'tenant' | 'mode'>
   'delivery.failed': Omit<Static<typeof DeliveryFailedPayload>['data'], 'tenant' | 'mode'>
+  'delivery.delivered': Omit<Static<typeof DeliveryDeliveredPayload>['data'], 'tenant' | 'mode'>
+  'delivery.delayed': Omit<Static<typeof DeliveryDelayedPayload>['data'], 'tenant' | 'mode'>
+  'delivery.bounced': Omit<Static<typeof DeliveryBouncedPayload>['data'], 'tenant' | 'mode'>
+  'delivery.complained': Omit<Static<typeof DeliveryComplainedPayload>['data'], 'tenant' | 'mode'>
   'recipient.locked': Omit<Static<typeof RecipientLockedPayload>['data'], 'tenant' | 'mode'>
   'quota.threshold': Omit<Static<typeof QuotaThresholdPayload>['data'], 'tenant' | 'mode'>
+  'review.used': Omit<Static<typeof ReviewUsedPayload>['data'], 'tenant' | 'mode'>
 }
 
 /** The published JSON Schema of every webhook body (schemas/webhooks.schema.json). */

@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { EnvSchema } from '../schemas/env.js'
-import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 
 /** The page whose table of environment variables is written from the schema. */
 export const configurationPath = fileURLToPath(new URL('../docs/configuration.md', import.meta.url))
@@ -28,6 +28,8 @@ interface VariableSchema {
 const PATTERN_WORDS = new Map<string, string>([
   [RATE_LIMIT_PATTERN, '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'],
   [RATE_LIMIT_OR_OFF_PATTERN, '`max/window` (`15/15m`), or `off`'],
+  [ARN_LIST_PATTERN, 'ARNs, comma-separated (`arn:aws:sns:eu-west-1:123456789012:ses-events`)'],
+  [MAIL_TRANSPORT_PATTERN, '`log`, `ses`, `smtp`, `ses,smtp`, `smtp,ses`'],
   ['^rediss?://', 'a `redis://` or `rediss://` URL'],
   ['^smtps?://', 'an `smtp://` or `smtps://` URL'],
   ['^https?://', 'an `http://` or `https://` URL'],

@@ -31,10 +31,11 @@ export class CodeSeeder {
       policy: admissionPolicy(config),
       signer: new CodeSigner(hmacKeys),
       backend,
-      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code) } },
+      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code); return 'bench' } },
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+      suppressionMs: config.suppressionMs,
       ipv6BucketPrefix: config.ipv6BucketPrefix,
-      observer: { dispatched () {}, checked () {}, locked () {} },
+      observer: { dispatched () {}, checked () {}, locked () {}, reviewed () {} },
       // The address hash goes into every record, as the service stores it; the seeder verifies nothing.
       receipts: { addressHash: (tenant, address) => hasher.hash(tenant, address), issue: async () => { throw new Error('the seeder only dispatches') } },
       events: { emit () {} }

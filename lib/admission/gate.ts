@@ -1,4 +1,4 @@
-import type { ErrorCode } from '../../schemas/error-catalog.js'
+import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
 import type { Audience, DispatchPlan, LimitHit, RefusalPlan, VerifyPlan } from './plan.js'
@@ -28,6 +28,8 @@ export type DispatchCounts =
   /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
   | { kind: 'collision' }
   | { kind: 'locked', counts: WindowCount[], lockedForMs: number }
+  /** The mailbox is suppressed (bounced or complained): nothing written, nothing charged. */
+  | { kind: 'suppressed', counts: WindowCount[] }
   | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
   | { kind: 'quota_exceeded', counts: WindowCount[], quota: QuotaDecision }
   | { kind: 'issued', counts: WindowCount[], quota: QuotaDecision }
@@ -51,13 +53,17 @@ export interface AdmissionStore {
   count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
   /** Ends the locks of these lockout keys and forgets their runs of failures; true when there was one. */
   clearLockout (keys: readonly string[]): Promise<boolean>
+  /** Suppresses a mailbox (its suppression key) for `ttlMs`; a later suppression extends it. */
+  suppress (key: string, ttlMs: number): Promise<void>
+  /** Lifts a suppression; true when there was one. */
+  unsuppress (key: string): Promise<boolean>
 }
 
 export type Headers = Record<string, string>
 
 /** A request the gate turns away, with the answer's code, message and headers. */
 export interface Refusal {
-  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED'>
+  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED' | 'RECIPIENT_SUPPRESSED' | 'DELIVERY_FAILED'>
   message: string
   headers: Headers
 }
@@ -156,6 +162,12 @@ export class AdmissionGate {
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
     if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded) }
+    if (counts.kind === 'suppressed') {
+      // A page could be anyone's: it hears what a failed delivery says, which is all the
+      // mailbox's owner would see too, and not that this address bounced or complained here.
+      if (audience === 'browser') return { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', message: errorCatalog.DELIVERY_FAILED.message, headers: {} } }
+      return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
+    }
     if (counts.kind === 'locked') {
       if (audience === 'browser') {
         const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
@@ -202,5 +214,13 @@ export class AdmissionGate {
 
   async clearLockout (keys: readonly string[]): Promise<boolean> {
     return await this.#store.clearLockout(keys)
+  }
+
+  async suppress (key: string, ttlMs: number): Promise<void> {
+    await this.#store.suppress(key, ttlMs)
+  }
+
+  async unsuppress (key: string): Promise<boolean> {
+    return await this.#store.unsuppress(key)
   }
 }

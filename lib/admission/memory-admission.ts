@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto'
 import type { MemoryQuotaStore } from '../quota/memory-quota-store.js'
 import type { MemoryTokenStore } from '../tokens/memory-token-store.js'
 import { splitRecord } from '../tokens/token-store.js'
+import { ShareLru } from '../memory/share-lru.js'
 import { StoreFullError } from '../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { MemoryLockout } from './lockout.js'
@@ -20,6 +21,13 @@ export const VELOCITY_BUCKETS_PER_SHARE = 50_000
  */
 export const LOCKOUT_STATES_PER_SHARE = 100_000
 
+/**
+ * Suppressed mailboxes kept in process per tenant and mode; past it, the share's least
+ * recently read are forgotten. Only the tenant itself (its secret keys, its mail's feedback)
+ * adds to its share, so a full share forgets only that tenant's oldest suppressions.
+ */
+export const SUPPRESSIONS_PER_SHARE = 100_000
+
 function sameForm (stored: string, candidate: string): boolean {
   const a = Buffer.from(stored)
   const b = Buffer.from(candidate)
@@ -36,8 +44,11 @@ export class MemoryAdmission implements AdmissionStore {
   readonly #lockout: MemoryLockout
   readonly #tokens: MemoryTokenStore
   readonly #quota: MemoryQuotaStore
+  /** Per tenant scope: suppression key → when it ends (epoch ms). */
+  readonly #suppressions: ShareLru<number>
 
-  constructor (tokens: MemoryTokenStore, quota: MemoryQuotaStore, capacity: { velocityBucketsPerShare?: number, lockoutStatesPerShare?: number } = {}) {
+  constructor (tokens: MemoryTokenStore, quota: MemoryQuotaStore, capacity: { velocityBucketsPerShare?: number, lockoutStatesPerShare?: number, suppressionsPerShare?: number } = {}) {
+    this.#suppressions = new ShareLru(capacity.suppressionsPerShare ?? SUPPRESSIONS_PER_SHARE)
     this.#velocity = new MemoryVelocityCounter(capacity.velocityBucketsPerShare ?? VELOCITY_BUCKETS_PER_SHARE)
     this.#lockout = new MemoryLockout({ statesPerShare: capacity.lockoutStatesPerShare ?? LOCKOUT_STATES_PER_SHARE, shareOf: lockoutShare })
     this.#tokens = tokens
@@ -52,6 +63,7 @@ export class MemoryAdmission implements AdmissionStore {
     if (own !== null) return { kind: 'limited', counts, exceeded: own }
     const lockedForMs = this.#lockout.lockedFor(lockoutKey, now)
     if (lockedForMs > 0) return { kind: 'locked', counts, lockedForMs }
+    if (this.#suppressedUntil(plan.suppressionKey) > now) return { kind: 'suppressed', counts }
     // A code whose wrong guess could not be counted must not be sent.
     if (!this.#lockout.hasRoom(lockoutKey, now)) throw lockoutFull()
     const shared = this.#hit(plan.sharedLimits, now, counts)
@@ -116,6 +128,20 @@ export class MemoryAdmission implements AdmissionStore {
     let cleared = false
     for (const key of keys) if (this.#lockout.clear(key)) cleared = true
     return cleared
+  }
+
+  async suppress (key: string, ttlMs: number): Promise<void> {
+    this.#suppressions.set(lockoutShare(key), key, Date.now() + ttlMs)
+  }
+
+  async unsuppress (key: string): Promise<boolean> {
+    const active = this.#suppressedUntil(key) > Date.now()
+    this.#suppressions.delete(lockoutShare(key), key)
+    return active
+  }
+
+  #suppressedUntil (key: string): number {
+    return this.#suppressions.get(lockoutShare(key), key) ?? 0
   }
 
   /** Counts the limits in order into `counts`, up to the first one exceeded, which it returns. */

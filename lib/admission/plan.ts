@@ -89,6 +89,8 @@ export interface DispatchPlan {
   mailbox: LimitHit | null
   /** The mailbox's lockout state in the lane of the dispatching key. */
   lockoutKey: string
+  /** The mailbox's suppression in the tenant and mode (both lanes): set, the dispatch sends nothing. */
+  suppressionKey: string
   /** The tenant's allowance and, for a restricted key, its own share: a unit of both or of none. */
   quota: { tenant: QuotaClaim, share: QuotaClaim | null, nowMs: number, description: string }
   token: { key: string, record: string, ttlMs: number }
@@ -178,6 +180,15 @@ export function lockoutKeys (tenantId: string, mode: KeyMode, recipientTag: stri
 }
 
 /**
+ * Where a mailbox's suppression lives, per tenant and mode (a permanent bounce or a complaint
+ * suppresses it for every lane and spelling): the tenant's hash tag, so the dispatch script
+ * reads it in its own slot.
+ */
+export function suppressionKey (tenantId: string, mode: KeyMode, recipientTag: string): string {
+  return `suppressed:${scopeTag(tenantId, mode)}:${recipientTag}`
+}
+
+/**
  * The in-process share a lockout state belongs to: its tenant, mode and lane (the key up to
  * its last `:`, since neither tenant ids nor recipient tags hold one).
  */
@@ -223,6 +234,7 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
     sharedLimits: [tenantLimit(policy, key, 'recipient', subject), tenantLimit(policy, key, 'key', key.id)],
     mailbox: mailboxLimit(policy, mode, subject),
     lockoutKey: lockoutKeyPrefix(tenant.id, mode) + subject,
+    suppressionKey: suppressionKey(tenant.id, mode, recipientTag),
     quota: {
       tenant: { scope, share: null, limit: allowance.limit, window: allowance.window },
       share: key.allowanceShare === null ? null : { scope, share: key.id, limit: Math.floor(allowance.limit * key.allowanceShare), window: allowance.window },

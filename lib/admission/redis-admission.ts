@@ -8,7 +8,7 @@ import { LOCKOUT_LUA } from './lockout.js'
 import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from './plan.js'
 import { HIT_LIMIT_LUA, type WindowCount } from './velocity.js'
 
-const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5 } as const
+const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5, suppressed: 6 } as const
 const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } as const
 
 /*
@@ -42,16 +42,24 @@ local function hitLimits (first, last, firstArg, reply)
 end
 `
 
+/** Whether a mailbox's suppression key is set (it expires with the suppression). */
+const SUPPRESSION_LUA = `
+local function suppressed (key)
+  return redis.call('EXISTS', key) == 1
+end
+`
+
 /**
  * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
- * when counted here, then one bucket per limit (the caller's own, then the shared ones).
+ * when counted here, one bucket per limit (the caller's own, then the shared ones), then the
+ * mailbox's suppression.
  * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
  * number of own limits o, limit and expiry (epoch ms) per quota counter, max and window ms of
  * the mailbox bucket, then max and window ms per limit.
  * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  */
-const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
+const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
 local quotas = tonumber(ARGV[3])
 local mailboxes = tonumber(ARGV[4])
@@ -71,7 +79,11 @@ if lockedMs > 0 then
   reply[2] = lockedMs
   return reply
 end
-exceeded = hitLimits(firstLimit + own, #KEYS, firstLimitArg + 2 * own, reply)
+if suppressed(KEYS[#KEYS]) then
+  reply[1] = ${DISPATCH.suppressed}
+  return reply
+end
+exceeded = hitLimits(firstLimit + own, #KEYS - 1, firstLimitArg + 2 * own, reply)
 if exceeded > 0 then
   reply[1] = ${DISPATCH.limited}
   reply[2] = own + exceeded
@@ -179,7 +191,7 @@ return reply
 
 /**
  * The most keys a script takes: a dispatch's token, lockout, two quota counters, the mailbox
- * bucket and four limits (source, recipient, backend, key), with room to spare.
+ * bucket, four limits (source, recipient, backend, key) and the suppression, with room to spare.
  */
 const MAX_KEYS = 12
 
@@ -284,12 +296,14 @@ export class RedisAdmission implements AdmissionStore {
       args.push(String(mailbox.max), String(mailbox.windowMs))
     }
     limitArgs(limits, keys, args)
+    keys.push(plan.suppressionKey)
     const { raw, reply } = await this.#run('dispatch', keys, args)
     const verdict = reply[0]
     if (verdict === DISPATCH.collision) return { kind: 'collision' }
     const hits = counts(reply, 4)
     switch (verdict) {
       case DISPATCH.locked: return { kind: 'locked', counts: hits, lockedForMs: reply[1] ?? 0 }
+      case DISPATCH.suppressed: return { kind: 'suppressed', counts: hits }
       case DISPATCH.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'dispatch', raw) }
       case DISPATCH.mailboxLimited:
         if (mailbox === null) throw unexpected('dispatch', raw)
@@ -345,6 +359,14 @@ export class RedisAdmission implements AdmissionStore {
     const hits = counts(reply, 1)
     const position = reply[0]
     return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
+  }
+
+  async suppress (key: string, ttlMs: number): Promise<void> {
+    await storeCall('suppress', async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
+  }
+
+  async unsuppress (key: string): Promise<boolean> {
+    return await storeCall('unsuppress', async () => await this.#client.del(key)) > 0
   }
 
   /** One DEL: a mailbox's lanes share their tenant's hash tag, so on a Cluster they live in one slot. */

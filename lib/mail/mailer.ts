@@ -1,8 +1,9 @@
 import type { Writable } from 'node:stream'
-import type { Config } from '../config.js'
+import type { Config, MailTransportName } from '../config.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { SandboxInbox } from '../sandbox/inbox.js'
 import { simulateDelivery } from '../sandbox/simulator.js'
+import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
 import { SmtpTransport } from './smtp-transport.js'
@@ -27,40 +28,55 @@ const failureKind = (error: unknown): string => error instanceof DeliveryError ?
  * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
  * the sandbox inbox (and, with the log transport, on the console people look at).
  */
+type MailerConfig = Pick<Config, 'mailTransports' | 'mailTimeoutMs' | 'mailBreaker' | 'ses' | 'smtpUrl'>
+
+/** Where a message went: the provider that accepted it, or `sandbox`. */
+export type DeliveredBy = string
+
+const NO_OBSERVER: FailoverObserver = { failedOver () {}, skipped () {} }
+
 export class Mailer {
-  readonly #live: MailTransport
+  readonly #live: FailoverTransport
+  readonly #logsLive: boolean
   readonly #log: LogTransport
   readonly #sandboxInbox: SandboxInbox
   readonly #timeoutMs: number
   readonly #observe: MailSendObserver | undefined
 
-  constructor (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, sandboxInbox: SandboxInbox, logOutput: Writable, observe?: MailSendObserver) {
+  constructor (config: MailerConfig, sandboxInbox: SandboxInbox, logOutput: Writable, observer: FailoverObserver = NO_OBSERVER, observe?: MailSendObserver) {
     this.#log = new LogTransport(logOutput)
-    this.#live = liveTransport(config, this.#log)
+    this.#logsLive = config.mailTransports[0] === 'log'
+    this.#live = new FailoverTransport(config.mailTransports.map((name) => liveTransport(name, config, this.#log)), config.mailBreaker, observer)
     this.#sandboxInbox = sandboxInbox
     this.#timeoutMs = config.mailTimeoutMs
     this.#observe = observe
   }
 
-  /** The transport live mail leaves through. */
+  /** The providers live mail leaves through, in order (`ses,smtp`). */
   get transport (): string {
     return this.#live.name
   }
 
-  async send (message: OutgoingMessage, context: DeliveryContext): Promise<void> {
+  /** Each live provider's circuit. */
+  circuits (): Record<string, CircuitState> {
+    return this.#live.circuits()
+  }
+
+  async send (message: OutgoingMessage, context: DeliveryContext): Promise<DeliveredBy> {
     if (context.mode === 'live') {
-      const transport = this.#live
-      const started = performance.now()
-      let result = 'sent'
-      try {
-        await mailSendSpan(transport.name, { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }, async () => { await transport.send(message) }, failureKind)
-      } catch (error) {
-        result = failureKind(error)
-        throw error
-      } finally {
-        this.#observe?.(transport.name, (performance.now() - started) / 1000, result)
-      }
-      return
+      const attributes = { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }
+      return await this.#live.send(message, async (transport, attempt) => {
+        const started = performance.now()
+        let result = 'sent'
+        try {
+          await mailSendSpan(transport, attributes, attempt, failureKind)
+        } catch (error) {
+          result = failureKind(error)
+          throw error
+        } finally {
+          this.#observe?.(transport, (performance.now() - started) / 1000, result)
+        }
+      })
     }
     await simulateDelivery(message.to, this.#timeoutMs)
     await this.#sandboxInbox.add(context.tenantId, {
@@ -73,7 +89,8 @@ export class Mailer {
       code: context.code,
       createdAt: new Date().toISOString()
     })
-    if (this.#live === this.#log) await this.#log.send(message)
+    if (this.#logsLive) await this.#log.send(message)
+    return 'sandbox'
   }
 
   async ready (): Promise<boolean> {
@@ -85,8 +102,8 @@ export class Mailer {
   }
 }
 
-function liveTransport (config: Pick<Config, 'mailTransport' | 'mailTimeoutMs' | 'ses' | 'smtpUrl'>, log: LogTransport): MailTransport {
-  switch (config.mailTransport) {
+function liveTransport (name: MailTransportName, config: MailerConfig, log: LogTransport): MailTransport {
+  switch (name) {
     case 'ses':
       return new SesTransport({
         timeoutMs: config.mailTimeoutMs,

@@ -77,6 +77,9 @@ function classify (shape: ErrorShape, name: string | undefined, code: string | u
     return 'throttled'
   }
   if (name !== undefined && REJECTION_NAMES.has(name)) return 'rejected'
+  // NotFoundException names a configuration set or identity the account lacks: an operator's
+  // error no retry on this provider fixes, but another provider may still deliver.
+  if (name === 'NotFoundException' || (status !== undefined && status >= 500)) return 'provider'
   return 'unknown'
 }
 

@@ -10,8 +10,13 @@ export interface OutgoingMessage {
   tags: Record<string, string>
 }
 
-/** Why a delivery failed, as far as the provider lets us tell. */
-export type DeliveryFailureKind = 'timeout' | 'connection' | 'throttled' | 'rejected' | 'unknown'
+/**
+ * Why a delivery failed, as far as the provider lets us tell. `provider`: an error on the
+ * provider's side (an HTTP 5xx, a configuration set or identity the account lacks);
+ * `unavailable`: every provider of the list was skipped by its open circuit. Only `rejected`
+ * (the provider refused the address or the content) does not go to the next provider.
+ */
+export type DeliveryFailureKind = 'timeout' | 'connection' | 'throttled' | 'provider' | 'rejected' | 'unavailable' | 'unknown'
 
 /** Thrown by a transport when the message did not leave. */
 export class DeliveryError extends Error {

@@ -1,4 +1,5 @@
-import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import { createHash } from 'node:crypto'
+import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, suppressionKey, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { Backend } from '../backend.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -9,9 +10,10 @@ import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
+import type { KeyMode } from '../tenants/api-keys.js'
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
-import { tokenKey } from '../tokens/token-store.js'
+import { tokenKey, tokenRecord } from '../tokens/token-store.js'
 import type { Receipts } from '../receipts/receipts.js'
 import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
@@ -50,10 +52,12 @@ export type VerifyResult = 'verified' | 'mismatch' | 'malformed'
 
 /** What the service tells the outside about finished requests: metrics, events. */
 export interface OtpObserver {
-  dispatched (key: TenantKey, result: 'sent' | { deliveryFailed: DeliveryFailureKind }): void
+  dispatched (key: TenantKey, result: { sentBy: string } | { deliveryFailed: DeliveryFailureKind }): void
   checked (key: TenantKey, result: VerifyResult): void
   /** A wrong guess locked its recipient for `lockMs`. */
   locked (key: TenantKey, requestId: string, lockMs: number): void
+  /** A dispatch went to a review address (nothing sent, nothing charged). */
+  reviewed (key: TenantKey): void
 }
 
 export interface OtpServiceOptions {
@@ -63,12 +67,22 @@ export interface OtpServiceOptions {
   mailer: Pick<Mailer, 'send'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }
+  /** How long a suppressed mailbox gets no code. */
+  suppressionMs: number
   ipv6BucketPrefix: number
   observer: OtpObserver
   /** The address hash a code's record carries, and the receipt a right guess answers. */
   receipts: Pick<Receipts, 'addressHash' | 'issue'>
   /** The tenants' webhooks: events are queued, never delivered on the request path. */
   events: Pick<EventSink, 'emit'>
+}
+
+/**
+ * The stored form of a review address's code: its SHA-256 under a prefix no signing key id
+ * can have (ids are letters, digits, `_` and `-`), so it never equals a signed code's form.
+ */
+function reviewForm (codeSha256: string): string {
+  return `review:${codeSha256}`
 }
 
 /** The address and the tenant's domain policy: the validated address, or the refusal. */
@@ -118,8 +132,13 @@ export class OtpService {
     const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const requester = this.#requester(caller)
+    const review = tenant.reviewAddresses.get(email.address.toLowerCase())
+    const reviewing = review !== undefined && review.expiresAtMs > Date.now()
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-      const minted = mintCode(signer, tenant.id, mode, laneSubject(audienceOf(key), recipientTag), addressHash)
+      const subject = laneSubject(audienceOf(key), recipientTag)
+      const minted = mintCode(signer, tenant.id, mode, subject, addressHash)
+      // A review address's code is fixed, kept only as its SHA-256: the record holds that.
+      if (reviewing) minted.record = tokenRecord(reviewForm(review.codeSha256), subject, addressHash)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
         ...requester,
@@ -130,9 +149,11 @@ export class OtpService {
       const decision = await backend.admission.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
 
+      let deliveredBy: string
       try {
-        await mailer.send(composeVerificationMessage({
+        deliveredBy = await mailer.send(composeVerificationMessage({
           to: email.address,
           from: tenant.from ?? defaults.mailFrom,
           ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
@@ -141,7 +162,7 @@ export class OtpService {
           ttlSeconds,
           locale: tenant.templates.negotiate(input.locale, input.acceptLanguage),
           templates: tenant.templates,
-          tags: { tenant: tenant.id, mode },
+          tags: { tenant: tenant.id, mode, requestId: minted.requestId },
           onTemplateFallback: (fallback) => {
             log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
           }
@@ -157,7 +178,7 @@ export class OtpService {
         const state = refunded ? { remaining: Math.min(plan.quota.tenant.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
       }
-      observer.dispatched(key, 'sent')
+      observer.dispatched(key, { sentBy: deliveredBy })
       // Once the mail left, so that a refunded unit never reports a threshold.
       const { quota } = decision
       const allowance = plan.quota.tenant
@@ -166,7 +187,7 @@ export class OtpService {
           requestId: minted.requestId, threshold, limit: allowance.limit, used: quota.used, window: allowance.window.spec, resetsAt: new Date(quota.resetMs).toISOString()
         }, { key: `quota:${allowance.scope}:${quota.windowId}:${threshold}`, ttlMs: Math.max(1, quota.resetMs - Date.now()) })
       }
-      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId }, 'code dispatched')
+      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy }, 'code dispatched')
       return { requestId: minted.requestId, headers: decision.headers }
     }
     throw new Error('could not allocate a unique requestId')
@@ -179,6 +200,7 @@ export class OtpService {
     const malformed = !GUESS_FORMAT.test(guess)
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
+    if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
     const decision = await backend.admission.verify(verifyPlan(policy, {
       ...this.#requester(caller),
       tokenKey: tokenKey(key.tenant.id, key.mode, requestId),
@@ -225,12 +247,39 @@ export class OtpService {
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const checked = validateEmail(address)
-    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    const tag = this.#options.signer.tag(checked.email.canonical)
-    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, tag))
+    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, this.mailboxTag(address)))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
+  }
+
+  /**
+   * Suppresses a recipient mailbox (every spelling) in the key's tenant and mode for the
+   * configured time: a partner feeding the bounces and complaints it receives itself.
+   */
+  async suppress (caller: Caller, address: string): Promise<void> {
+    const { key } = caller
+    await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
+    caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id }, 'recipient suppressed')
+  }
+
+  /** Lifts a mailbox's suppression in the key's tenant and mode; true when there was one. */
+  async unsuppress (caller: Caller, address: string): Promise<boolean> {
+    const { key } = caller
+    const lifted = await this.#options.backend.admission.unsuppress(suppressionKey(key.tenant.id, key.mode, this.mailboxTag(address)))
+    caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, lifted }, 'recipient suppression lifted')
+    return lifted
+  }
+
+  /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
+  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
+    await this.#options.backend.admission.suppress(suppressionKey(tenantId, mode, recipientTag), this.#options.suppressionMs)
+  }
+
+  /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
+  mailboxTag (address: string): string {
+    const checked = validateEmail(address)
+    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
+    return this.#options.signer.tag(checked.email.canonical)
   }
 
   /** The caller's per-source buckets: the end user's when a backend forwards one, and the backend's own. */
@@ -242,6 +291,28 @@ export class OtpService {
     return endUser === null
       ? { key: caller.key, sourceBucket: own, backendBucket: null }
       : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: own }
+  }
+
+  /**
+   * A dispatch to a review address: nothing is sent, the unit is given back, and the use is
+   * logged, counted and sent as `review.used`, so that a leaked review code shows.
+   */
+  async #reviewed (caller: Caller, requestId: string, addressHash: string, quota: QuotaDecision, shared: boolean, browserHeaders: Record<string, string> | null, limit: number): Promise<Dispatched> {
+    const { backend, observer, events } = this.#options
+    const { key, log } = caller
+    const { tenant, mode } = key
+    const scope = tenantScope(tenant.id, mode)
+    const [refunded] = await Promise.allSettled([
+      backend.quota.refund(scope, quota.windowId),
+      shared ? backend.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
+    ])
+    const source = caller.endUserAddress ?? caller.address
+    observer.reviewed(key)
+    log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
+    events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })
+    if (browserHeaders !== null) return { requestId, headers: browserHeaders }
+    const state = refunded.status === 'fulfilled' ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
+    return { requestId, headers: quotaHeaders(limit, state, Date.now()) }
   }
 
   /**

@@ -2,7 +2,7 @@ import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry } from '../../schemas/tenants.js'
+import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import type { WebhookEventType } from '../../schemas/webhooks.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { TemplateFolders } from '../mail/template-files.js'
@@ -54,7 +54,18 @@ export interface Tenant {
   captcha: CaptchaSettings | null
   /** Its message wording (its own templates, the built-in wording elsewhere) and languages. */
   templates: TenantTemplates
+  /** Review addresses (lower-cased validated address → code hash and expiry); empty for most. */
+  reviewAddresses: ReadonlyMap<string, ReviewAddress>
 }
+
+/** A review address's fixed code, as its SHA-256, and when it stops working. */
+export interface ReviewAddress {
+  codeSha256: string
+  expiresAtMs: number
+}
+
+/** How far ahead a review address may expire: a forgotten entry is a standing way in. */
+export const REVIEW_ADDRESS_MAX_DAYS = 90
 
 /** Where a tenant's events go: a URL is one endpoint (its identity in the delivery queue). */
 export interface WebhookEndpoint {
@@ -123,9 +134,13 @@ export class TenantRegistry {
   readonly tenants: ReadonlyMap<string, Tenant>
   #version: string | null = null
 
-  private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>) {
+  /** What loading noticed without refusing the file (expired review addresses), for the log. */
+  readonly warnings: readonly string[]
+
+  private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>, warnings: readonly string[] = []) {
     this.#keysByHash = keysByHash
     this.tenants = tenants
+    this.warnings = warnings
   }
 
   /**
@@ -142,6 +157,7 @@ export class TenantRegistry {
     const tenants = new Map<string, Tenant>()
     const keysByHash = new Map<string, TenantKey>()
     const templateProblems: string[] = []
+    const warnings: string[] = []
     const check = <T>(fallback: T, build: () => T): T => {
       try {
         return build()
@@ -175,7 +191,8 @@ export class TenantRegistry {
         addressHashKey: addressHashKey(entry.addressHashKey),
         webhooks: check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)),
         captcha: check(null, () => captchaSettings(entry.captcha, `${where}/captcha`)),
-        templates: TenantTemplates.builtin
+        templates: TenantTemplates.builtin,
+        reviewAddresses: check(new Map<string, ReviewAddress>(), () => reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings))
       }
       try {
         tenant.templates = TenantTemplates.load(entry, {
@@ -221,7 +238,7 @@ export class TenantRegistry {
     if (problems.length > 0) {
       throw new TenantsFileError(`tenants file: ${problems.length === 1 ? '' : `${problems.length} problems: `}${problems.join('; ')}`, problems)
     }
-    return new TenantRegistry(keysByHash, tenants)
+    return new TenantRegistry(keysByHash, tenants, warnings)
   }
 
   static async fromFile (path: string, options: RegistryFileOptions = {}): Promise<TenantRegistry> {
@@ -408,4 +425,29 @@ function keyCaptchaRequired (tenant: TenantEntry, key: KeyEntry, where: string):
   if (key.requireCaptcha !== undefined) return key.requireCaptcha
   if (tenant.captcha === undefined) return false
   return (tenant.captcha.requireFor ?? 'restricted') === 'all' || key.kind === 'restricted'
+}
+
+/**
+ * A tenant's review addresses. An expiry more than REVIEW_ADDRESS_MAX_DAYS ahead refuses the
+ * file; a past one is left out with a warning, so a stale entry never blocks a reload.
+ */
+function reviewAddresses (entries: readonly ReviewAddressEntry[], where: string, warnings: string[]): Map<string, ReviewAddress> {
+  const result = new Map<string, ReviewAddress>()
+  const now = Date.now()
+  for (const [index, entry] of entries.entries()) {
+    const at = `${where}/${index}`
+    const checked = validateEmail(entry.address)
+    if (!checked.ok) throw new TenantsFileError(`${at}/address is not an acceptable address`)
+    const expiresAtMs = Date.parse(entry.expiresAt)
+    if (Number.isNaN(expiresAtMs)) throw new TenantsFileError(`${at}/expiresAt is not a date-time`)
+    if (expiresAtMs > now + REVIEW_ADDRESS_MAX_DAYS * 86_400_000) throw new TenantsFileError(`${at}/expiresAt is more than ${REVIEW_ADDRESS_MAX_DAYS} days ahead`)
+    if (expiresAtMs <= now) {
+      warnings.push(`${at}: the review address expired at ${entry.expiresAt} and is ignored`)
+      continue
+    }
+    const address = checked.email.address.toLowerCase()
+    if (result.has(address)) throw new TenantsFileError(`${at}/address appears twice`)
+    result.set(address, { codeSha256: entry.codeSha256, expiresAtMs })
+  }
+  return result
 }

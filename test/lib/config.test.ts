@@ -9,7 +9,7 @@ t.test('defaults give the embedded service', async (t) => {
   t.equal(config.redisUrl, null)
   t.equal(config.otpTtlSeconds, 600)
   t.equal(config.bodyLimitBytes, 4096)
-  t.equal(config.mailTransport, 'log')
+  t.same(config.mailTransports, ['log'])
   t.equal(config.hmacKeyGenerated, true)
   t.equal(config.hmacKeys[0]?.secret.length, 32)
   t.same(config.trustProxy, [])

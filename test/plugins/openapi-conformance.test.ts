@@ -29,15 +29,19 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
-  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`],
-  ['getReadiness 429', `the cap on connections per source: ${connectionLayer}`]
+  ['getReadiness 429', `the cap on connections per source: ${connectionLayer}`],
+  ['receiveSesFeedback 429', `the cap on connections per source: ${connectionLayer}`],
+  ['receiveSesFeedback 500', 'INTERNAL: no request makes the service fail'],
+  ['receiveSesFeedback 200', 'needs a message signed with a certificate SNS_SIGNING_CERT_URL_PATTERN accepts: test/routes/ses-feedback.test.ts serves one from loopback'],
+  ['receiveSesFeedback 503', 'needs a certificate host that fails: test/routes/ses-feedback.test.ts runs one']
 ])
 
 interface Exchange { operationId: string, what: string, answer: LightMyRequestResponse }
@@ -136,18 +140,34 @@ t.test('every answer the service sends is the one the document describes', async
   await get('getLiveness', 'malformed URL', '/healthz%zz', null)
   await get('getReadiness', 'ready', '/readyz', null)
   await get('getReadiness', 'malformed URL', '/readyz%', null)
-  const unlock = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
-    await exchange(app, 'unlockRecipient', what, { method: 'POST', url: '/recipients/unlock', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
-  await unlock('unlocked', keys.acmeLive, { email: 'ada@example.com' })
-  await unlock('refused address', keys.acmeLive, { email: 'nope' })
-  await unlock('restricted key', keys.acmeBrowser, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
-  await unlock('no key', null, { email: 'ada@example.com' })
-  await unlock('secret key in a browser', keys.acmeLive, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
-  await unlock('unknown field', keys.acmeLive, { email: 'ada@example.com', extra: 1 })
-  await exchange(main.app, 'unlockRecipient', 'broken JSON', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
-  await exchange(main.app, 'unlockRecipient', 'malformed URL', { method: 'POST', url: '/recipients/unlock%zz', headers: bearer(keys.acmeLive), payload: {} })
-  await exchange(main.app, 'unlockRecipient', 'too large', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
-  await exchange(main.app, 'unlockRecipient', 'not JSON', { method: 'POST', url: '/recipients/unlock', headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
+  const recipientCall = (operationId: string, url: string) => async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
+    await exchange(app, operationId, what, { method: 'POST', url, headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
+  const unlock = recipientCall('unlockRecipient', '/recipients/unlock')
+  const suppress = recipientCall('suppressRecipient', '/recipients/suppress')
+  const unsuppress = recipientCall('unsuppressRecipient', '/recipients/unsuppress')
+  for (const [operationId, url, call] of [['unlockRecipient', '/recipients/unlock', unlock], ['suppressRecipient', '/recipients/suppress', suppress], ['unsuppressRecipient', '/recipients/unsuppress', unsuppress]] as const) {
+    await call('done', keys.acmeLive, { email: 'ada@example.com' })
+    await call('refused address', keys.acmeLive, { email: 'nope' })
+    await call('restricted key', keys.acmeBrowser, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
+    await call('no key', null, { email: 'ada@example.com' })
+    await call('secret key in a browser', keys.acmeLive, { email: 'ada@example.com' }, { origin: 'https://app.acme.test' })
+    await call('unknown field', keys.acmeLive, { email: 'ada@example.com', extra: 1 })
+    await exchange(main.app, operationId, 'broken JSON', { method: 'POST', url, headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
+    await exchange(main.app, operationId, 'malformed URL', { method: 'POST', url: `${url}%zz`, headers: bearer(keys.acmeLive), payload: {} })
+    await exchange(main.app, operationId, 'too large', { method: 'POST', url, headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ email: 'a'.repeat(5000) }) })
+    await exchange(main.app, operationId, 'not JSON', { method: 'POST', url, headers: { ...bearer(keys.acmeLive), 'content-type': 'text/plain' }, payload: 'x' })
+  }
+  const feedback = async (what: string, payload: string, contentType = 'text/plain; charset=UTF-8') =>
+    await exchange(main.app, 'receiveSesFeedback', what, { method: 'POST', url: '/feedback/ses', headers: { 'content-type': contentType }, payload })
+  await feedback('not JSON', '{')
+  await feedback('not an SNS message', '{"hello":"world"}')
+  await feedback('a topic not listed', JSON.stringify({ Type: 'Notification', MessageId: 'm-1', TopicArn: 'arn:aws:sns:eu-west-1:1:x', Timestamp: new Date().toISOString(), SigningCertURL: 'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-a.pem', Message: '{}', Signature: 'x', SignatureVersion: '2' }))
+  await feedback('too large', JSON.stringify({ Message: 'a'.repeat(300_000) }))
+  await feedback('XML', '<x/>', 'application/xml')
+  await exchange(main.app, 'receiveSesFeedback', 'malformed URL', { method: 'POST', url: '/feedback/ses%zz', headers: { 'content-type': 'text/plain' }, payload: '{}' })
+  await suppress('suppress', keys.acmeLive, { email: 'sam@example.com' })
+  await dispatch('suppressed mailbox', keys.acmeLive, 'sam@example.com')
+  await unsuppress('lift', keys.acmeLive, { email: 'sam@example.com' })
   const preview = async (what: string, key: string | null, payload: unknown, headers: Record<string, string> = {}, app = main.app) =>
     await exchange(app, 'previewTemplate', what, { method: 'POST', url: '/templates/preview', headers: { ...(key === null ? {} : bearer(key)), ...headers }, payload: payload as string })
   await preview('rendered', keys.acmeLive, {})
@@ -176,6 +196,8 @@ t.test('every answer the service sends is the one the document describes', async
     await get('getUsage', what, '/usage', keys.acmeTest, {}, limited.app)
     await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)
     await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
+    await suppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
+    await unsuppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await get('getReadiness', what, '/readyz', null, {}, limited.app)
     await get('getReceiptKeys', what === 'first' ? what : 'public limit', '/.well-known/jwks.json', null, {}, limited.app)
     await redeem(what, keys.acmeTest, { receipt }, {}, limited.app)
@@ -204,6 +226,8 @@ t.test('every answer the service sends is the one the document describes', async
   await verify('store down', keys.acmeTest, { requestId: 'abc', userGuess: '123456' }, {}, down.app)
   await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
   await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
+  await suppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
+  await unsuppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await redeem('store down', keys.acmeTest, { receipt }, {}, down.app)
   await preview('store down: still rendered', keys.acmeTest, {}, {}, down.app)
   await get('listSandboxMessages', 'store down', '/sandbox/messages?email=gus@example.com', keys.acmeTest, {}, down.app)

@@ -20,7 +20,7 @@ t.test('one row per variable, with its default, allowed values and description',
   const rows = table.split('\n').filter((line) => line.startsWith('| `'))
   t.same(rows.map((row) => /^\| `([A-Z0-9_]+)` \|/.exec(row)?.[1]), Object.keys(EnvSchema.properties))
   t.match(table, '| `PORT` | `3000` | integer, 0 to 65535 | TCP port to listen on. |')
-  t.match(table, '| `MAIL_TRANSPORT` | `log` | `log`, `ses`, `smtp` |')
+  t.match(table, '| `MAIL_TRANSPORT` | `log` | `log`, `ses`, `smtp`, `ses,smtp`, `smtp,ses` |')
   t.match(table, '| `RATE_LIMIT_MAILBOX` | `15/15m` | `max/window` (`15/15m`), or `off` |')
   t.match(table, /\| `OTP_HMAC_KEYS` \| \(unset\) \| text \| Comma-separated/)
 })

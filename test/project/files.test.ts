@@ -39,7 +39,7 @@ t.test('compose.yaml configures the service with variables it reads and values i
   t.equal(service?.build, '.', 'built from this repository')
   t.same(Object.keys(environment).filter((name) => !variables.includes(name)), [], 'no variable the service does not read')
   const config = parseConfig(environment)
-  t.equal(config.mailTransport, 'smtp')
+  t.same(config.mailTransports, ['smtp'])
   t.match(compose.services.redis?.image, /^redis:7\.\d+\.\d+-alpine$/, 'pinned to a release')
   t.match(compose.services.mailpit?.image, /^axllent\/mailpit:v\d+\.\d+\.\d+$/, 'pinned to a release')
   t.equal(new URL(environment.REDIS_URL ?? '').hostname, 'redis', 'REDIS_URL names the redis service')

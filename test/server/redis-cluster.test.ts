@@ -156,6 +156,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
           // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
           mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000, share: 'rl:m:live' },
           lockoutKey: `lockout:${tag}:ada`,
+          suppressionKey: `suppressed:${tag}:ada`,
           quota: {
             tenant: { scope, share: null, limit: 1000, window: hour },
             share: { scope, share: 'rk1', limit: 100, window: hour },
@@ -192,6 +193,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
         sharedLimits: [],
         mailbox: null,
         lockoutKey: `lockout:{${scope}}:ada`,
+        suppressionKey: `suppressed:{${scope}}:ada`,
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
         token: { key: `otp:{${scope}}:concurrent`, record: 'k1.x|ada', ttlMs: 60_000 }
       })))
@@ -209,6 +211,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
         sharedLimits: [],
         mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000, share: 'rl:m:live' },
         lockoutKey: `lockout:${tag}:capped`,
+        suppressionKey: `suppressed:${tag}:capped`,
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
         token: { key: `otp:${tag}:${requestId}`, record: 'k1.x|capped', ttlMs: 60_000 }
       })

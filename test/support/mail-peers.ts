@@ -27,24 +27,30 @@ export async function sesStore (base: string): Promise<StoredEmail[]> {
 
 /** Starts aws-ses-v2-local on a free loopback port and waits until it answers HTTP. */
 export async function startSesLocal (t: Test): Promise<string> {
+  return (await startSesProcess(t)).base
+}
+
+/** aws-ses-v2-local, and a way to kill it mid-test (an SES outage). */
+export async function startSesProcess (t: Test): Promise<{ base: string, kill: () => Promise<void> }> {
   const port = await freePort()
   const child = spawn(process.execPath, [CLI, '--host', '127.0.0.1', '--port', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe']
   })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  t.teardown(async () => {
-    if (child.exitCode !== null) return
+  const kill = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return
     const exited = once(child, 'exit')
-    child.kill('SIGTERM')
+    child.kill('SIGKILL')
     await exited
-  })
+  }
+  t.teardown(kill)
   const base = `http://127.0.0.1:${port}`
   for (let i = 0; i < 200; i++) {
     if (child.exitCode !== null) throw new Error(`aws-ses-v2-local exited: ${stderr}`)
     try {
       const response = await fetch(`${base}/health-check`)
-      if (response.ok) return base
+      if (response.ok) return { base, kill }
     } catch {
       // not listening yet
     }

@@ -61,6 +61,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/feedback/ses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * SES delivery events, as an SNS HTTPS subscription
+         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN, or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
+         */
+        post: operations["receiveSesFeedback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/otp/request": {
         parameters: {
             query?: never;
@@ -135,6 +155,46 @@ export interface paths {
          * @description Consecutive wrong guesses lock a recipient mailbox (dispatch answers 429, its outstanding codes no longer verify), for longer with each further one. A tenant that has confirmed its user another way clears the lock and the run of failures here, for the key's mode (live or sandbox). Secret keys only.
          */
         post: operations["unlockRecipient"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/recipients/suppress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop sending codes to a recipient
+         * @description Suppresses a recipient mailbox (every spelling) in the key's tenant and mode for SUPPRESSION_DAYS: dispatch to it sends nothing, charges nothing and answers 422 `RECIPIENT_SUPPRESSED` (a restricted key hears 502 `DELIVERY_FAILED`). SES feedback does this by itself for permanent bounces and complaints; a partner on SMTP, which has no feedback channel, feeds the bounces and complaints it receives here. Suppressing again restarts the period. Secret keys only.
+         */
+        post: operations["suppressRecipient"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/recipients/unsuppress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Lift a recipient's suppression
+         * @description Ends the suppression of a recipient mailbox (every spelling) in the key's tenant and mode, whatever set it (a bounce, a complaint, or /recipients/suppress). Secret keys only.
+         */
+        post: operations["unsuppressRecipient"];
         delete?: never;
         options?: never;
         head?: never;
@@ -224,6 +284,8 @@ export interface components {
          *     - `RECEIPT_INVALID` (400): The receipt is malformed, not signed by this service, or issued to another tenant or mode.
          *     - `RECEIPT_EXPIRED` (400): The receipt has expired.
          *     - `RECEIPT_ADDRESS_MISMATCH` (400): The receipt was issued for another address.
+         *     - `SNS_MESSAGE_INVALID` (400): The body is not a well-formed SNS message.
+         *     - `SNS_MESSAGE_STALE` (400): The SNS message is older than SNS's one-hour retry window.
          *     - `UNAUTHORIZED` (401): A valid API key is required: Authorization: Bearer <key>.
          *     - `QUOTA_EXCEEDED` (402): The volume allowance of this billing tier is used up.
          *     - `ORIGIN_NOT_ALLOWED` (403): This origin is not allowed for this key.
@@ -234,12 +296,16 @@ export interface components {
          *     - `CAPTCHA_REQUIRED` (403): This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header.
          *     - `CAPTCHA_INVALID` (403): The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again.
          *     - `RECIPIENT_BLOCKED` (403): Codes cannot be sent to this address.
+         *     - `SNS_TOPIC_NOT_ALLOWED` (403): The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS.
+         *     - `SNS_CERT_URL_NOT_ALLOWED` (403): The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN.
+         *     - `SNS_SIGNATURE_INVALID` (403): The SNS message signature does not verify.
          *     - `NOT_FOUND` (404): Not found.
          *     - `METHOD_NOT_ALLOWED` (405): This method is not allowed here; see the Allow header.
          *     - `REQUEST_TIMEOUT` (408): The request did not arrive in time.
          *     - `PAYLOAD_TOO_LARGE` (413): The request body is too large.
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): Send the body as application/json.
          *     - `HEADERS_TOO_LARGE` (431): The request headers are too large.
+         *     - `RECIPIENT_SUPPRESSED` (422): This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress).
          *     - `IDEMPOTENCY_MISMATCH` (422): This Idempotency-Key was used with a different request body.
          *     - `IDEMPOTENCY_IN_FLIGHT` (409): A request with this Idempotency-Key is still in progress.
          *     - `RECEIPT_ALREADY_REDEEMED` (409): The receipt was already redeemed.
@@ -250,7 +316,7 @@ export interface components {
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -377,6 +443,40 @@ export interface components {
                 /** @description Whether the mailbox had a lock or a run of wrong guesses to forget. */
                 cleared: boolean;
             };
+        };
+        SuppressRequest: {
+            /**
+             * @description The recipient to suppress or release; every spelling of its mailbox is the same one.
+             * @example ada@example.com
+             */
+            email: string;
+        };
+        SuppressReply: {
+            /** @enum {boolean} */
+            success: true;
+            message: string;
+            data: {
+                /**
+                 * Format: date-time
+                 * @description When the suppression ends unless lifted earlier (SUPPRESSION_DAYS from now).
+                 */
+                suppressedUntil: string;
+            };
+        };
+        UnsuppressReply: {
+            /** @enum {boolean} */
+            success: true;
+            message: string;
+            data: {
+                /** @description Whether the mailbox was suppressed. */
+                lifted: boolean;
+            };
+        };
+        FeedbackReply: {
+            /** @enum {boolean} */
+            success: true;
+            /** @description `handled`: the event became webhooks (and a suppression); `confirmed`: the subscription is confirmed; `duplicate`: this MessageId was handled before; `ignored`: nothing the service sent, or an event type it does not act on. */
+            message: "handled" | "confirmed" | "duplicate" | "ignored";
         };
         RedeemRequest: {
             /**
@@ -866,6 +966,227 @@ export interface operations {
             };
         };
     };
+    receiveSesFeedback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Handled, confirmed, a duplicate, or nothing the service sent. */
+            200: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedbackReply"];
+                };
+            };
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
+            400: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request URL is malformed",
+                     *       "code": "INVALID_URL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE";
+                    };
+                };
+            };
+            /** @description `SNS_TOPIC_NOT_ALLOWED`: The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS. `SNS_CERT_URL_NOT_ALLOWED`: The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN. `SNS_SIGNATURE_INVALID`: The SNS message signature does not verify. */
+            403: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS",
+                     *       "code": "SNS_TOPIC_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
+            413: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is too large",
+                     *       "code": "PAYLOAD_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
+            415: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Send the body as application/json",
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            503: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
     dispatchCode: {
         parameters: {
             query?: never;
@@ -1098,7 +1419,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `IDEMPOTENCY_MISMATCH`: This Idempotency-Key was used with a different request body. */
+            /** @description `RECIPIENT_SUPPRESSED`: This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress). `IDEMPOTENCY_MISMATCH`: This Idempotency-Key was used with a different request body. */
             422: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1109,13 +1430,13 @@ export interface operations {
                     /**
                      * @example {
                      *       "success": false,
-                     *       "message": "This Idempotency-Key was used with a different request body",
-                     *       "code": "IDEMPOTENCY_MISMATCH"
+                     *       "message": "This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress)",
+                     *       "code": "RECIPIENT_SUPPRESSED"
                      *     }
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "IDEMPOTENCY_MISMATCH";
+                        code: "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH";
                     };
                 };
             };
@@ -1761,6 +2082,544 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UnlockReply"];
+                };
+            };
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            400: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is invalid",
+                     *       "code": "INVALID_BODY"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                    };
+                };
+            };
+            /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
+            401: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /**
+                     * @description The authentication scheme to use: `Bearer` (RFC 6750).
+                     * @example Bearer realm="email-otp"
+                     */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "A valid API key is required: Authorization: Bearer <key>",
+                     *       "code": "UNAUTHORIZED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAUTHORIZED";
+                    };
+                };
+            };
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            403: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This origin is not allowed for this key",
+                     *       "code": "ORIGIN_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
+            413: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is too large",
+                     *       "code": "PAYLOAD_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
+            415: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Send the body as application/json",
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            503: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    suppressRecipient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SuppressRequest"];
+            };
+        };
+        responses: {
+            /** @description The mailbox is suppressed in the key's mode. */
+            200: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SuppressReply"];
+                };
+            };
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            400: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is invalid",
+                     *       "code": "INVALID_BODY"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                    };
+                };
+            };
+            /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
+            401: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /**
+                     * @description The authentication scheme to use: `Bearer` (RFC 6750).
+                     * @example Bearer realm="email-otp"
+                     */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "A valid API key is required: Authorization: Bearer <key>",
+                     *       "code": "UNAUTHORIZED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAUTHORIZED";
+                    };
+                };
+            };
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            403: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This origin is not allowed for this key",
+                     *       "code": "ORIGIN_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
+            413: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is too large",
+                     *       "code": "PAYLOAD_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
+            415: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Send the body as application/json",
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            503: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    unsuppressRecipient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SuppressRequest"];
+            };
+        };
+        responses: {
+            /** @description The mailbox is not suppressed in the key's mode. */
+            200: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UnsuppressReply"];
                 };
             };
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */

@@ -52,6 +52,7 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
     sharedLimits: [limit('recipient', 100)],
     mailbox: null,
     lockoutKey: `lockout:${TAG}:ada`,
+    suppressionKey: `suppressed:${TAG}:ada`,
     quota: quota(100),
     token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 },
     ...overrides
@@ -83,6 +84,25 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const counts = await store.dispatch(dispatchPlan('b'))
     t.strictSame(counts.kind === 'issued' && counts.counts.map((count) => count.current), [2, 2], 'each limit counted once per request')
     t.ok(counts.kind === 'issued' && counts.counts.every((count) => count.ttlMs > 30_000 && count.ttlMs <= 60_000), 'each window started with its first hit')
+  })
+
+  t.test('a suppressed mailbox: refused after the caller\'s own limits, before shared ones, no unit, no token; a page hears a delivery failure', async (t) => {
+    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const key = `suppressed:${TAG}:ada`
+    t.equal(await gate.unsuppress(key), false, 'nothing to lift yet')
+    await gate.suppress(key, 60_000)
+    const counts = await store.dispatch(dispatchPlan('a'))
+    t.equal(counts.kind, 'suppressed')
+    t.strictSame(counts.kind === 'suppressed' && counts.counts.map((count) => count.current), [1], 'the source counted, the recipient bucket not')
+    t.match(await gate.dispatch(dispatchPlan('b')), { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', headers: {} } })
+    t.match(await gate.dispatch(dispatchPlan('c', { audience: 'browser' })), { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', headers: {} } })
+    t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 0, 'no unit taken')
+    t.equal(await tokens.take(`otp:${TAG}:a`), null, 'no token')
+    t.equal((await gate.dispatch(dispatchPlan('d', { suppressionKey: `suppressed:${TAG}:bob` }))).kind, 'admitted', 'another mailbox is not suppressed')
+    t.equal(await gate.unsuppress(key), true, 'lifted')
+    t.equal((await gate.dispatch(dispatchPlan('e'))).kind, 'admitted', 'and dispatch works again')
+    await gate.suppress(key, 1)
+    await until('a suppression ends by itself', async () => (await store.dispatch(dispatchPlan(`f${Date.now()}`))).kind === 'issued')
   })
 
   t.test('the tightest limit speaks in the RateLimit-* headers', async (t) => {

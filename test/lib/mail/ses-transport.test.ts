@@ -169,14 +169,15 @@ const MODEL_ERRORS: Record<string, { fault: 'client' | 'server', status: number,
   AccountSuspendedException: { fault: 'client', status: 400, kind: 'rejected' },
   SendingPausedException: { fault: 'client', status: 400, kind: 'rejected' },
   BadRequestException: { fault: 'client', status: 400, kind: 'rejected' },
-  NotFoundException: { fault: 'client', status: 404, kind: 'unknown' },
+  // A configuration set or identity the account lacks: the operator's error; fails over.
+  NotFoundException: { fault: 'client', status: 404, kind: 'provider' },
   TooManyRequestsException: { fault: 'client', status: 429, kind: 'throttled' },
   LimitExceededException: { fault: 'client', status: 400, kind: 'throttled' },
   // Any operation's.
-  InternalServiceErrorException: { fault: 'server', status: 500, kind: 'unknown' },
+  InternalServiceErrorException: { fault: 'server', status: 500, kind: 'provider' },
   // Other operations' only: should SES ever answer a send with one, it is nothing we know.
   AlreadyExistsException: { fault: 'client', status: 400, kind: 'unknown' },
-  ConcurrentModificationException: { fault: 'server', status: 500, kind: 'unknown' },
+  ConcurrentModificationException: { fault: 'server', status: 500, kind: 'provider' },
   ConflictException: { fault: 'client', status: 409, kind: 'unknown' },
   InvalidNextTokenException: { fault: 'client', status: 400, kind: 'unknown' }
 }

@@ -68,11 +68,13 @@ async function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) =
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+    suppressionMs: config.suppressionMs,
     ipv6BucketPrefix: config.ipv6BucketPrefix,
     observer: {
-      dispatched: (_key, result) => { events.push(result === 'sent' ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
+      dispatched: (_key, result) => { events.push('sentBy' in result ? 'sent' : `delivery_failed:${result.deliveryFailed}`) },
       checked: (_key, result: VerifyResult) => { events.push(result) },
-      locked: (_key, _requestId, lockMs) => { events.push(`locked:${lockMs}`) }
+      locked: (_key, _requestId, lockMs) => { events.push(`locked:${lockMs}`) },
+      reviewed: () => { events.push('reviewed') }
     },
     receipts,
     events: { emit: (_tenant, _mode, type) => { events.push(`event:${type}`) } }

@@ -1,0 +1,61 @@
+import type { FastifyPluginAsync } from 'fastify'
+import { apiError } from '../lib/errors.js'
+import { FeedbackRefused, FeedbackUnavailable } from '../lib/feedback/ses-feedback.js'
+import { connectionErrors, errorResponses } from '../schemas/errors.js'
+import { FeedbackReply } from '../schemas/recipients.js'
+import { ref } from '../schemas/ref.js'
+
+/** SNS messages are at most 256 KiB. */
+const SNS_BODY_LIMIT = 262_144
+
+/**
+ * POST /feedback/ses: the HTTPS subscription endpoint of the SNS topic that SES event
+ * publishing writes to. No API key: SNS signs every message, and nothing is done before the
+ * topic, the age, the certificate URL and the signature are checked.
+ */
+const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastify) {
+  // SNS posts JSON as text/plain; it is parsed here, in this scope only.
+  fastify.removeContentTypeParser(['text/plain', 'application/json'])
+  fastify.addContentTypeParser(['text/plain', 'application/json'], { parseAs: 'string', bodyLimit: SNS_BODY_LIMIT }, (_request, body, done) => {
+    try {
+      done(null, JSON.parse(body as string))
+    } catch {
+      done(apiError('SNS_MESSAGE_INVALID', 'The body is not JSON'), undefined)
+    }
+  })
+  fastify.post('/feedback/ses', {
+    bodyLimit: SNS_BODY_LIMIT,
+    schema: {
+      operationId: 'receiveSesFeedback',
+      summary: 'SES delivery events, as an SNS HTTPS subscription',
+      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN, or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
+      tags: ['feedback'],
+      security: [],
+      response: {
+        200: ref(FeedbackReply, { description: 'Handled, confirmed, a duplicate, or nothing the service sent.' }),
+        ...errorResponses([...connectionErrors, 'INTERNAL', 'SNS_MESSAGE_INVALID', 'SNS_MESSAGE_STALE', 'SNS_TOPIC_NOT_ALLOWED', 'SNS_CERT_URL_NOT_ALLOWED', 'SNS_SIGNATURE_INVALID', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'UNAVAILABLE'])
+      }
+    }
+  }, async function receive (request) {
+    const { feedback, metrics } = fastify
+    try {
+      const outcome = await feedback.receive(request.body)
+      metrics.sesFeedback.inc({ outcome })
+      return { success: true as const, message: outcome }
+    } catch (error) {
+      if (error instanceof FeedbackRefused) {
+        metrics.sesFeedback.inc({ outcome: error.code })
+        request.log.warn({ code: error.code }, 'SNS message refused')
+        throw apiError(error.code)
+      }
+      if (error instanceof FeedbackUnavailable) {
+        metrics.sesFeedback.inc({ outcome: 'unavailable' })
+        request.log.warn({ err: error }, 'SNS message not handled; SNS will retry')
+        throw apiError('UNAVAILABLE')
+      }
+      throw error
+    }
+  })
+}
+
+export default feedbackRoutes

@@ -1,0 +1,92 @@
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { run } from '../../cli/keys.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { redisTestOptions, startRedis } from '../support/redis.js'
+import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
+
+const CODE = '135790'
+const sha256 = (value: string): string => createHash('sha256').update(value).digest('hex')
+const inDays = (days: number): string => new Date(Date.now() + days * 86_400_000).toISOString()
+
+t.test('review address: no mail, no charge, the fixed code verifies once, every use reported', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  const secret = webhookSecret()
+  const receiver = await startReceiver(t, secret)
+  const { path, keys } = writeTenants(t, (file) => {
+    file.tenants[0]!.reviewAddresses = [
+      { address: 'Reviewer@Acme.test', codeSha256: sha256(CODE), expiresAt: inDays(30) },
+      { address: 'old-reviewer@acme.test', codeSha256: sha256(CODE), expiresAt: inDays(-1) }
+    ]
+    file.tenants[0]!.webhooks = [{ url: receiver.url, secret, events: ['review.used'] }]
+  })
+  const { app, mail, logs } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true', LOCKOUT_THRESHOLD: '3' })
+  t.match(logs.text, /old-reviewer|reviewAddresses\/1: the review address expired/, 'an expired entry is ignored with a warning')
+  const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
+  const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
+  const used = async (): Promise<number> => (await app.inject({ method: 'GET', url: '/usage', headers: bearer(keys.acmeLive) })).json().data.live.used
+
+  const first = await dispatch('reviewer@acme.test')
+  t.equal(first.statusCode, 200)
+  t.equal(first.headers['quota-remaining'], '1000', 'the answer shows nothing charged')
+  t.equal(mail.count, 0, 'no mail')
+  t.equal(await used(), 0, 'no charge')
+  const { requestId } = first.json().data
+  const verified = await verify(requestId, CODE)
+  t.equal(verified.statusCode, 200, 'the fixed code verifies')
+  t.match(verified.json().data.receipt, /^ey/, 'with a receipt, as any code')
+  t.equal((await verify(requestId, CODE)).statusCode, 400, 'once')
+
+  const other = (await dispatch('REVIEWER@acme.test')).json().data.requestId as string
+  t.equal((await verify(other, '000000')).json().code, 'CODE_MISMATCH', 'a wrong guess is wrong')
+  t.equal((await verify(other, CODE)).statusCode, 400, 'and used the code up')
+
+  // Wrong guesses count toward the lockout like any other code's.
+  for (let i = 0; i < 2; i++) await verify((await dispatch('reviewer@acme.test')).json().data.requestId, '000000')
+  const locked = await dispatch('reviewer@acme.test')
+  t.equal(locked.statusCode, 429, 'three wrong guesses lock the review address too')
+
+  const normal = await dispatch('ada@example.com')
+  t.equal((await verify(normal.json().data.requestId, CODE)).statusCode, 400, 'the review code verifies nothing else')
+  t.equal(mail.count, 1, 'an ordinary address gets its mail')
+  t.equal((await dispatch('old-reviewer@acme.test')).statusCode, 200)
+  t.equal(mail.count, 2, 'an expired review address is an ordinary one')
+
+  const uses = (await app.metrics.registry.getSingleMetric('email_otp_review_uses_total')?.get())?.values.find((value) => value.labels.mode === 'live')?.value
+  t.equal(uses, 4, 'every use counted')
+  t.equal(logs.text.match(/"msg":"review address used/g)?.length, 4, 'and logged')
+  t.match(logs.text, /"keyId":"acme_live","source":"127\.0\.0\.1"[^\n]*review address used/, 'with the key and the source')
+  await receiver.waitFor(() => receiver.verified.length >= 4, 'four review.used webhooks')
+  t.match(receiver.verified[0]?.payload, { type: 'review.used', data: { tenant: 'acme', mode: 'live', requestId, keyId: 'acme_live', source: '127.0.0.1', addressHash: /^[A-Za-z0-9_-]{22}$/ } })
+  t.notMatch(JSON.stringify(receiver.verified.map((hook) => hook.payload)), /reviewer@/, 'never the address')
+})
+
+t.test('review address: the expiry is required and at most 90 days ahead', async (t) => {
+  const far = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE), expiresAt: inDays(91) }] })
+  await t.rejects(buildApp(t, { TENANTS_FILE: far.path }), /reviewAddresses\/0\/expiresAt is more than 90 days ahead/)
+  const none = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE) } as never] })
+  await t.rejects(buildApp(t, { TENANTS_FILE: none.path }), /expiresAt/)
+  const plain = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: CODE, expiresAt: inDays(1) }] })
+  await t.rejects(buildApp(t, { TENANTS_FILE: plain.path }), /codeSha256/, 'the code itself is refused: only its hash is stored')
+})
+
+t.test('email-otp keys review: a random code printed once, only its hash in the file, and it verifies', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const printed: string[] = []
+  await run(['review', '--tenant', 'acme', '--address', 'store-review@acme.test', '--days', '14', '--file', path], { out: (line) => { printed.push(line) }, note: () => {}, env: {} })
+  const [code] = printed
+  t.match(code, /^\d{6}$/, 'stdout: the code alone')
+  const file = JSON.parse(readFileSync(path, 'utf8')) as { tenants: Array<{ reviewAddresses?: Array<{ address: string, codeSha256: string, expiresAt: string }> }> }
+  const entry = file.tenants[0]?.reviewAddresses?.[0]
+  t.equal(entry?.codeSha256, sha256(code ?? ''), 'the file keeps its SHA-256')
+  t.notMatch(readFileSync(path, 'utf8'), new RegExp(`"${code ?? ''}"`), 'never the code')
+  t.ok(Math.abs(Date.parse(entry?.expiresAt ?? '') - (Date.now() + 14 * 86_400_000)) < 60_000, 'valid --days')
+  await t.rejects(run(['review', '--tenant', 'acme', '--address', 'x@acme.test', '--days', '91', '--file', path], { out: () => {}, note: () => {}, env: {} }), /--days must be a whole number from 1 to 90/)
+
+  const { app, mail } = await buildApp(t, { TENANTS_FILE: path })
+  const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'store-review@acme.test' } })
+  t.equal(mail.count, 0)
+  t.equal((await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: sent.json().data.requestId, userGuess: code } })).statusCode, 200)
+})
