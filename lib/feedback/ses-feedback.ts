@@ -1,5 +1,6 @@
 import { get as httpsGet } from 'node:https'
 import MessageValidator from 'sns-validator'
+import { LruMap } from 'toad-cache'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { Tenant } from '../tenants/registry.js'
 
@@ -13,6 +14,16 @@ export const DEDUPE_TTL_MS = MAX_MESSAGE_AGE_MS + MAX_CLOCK_SKEW_MS
 const FETCH_TIMEOUT_MS = 5000
 
 const MESSAGE_ID = /^[A-Za-z0-9-]{1,100}$/
+/**
+ * Certificate URLs fetched for the first time, per minute and process. SNS signs with a few
+ * certificates, each fetched once; a stranger who knows a listed topic could otherwise make
+ * the service fetch a made-up `.pem` from SNS's hosts with every request.
+ */
+const NEW_CERT_URLS_PER_MINUTE = 10
+/** A certificate URL whose fetch failed is not fetched again for this long. */
+const FAILED_CERT_URL_MS = 60_000
+/** Certificate URLs remembered as fetched, or as failing. */
+const CERT_URLS_REMEMBERED = 1000
 
 /** Why a message was refused, as the stable error code of the answer. */
 export type FeedbackRefusal =
@@ -179,6 +190,11 @@ export class SesFeedback {
   readonly #validator: MessageValidator
   readonly #now: () => number
   readonly #confirm: (url: string) => Promise<void>
+  /** URLs whose certificate was fetched (the validator keeps the certificate). */
+  readonly #fetchedCertUrls = new LruMap<true>(CERT_URLS_REMEMBERED)
+  /** URLs whose fetch failed, until when they are not tried again. */
+  readonly #failedCertUrls = new LruMap<number>(CERT_URLS_REMEMBERED)
+  #newCertUrlWindow = { startedAt: 0, fetches: 0 }
 
   constructor (options: SesFeedbackOptions) {
     this.#options = options
@@ -196,7 +212,8 @@ export class SesFeedback {
     if (Number.isNaN(sentAt)) throw new FeedbackRefused('SNS_MESSAGE_INVALID', 'malformed Timestamp')
     if (sentAt < now - MAX_MESSAGE_AGE_MS || sentAt > now + MAX_CLOCK_SKEW_MS) throw new FeedbackRefused('SNS_MESSAGE_STALE', 'the message is older than an hour (or from the future)')
     if (!this.#options.certUrlPattern.test(message.SigningCertURL)) throw new FeedbackRefused('SNS_CERT_URL_NOT_ALLOWED', 'the signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN')
-    await this.#verify(body as Record<string, unknown>)
+    this.#admitCertFetch(message.SigningCertURL)
+    await this.#verify(body as Record<string, unknown>, message.SigningCertURL)
 
     if (!await this.#options.dedupe.claim(message.MessageId)) return 'duplicate'
     try {
@@ -207,7 +224,18 @@ export class SesFeedback {
     }
   }
 
-  async #verify (body: Record<string, unknown>): Promise<void> {
+  /** Refuses (as unavailable: SNS retries) a certificate fetch past the bounds above. */
+  #admitCertFetch (url: string): void {
+    if (this.#fetchedCertUrls.get(url) === true) return
+    const now = this.#now()
+    const failedUntil = this.#failedCertUrls.get(url)
+    if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('the signing certificate could not be fetched a moment ago')
+    if (now - this.#newCertUrlWindow.startedAt >= 60_000) this.#newCertUrlWindow = { startedAt: now, fetches: 0 }
+    if (this.#newCertUrlWindow.fetches >= NEW_CERT_URLS_PER_MINUTE) throw new FeedbackUnavailable('too many new signing certificate URLs this minute')
+    this.#newCertUrlWindow.fetches++
+  }
+
+  async #verify (body: Record<string, unknown>, certUrl: string): Promise<void> {
     let timer: NodeJS.Timeout | undefined
     const verdict = new Promise<'valid' | 'invalid' | 'fetch'>((resolve) => {
       timer = setTimeout(() => { resolve('fetch') }, FETCH_TIMEOUT_MS)
@@ -219,7 +247,11 @@ export class SesFeedback {
     })
     const result = await verdict
     clearTimeout(timer)
-    if (result === 'fetch') throw new FeedbackUnavailable('the signing certificate could not be fetched')
+    if (result === 'fetch') {
+      this.#failedCertUrls.set(certUrl, this.#now() + FAILED_CERT_URL_MS)
+      throw new FeedbackUnavailable('the signing certificate could not be fetched')
+    }
+    this.#fetchedCertUrls.set(certUrl, true)
     if (result === 'invalid') throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
   }
 

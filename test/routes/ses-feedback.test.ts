@@ -18,9 +18,11 @@ const OTHER_TOPIC = 'arn:aws:sns:eu-west-1:123456789012:someone-else'
 globalAgent.options.ca = CERT
 
 /** A loopback HTTPS server playing SNS: it serves the signing certificate and counts subscription confirmations. */
-async function startSnsHost (t: Test): Promise<{ origin: string, confirmations: string[] }> {
+async function startSnsHost (t: Test): Promise<{ origin: string, confirmations: string[], certFetches: string[] }> {
   const confirmations: string[] = []
+  const certFetches: string[] = []
   const server = createServer({ key: KEY, cert: CERT }, (request, response) => {
+    if (request.url?.endsWith('.pem') === true) certFetches.push(request.url)
     if (request.url === '/SimpleNotificationService-test.pem') {
       response.writeHead(200, { 'content-type': 'application/x-pem-file' }).end(CERT)
       return
@@ -37,7 +39,7 @@ async function startSnsHost (t: Test): Promise<{ origin: string, confirmations: 
   t.teardown(async () => { server.closeAllConnections(); server.close(); await once(server, 'close') })
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('no address')
-  return { origin: `https://127.0.0.1:${address.port}`, confirmations }
+  return { origin: `https://127.0.0.1:${address.port}`, confirmations, certFetches }
 }
 
 type Sns = Record<string, string>
@@ -132,6 +134,17 @@ t.test('SNS feedback: signed SES events become webhooks and suppressions; anythi
   t.same((await post(app, '{not json')).json().code, 'SNS_MESSAGE_INVALID', 'not JSON')
   const missing = await post(app, sign(notification(sns.origin, eve, { SigningCertURL: `${sns.origin}/SimpleNotificationService-missing.pem` })))
   t.same([missing.statusCode, missing.json().code], [503, 'UNAVAILABLE'], 'a certificate that cannot be fetched: SNS retries later')
+  // Made-up certificate URLs on SNS's host: a failed URL is not fetched again for a minute,
+  // and at most ten new URLs a minute are fetched at all, whatever a stranger sends.
+  const fetchesBefore = sns.certFetches.length
+  t.equal((await post(app, sign(notification(sns.origin, eve, { SigningCertURL: `${sns.origin}/SimpleNotificationService-missing.pem` })))).statusCode, 503)
+  t.equal(sns.certFetches.length, fetchesBefore, 'a URL that just failed is not fetched again')
+  for (let index = 0; index < 30; index++) {
+    const made = await post(app, sign(notification(sns.origin, eve, { SigningCertURL: `${sns.origin}/SimpleNotificationService-madeup${String.fromCharCode(97 + index % 26)}${String.fromCharCode(97 + Math.floor(index / 26))}.pem` })))
+    t.same([made.statusCode, made.json().code], [503, 'UNAVAILABLE'], `made-up certificate URL ${index}`)
+  }
+  t.ok(sns.certFetches.length - fetchesBefore <= 10, `at most ten new certificate URLs fetched in a minute (${sns.certFetches.length - fetchesBefore} of 30)`)
+  t.ok(sns.certFetches.length - fetchesBefore >= 1, 'new certificate URLs are still fetched')
   t.equal((await post(app, sign(notification(sns.origin, eve, { TopicArn: OTHER_TOPIC })))).statusCode, 403)
   t.equal(await metric(app, 'SNS_SIGNATURE_INVALID'), 2, 'refusals are counted by cause')
   t.equal((await dispatch('eve@example.com')).statusCode, 200, 'no refused message suppressed anyone')
