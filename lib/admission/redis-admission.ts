@@ -1,7 +1,8 @@
 import { Cluster } from 'ioredis'
 import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from '../quota/redis-quota-store.js'
 import type { RedisClient } from '../redis/client.js'
-import { storeCall } from '../store-errors.js'
+import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
+import { storeCall, storeUndo } from '../store-errors.js'
 import { TOKEN_LUA } from '../tokens/redis-token-store.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { LOCKOUT_LUA } from './lockout.js'
@@ -22,6 +23,12 @@ const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } a
  * The verify script builds the lockout key from the tag it reads in the token (it cannot be
  * declared beforehand); the prefix it is given carries the same hash tag, so that key lives in
  * the token's slot.
+ */
+
+/*
+ * Every script but the undo starts with the fence (lib/redis/fence.ts): its last argument is
+ * the deadline by which it must start, else it does nothing. Their shebang makes Redis refuse
+ * them whole when it is out of memory; the undo may always run, as it only gives back.
  */
 
 /**
@@ -51,7 +58,7 @@ end
  * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  */
-const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
+const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
 local quotas = tonumber(ARGV[3])
 local mailboxes = tonumber(ARGV[4])
@@ -99,13 +106,12 @@ return reply
 `
 
 /** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
-const MAILBOX_LUA = `${HIT_LIMIT_LUA}
+const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
 return { hitLimit(KEYS[1], ARGV[2]) }
 `
 
 /** KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each counter. */
-const UNDO_DISPATCH_LUA = `
-redis.call('DEL', KEYS[1])
+const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}redis.call('DEL', KEYS[1])
 for i = 2, #KEYS do
   if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
 end
@@ -125,7 +131,7 @@ return { 0 }
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
  * and the token is gone after this one try anyway.
  */
-const VERIFY_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
+const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
 local forms = tonumber(ARGV[6])
 local own = tonumber(ARGV[7])
 local firstLimitArg = forms + 8
@@ -171,7 +177,7 @@ return reply
 `
 
 /** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
-const COUNT_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
+const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
 local reply = { 0 }
 reply[1] = hitLimits(1, #KEYS, 1, reply)
 return reply
@@ -184,11 +190,11 @@ return reply
 const MAX_KEYS = 12
 
 const COMMANDS = {
-  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA },
-  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA },
-  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA },
-  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA },
-  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA }
+  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA, fenced: true },
+  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA, fenced: true },
+  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA, fenced: false },
+  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA, fenced: true },
+  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA, fenced: true }
 } as const
 
 /**
@@ -234,6 +240,7 @@ function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[])
  */
 export class RedisAdmission implements AdmissionStore {
   readonly #client: RedisClient
+  readonly #clock: RedisClock
   readonly #commands: AdmissionCommands
   /** A Cluster refuses a script whose keys live in different slots. */
   readonly #crossSlot: boolean
@@ -251,6 +258,7 @@ export class RedisAdmission implements AdmissionStore {
       for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
     }
     this.#client = client
+    this.#clock = redisClock(client)
     this.#commands = client as unknown as AdmissionCommands
     this.#crossSlot = !(client instanceof Cluster)
   }
@@ -262,7 +270,12 @@ export class RedisAdmission implements AdmissionStore {
   async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[], textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
     const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
     if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
-    const raw = await storeCall(`${command} admission`, async () => await run.call(this.#client, ...keys, ...args))
+    const { fenced } = COMMANDS[command]
+    const call = fenced ? storeCall : storeUndo
+    const raw = await call(`${command} admission`, async () => {
+      const deadline = fenced ? [await this.#clock.deadline()] : []
+      return await run.call(this.#client, ...keys, ...args, ...deadline)
+    })
     if (textAt === undefined) return { raw, reply: numbers(raw, command), text: '' }
     const values: unknown[] = Array.isArray(raw) ? raw : []
     const text = values[textAt]
@@ -308,13 +321,23 @@ export class RedisAdmission implements AdmissionStore {
     return { kind: 'issued', counts: hits, quota: decision }
   }
 
-  /** On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, the dispatch is undone. */
+  /**
+   * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
+   * not counted (the answer is then 503), the dispatch is undone.
+   */
   async #mailboxOverCap (mailbox: LimitHit, tokenKey: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
-    const { raw, reply } = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
-    const [current, ttlMs] = reply
-    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', raw)
+    const undo = async (): Promise<void> => { await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], []) }
+    let counted: { raw: unknown, reply: number[] }
+    try {
+      counted = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
+    } catch (error) {
+      await undo().catch(() => {})
+      throw error
+    }
+    const [current, ttlMs] = counted.reply
+    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', counted.raw)
     if (current <= mailbox.max) return null
-    await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], [])
+    await undo()
     return { limit: mailbox, count: { current, ttlMs } }
   }
 

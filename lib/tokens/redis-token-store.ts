@@ -1,5 +1,5 @@
 import type { RedisClient } from '../redis/client.js'
-import { storeCall } from '../store-errors.js'
+import { storeCall, storeUndo } from '../store-errors.js'
 import type { TokenStore } from './token-store.js'
 
 /**
@@ -45,8 +45,9 @@ export class RedisTokenStore implements TokenStore {
     return await storeCall('token take', async () => await this.#client.getdel(key))
   }
 
+  /** Sent even when this request found Redis stalled: a late deletion only removes a code whose mail did not leave. */
   async delete (key: string): Promise<void> {
-    await storeCall('token delete', async () => await this.#client.del(key))
+    await storeUndo('token delete', async () => await this.#client.del(key))
   }
 
   async ready (): Promise<boolean> {

@@ -1,0 +1,96 @@
+import type { Test } from 'tap'
+import { Redis } from 'ioredis'
+import { bearer, type TestApp } from '../helper.js'
+import { until } from './wait.js'
+
+/** A code the service answered 200 for, and what became of it. */
+interface Issued {
+  requestId: string
+  email: string
+  code: string
+  verified: boolean
+}
+
+/**
+ * Load against an app whose Redis is made to fail, keeping what every answer said, so that
+ * the state left in Redis can be checked against the answers afterwards: the tenant is
+ * charged for exactly the dispatches answered 200 (their mail left), exactly the codes
+ * answered 200 and not yet verified are in Redis, and every verify answered 503 verifies on
+ * retry with the same code.
+ */
+export class FaultLoad {
+  readonly #app: TestApp
+  readonly #key: string
+  readonly #issued: Issued[] = []
+  /** Codes whose verify answered 503: each must verify on retry. */
+  readonly #unanswered: Issued[] = []
+  readonly statuses = new Map<string, number>()
+  #sequence = 0
+
+  constructor (app: TestApp, key: string) {
+    this.#app = app
+    this.#key = key
+  }
+
+  #count (what: string, status: number): void {
+    const name = `${what} ${status}`
+    this.statuses.set(name, (this.statuses.get(name) ?? 0) + 1)
+  }
+
+  /** One dispatch to a mailbox of its own (so its code can be read from the mail). */
+  async dispatch (): Promise<number> {
+    const email = `fault${this.#sequence++}@example.com`
+    const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(this.#key), payload: { email } })
+    this.#count('dispatch', answer.statusCode)
+    if (answer.statusCode === 200) {
+      this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#app.mail.codeFor(email), verified: false })
+    }
+    return answer.statusCode
+  }
+
+  /** The codes issued and not yet verified nor being verified, taken out for verifying. */
+  takeOutstanding (count: number): Issued[] {
+    return this.#issued.filter((issued) => !issued.verified && !this.#unanswered.includes(issued)).slice(0, count)
+  }
+
+  /** Verifies with the right code; a 503 leaves it for the retry check. */
+  async verify (issued: Issued): Promise<number> {
+    const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })
+    this.#count('verify', answer.statusCode)
+    if (answer.statusCode === 200) issued.verified = true
+    else if (answer.statusCode === 503) this.#unanswered.push(issued)
+    return answer.statusCode
+  }
+
+  get issued (): number {
+    return this.#issued.length
+  }
+
+  /**
+   * Once Redis answers again: the invariants, read from Redis and /usage. `redisUrl` reaches
+   * the same server as the app.
+   */
+  async check (t: Test, redisUrl: string): Promise<void> {
+    const { app } = this.#app
+    // The app's own connection runs what it sent while Redis was frozen before this PING.
+    await until('Redis answering the app again', async () => await app.redis?.ping().then(() => true, () => false) ?? false)
+    const usage = await app.inject({ method: 'GET', url: '/usage', headers: bearer(this.#key) })
+    t.equal(usage.statusCode, 200)
+    t.equal(usage.json().data.live.used, this.#issued.length, 'charged exactly for the dispatches answered 200')
+    const inspect = new Redis(redisUrl)
+    try {
+      const tokens: string[] = []
+      for await (const keys of inspect.scanStream({ match: 'otp:*', count: 1000 })) tokens.push(...keys as string[])
+      const outstanding = this.#issued.filter((issued) => !issued.verified)
+      t.equal(tokens.length, outstanding.length, 'a code in Redis for every dispatch answered 200 and not verified, and no other')
+    } finally {
+      inspect.disconnect()
+    }
+    const retried = this.#unanswered.splice(0)
+    const retries = await Promise.all(retried.map(async (issued) => await this.verify(issued)))
+    t.same(retries.filter((status) => status !== 200), [], `each of the ${retried.length} verifies answered 503 verifies on retry with the same code`)
+    const again = this.#issued.filter((issued) => issued.verified).slice(0, 20)
+    const replays = await Promise.all(again.map(async (issued) => await this.#app.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })))
+    t.same(replays.map((answer) => answer.statusCode).filter((status) => status !== 400), [], 'a verified code never verifies again')
+  }
+}
