@@ -7,7 +7,7 @@ export interface EvictionLog {
   info (fields: object, message: string): void
 }
 
-/** Whether Redis may keep what the service writes, and why not. */
+/** Whether Redis may keep what the service writes (it does not evict, and it is not full), and why not. */
 export interface EvictionVerdict {
   ok: boolean
   /** The policy each primary reports (one on a single server or Sentinel). */
@@ -32,6 +32,16 @@ export function policyEvicts (policy: string): boolean {
 /** `maxmemory_policy` from the text of INFO memory. */
 export function maxmemoryPolicy (info: string): string | null {
   return /^maxmemory_policy:(\S+)/m.exec(info)?.[1] ?? null
+}
+
+/**
+ * Whether INFO memory shows Redis past its `maxmemory` (0: no limit). With `noeviction` it then
+ * refuses every script that writes: each dispatch and verify would answer 503.
+ */
+export function overMemoryLimit (info: string): boolean {
+  const used = Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? 0)
+  const limit = Number(/^maxmemory:(\d+)/m.exec(info)?.[1] ?? 0)
+  return limit > 0 && used > limit
 }
 
 /**
@@ -74,12 +84,15 @@ export class EvictionPolicyWatch {
     }
     const policies = infos.map((info) => maxmemoryPolicy(info) ?? 'unknown')
     const evicting = [...new Set(policies.filter(policyEvicts))]
-    const verdict: EvictionVerdict = evicting.length === 0
-      ? { ok: true, policies, reason: null }
-      : { ok: false, policies, reason: `Redis maxmemory-policy is ${evicting.join(', ')}: at its memory limit it evicts keys, which resets velocity and lockout counters and deletes codes; set it to noeviction` }
-    const summary = evicting.length === 0 ? 'noeviction' : evicting.join(',')
+    const full = infos.some(overMemoryLimit)
+    const verdict: EvictionVerdict = evicting.length > 0
+      ? { ok: false, policies, reason: `Redis maxmemory-policy is ${evicting.join(', ')}: at its memory limit it evicts keys, which resets velocity and lockout counters and deletes codes; set it to noeviction` }
+      : full
+        ? { ok: false, policies, reason: 'Redis is past its maxmemory and refuses writes: every dispatch and verify answers 503 until memory is freed or maxmemory raised' }
+        : { ok: true, policies, reason: null }
+    const summary = evicting.length > 0 ? evicting.join(',') : full ? 'full' : 'noeviction'
     if (summary !== this.#logged) {
-      if (verdict.ok) this.#log.info({ maxmemoryPolicy: policies }, 'Redis maxmemory-policy is noeviction again: ready')
+      if (verdict.ok) this.#log.info({ maxmemoryPolicy: policies }, 'Redis maxmemory-policy is noeviction again, within its memory limit: ready')
       else this.#log.error({ maxmemoryPolicy: policies }, verdict.reason ?? '')
       this.#logged = summary
     }

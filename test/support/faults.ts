@@ -21,15 +21,21 @@ interface Issued {
 export class FaultLoad {
   readonly #app: TestApp
   readonly #key: string
+  readonly #mode: 'live' | 'test'
   readonly #issued: Issued[] = []
   /** Codes whose verify answered 503: each must verify on retry. */
   readonly #unanswered: Issued[] = []
   readonly statuses = new Map<string, number>()
   #sequence = 0
 
-  constructor (app: TestApp, key: string) {
+  /**
+   * `key` a secret key of tenant acme in `mode`. A sandbox (test) key's codes go to its inbox,
+   * not the mail: they are counted, not verified.
+   */
+  constructor (app: TestApp, key: string, mode: 'live' | 'test' = 'live') {
     this.#app = app
     this.#key = key
+    this.#mode = mode
   }
 
   #count (what: string, status: number): void {
@@ -39,17 +45,18 @@ export class FaultLoad {
 
   /** One dispatch to a mailbox of its own (so its code can be read from the mail). */
   async dispatch (): Promise<number> {
-    const email = `fault${this.#sequence++}@example.com`
+    const email = `fault-${this.#mode}-${this.#sequence++}@example.com`
     const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(this.#key), payload: { email } })
     this.#count('dispatch', answer.statusCode)
     if (answer.statusCode === 200) {
-      this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#app.mail.codeFor(email), verified: false })
+      this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#mode === 'live' ? this.#app.mail.codeFor(email) : '', verified: false })
     }
     return answer.statusCode
   }
 
   /** The codes issued and not yet verified nor being verified, taken out for verifying. */
   takeOutstanding (count: number): Issued[] {
+    if (this.#mode === 'test') return []
     return this.#issued.filter((issued) => !issued.verified && !this.#unanswered.includes(issued)).slice(0, count)
   }
 
@@ -76,13 +83,17 @@ export class FaultLoad {
     await until('Redis answering the app again', async () => await app.redis?.ping().then(() => true, () => false) ?? false)
     const usage = await app.inject({ method: 'GET', url: '/usage', headers: bearer(this.#key) })
     t.equal(usage.statusCode, 200)
-    t.equal(usage.json().data.live.used, this.#issued.length, 'charged exactly for the dispatches answered 200')
+    t.equal(usage.json().data[this.#mode === 'live' ? 'live' : 'sandbox'].used, this.#issued.length, `${this.#mode}: charged exactly for the ${this.#issued.length} dispatches answered 200`)
     const inspect = new Redis(redisUrl)
     try {
       const tokens: string[] = []
-      for await (const keys of inspect.scanStream({ match: 'otp:*', count: 1000 })) tokens.push(...keys as string[])
+      for await (const keys of inspect.scanStream({ match: `otp:{acme:${this.#mode}}:*`, count: 1000 })) tokens.push(...keys as string[])
       const outstanding = this.#issued.filter((issued) => !issued.verified)
-      t.equal(tokens.length, outstanding.length, 'a code in Redis for every dispatch answered 200 and not verified, and no other')
+      t.equal(tokens.length, outstanding.length, `${this.#mode}: a code in Redis for every dispatch answered 200 and not verified (${outstanding.length}), and no other`)
+      if (this.#mode === 'test') {
+        const messages = await inspect.eval("local n = 0 for _, key in ipairs(redis.call('KEYS', 'sandbox:{acme}:*')) do n = n + redis.call('LLEN', key) end return n", 0)
+        t.equal(messages, this.#issued.length, 'sandbox: an inbox message for every dispatch answered 200, and no other')
+      }
     } finally {
       inspect.disconnect()
     }
