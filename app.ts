@@ -118,7 +118,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   // Every store call of the request shares one budget: a stalled Redis costs it one timeout.
   fastify.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
-    withStoreBudget(done)
+    withStoreBudget(options.config.redis === null ? null : options.config.redisCommandTimeoutMs, done)
   })
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { Cluster } from 'ioredis'
 import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from '../quota/redis-quota-store.js'
 import type { RedisClient } from '../redis/client.js'
@@ -110,20 +111,31 @@ const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
 return { hitLimit(KEYS[1], ARGV[2]) }
 `
 
-/** KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each counter. */
-const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}redis.call('DEL', KEYS[1])
+/**
+ * KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each
+ * counter, if the token is there (it is only if this dispatch wrote it: its requestId was never
+ * told to anyone).
+ */
+const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}if redis.call('DEL', KEYS[1]) == 0 then return { 0 } end
 for i = 2, #KEYS do
   if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
 end
-return { 0 }
+return { 1 }
+`
+
+/** KEYS: token; ARGV: the verify attempt. Puts back the token that attempt set aside, if it is still there. */
+const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}local aside = KEYS[1] .. ':used:' .. ARGV[1]
+if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', KEYS[1]) == 1 then return { 0 } end
+redis.call('RENAME', aside, KEYS[1])
+return { 1 }
 `
 
 /**
  * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
  * when the requestId has a live code).
  * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
- * of stored forms n, number of own limits o, the n stored forms, then max and window ms per
- * limit.
+ * of stored forms n, number of own limits o, the n stored forms, max and window ms per limit,
+ * then the attempt's id (under which the token is set aside once consumed) and the deadline.
  * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
  * and ms left per limit counted }.
  *
@@ -151,7 +163,7 @@ if exceeded > 0 then
   reply[2] = own + exceeded
   return reply
 end
-dropToken(KEYS[1])
+setTokenAside(KEYS[1], ARGV[#ARGV - 1])
 local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
 if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
 reply[1] = ${VERIFY.mismatch}
@@ -193,9 +205,18 @@ const COMMANDS = {
   dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA, fenced: true },
   mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA, fenced: true },
   undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA, fenced: false },
+  restore: { name: 'emailOtpRestoreToken', lua: RESTORE_TOKEN_LUA, fenced: false },
   verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA, fenced: true },
   count: { name: 'emailOtpCountRefused', lua: COUNT_LUA, fenced: true }
 } as const
+
+/** A verify attempt's id: this process's, and a count. Unique enough for one requestId's attempts. */
+const PROCESS_ID = randomBytes(6).toString('base64url')
+let attempts = 0
+function nextAttempt (): string {
+  attempts = (attempts + 1) % Number.MAX_SAFE_INTEGER
+  return `${PROCESS_ID}${attempts.toString(36)}`
+}
 
 /**
  * The methods defineCommand adds. Arguments go as strings: ioredis encodes a number argument
@@ -297,7 +318,13 @@ export class RedisAdmission implements AdmissionStore {
       args.push(String(mailbox.max), String(mailbox.windowMs))
     }
     limitArgs(limits, keys, args)
-    const { raw, reply } = await this.#run('dispatch', keys, args)
+    const { raw, reply } = await this.#run('dispatch', keys, args).catch(async (error: unknown) => {
+      // No answer (or an unreadable one): the script may have run all the same, its reply
+      // lost or late. The undo goes on the same connection, so Redis runs it after the
+      // dispatch, and takes back whatever the dispatch did.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw error
+    })
     const verdict = reply[0]
     if (verdict === DISPATCH.collision) return { kind: 'collision' }
     const hits = counts(reply, 4)
@@ -347,7 +374,14 @@ export class RedisAdmission implements AdmissionStore {
     const keys = [plan.tokenKey]
     const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
     limitArgs(limits, keys, args)
-    const { raw, reply, text } = await this.#run('verify', keys, args, 3)
+    const attempt = nextAttempt()
+    args.push(attempt)
+    const { raw, reply, text } = await this.#run('verify', keys, args, 3).catch(async (error: unknown) => {
+      // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
+      // token it may have consumed is put back, by a command Redis runs after it.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw error
+    })
     const hits = counts(reply, 4)
     const addressHash = text === '' ? null : text
     switch (reply[0]) {

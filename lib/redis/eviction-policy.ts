@@ -1,4 +1,5 @@
 import { Cluster } from 'ioredis'
+import { storeCall } from '../store-errors.js'
 import type { RedisClient } from './client.js'
 
 /** Where the service reports what it found: pino's logger. */
@@ -77,7 +78,7 @@ export class EvictionPolicyWatch {
     let infos: string[]
     try {
       const primaries = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
-      infos = await Promise.all(primaries.map(async (primary) => await primary.info('memory')))
+      infos = await storeCall('INFO memory', async () => await Promise.all(primaries.map(async (primary) => await primary.info('memory'))))
     } catch (error) {
       // Not kept: an unreachable Redis is reported by its own check, and read again next time.
       return { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${(error as Error).message}` }

@@ -1,5 +1,5 @@
 import { Cluster, type Redis } from 'ioredis'
-import type { RedisClient } from './client.js'
+import { commandTimeoutOf, fenceMarginMs, type RedisClient } from './client.js'
 
 /*
  * A command the client gave up on (its timeout passed while Redis was frozen, say) stays
@@ -37,33 +37,31 @@ export const WRITES_SHEBANG = '#!lua\n'
  */
 export const UNDO_SHEBANG = '#!lua flags=allow-oom\n'
 
-/** How long the clock offset measured stands before it is measured again. */
+/** How long a tight measurement of the clock offset stands before it is taken again. */
 const REFRESH_MS = 30_000
-
-/**
- * The margin between the fence's deadline and the client's timeout: the time a script that
- * started just before its deadline has to run and its reply to come back.
- */
-export function fenceMarginMs (commandTimeoutMs: number): number {
-  return Math.min(100, Math.floor(commandTimeoutMs / 4))
-}
+/** A round trip longer than this (a busy process, a frozen Redis) gives a loose bound: taken again soon. */
+const LOOSE_MS = 10
+const LOOSE_REFRESH_MS = 1000
 
 /**
  * Keeps the offset of Redis's clock from this process's clock and gives each fenced command
  * its deadline on Redis's clock. The offset is measured with TIME: sent at local t0, answered
  * T, received at local t1; so Redis's clock is between T - t1 and T - t0 ahead; the lower bound
- * is kept (on the safe side: a deadline never later than meant). On a Cluster the lowest of
- * every primary's is kept. It is measured again periodically and after every reconnection (a
- * failover can bring another server and its clock).
+ * is kept (on the safe side: a deadline never later than meant). A slow round trip gives a
+ * loose bound, which would make deadlines needlessly early: such a reading does not replace a
+ * tighter one, and is taken again a second later. On a Cluster the lowest of every primary's is kept. It is measured again
+ * in the background, and from scratch after every reconnection (a failover can bring another
+ * server and its clock).
  */
 export class RedisClock {
   readonly #client: RedisClient
   readonly #windowMs: number
   #offsetMs: number | null = null
   #measuredAtMs = 0
+  #refreshMs = REFRESH_MS
   #pending: Promise<number> | null = null
 
-  /** `commandTimeoutMs`: the client's command timeout, which the deadlines fall short of by the margin. */
+  /** `commandTimeoutMs`: how long a caller waits for a command, which the deadlines fall short of by the margin. */
   constructor (client: RedisClient, commandTimeoutMs: number) {
     this.#client = client
     this.#windowMs = commandTimeoutMs - fenceMarginMs(commandTimeoutMs)
@@ -73,14 +71,13 @@ export class RedisClock {
   /** The deadline, on Redis's clock, for a command sent now: as a script argument. */
   async deadline (): Promise<string> {
     const now = Date.now()
-    const offset = await this.#offset()
+    const offset = this.#offsetMs ?? await this.#measureOnce()
+    if (now - this.#measuredAtMs >= this.#refreshMs) this.#measureOnce().catch(() => {})
     return String(Math.floor(now + this.#windowMs + offset))
   }
 
-  async #offset (): Promise<number> {
-    const offset = this.#offsetMs
-    if (offset !== null && Date.now() - this.#measuredAtMs < REFRESH_MS) return offset
-    // Commands that arrive together share one measurement.
+  /** Commands that arrive together share one measurement. */
+  async #measureOnce (): Promise<number> {
     this.#pending ??= this.#measure().finally(() => { this.#pending = null })
     return await this.#pending
   }
@@ -88,14 +85,22 @@ export class RedisClock {
   async #measure (): Promise<number> {
     const servers: Redis[] = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
     if (servers.length === 0) throw new Error('no Redis primary to read the time from')
-    const offsets = await Promise.all(servers.map(async (server) => {
+    const readings = await Promise.all(servers.map(async (server) => {
+      const sentMs = Date.now()
       const [seconds, micros] = await server.time()
+      const receivedMs = Date.now()
       // The lower bound T - t1; Date.now() is whole milliseconds: one more on the safe side.
-      return Number(seconds) * 1000 + Number(micros) / 1000 - Date.now() - 1
+      return { lower: Number(seconds) * 1000 + Number(micros) / 1000 - receivedMs - 1, roundTripMs: receivedMs - sentMs }
     }))
-    const offset = Math.min(...offsets)
+    const lower = Math.min(...readings.map((reading) => reading.lower))
+    const loose = readings.some((reading) => reading.roundTripMs > LOOSE_MS)
+    // A tight reading replaces the bound (the clocks may have been stepped); a loose one keeps
+    // the tighter bound read before.
+    const previous = this.#offsetMs
+    const offset = previous === null || !loose ? lower : Math.max(previous, lower)
     this.#offsetMs = offset
     this.#measuredAtMs = Date.now()
+    this.#refreshMs = loose ? LOOSE_REFRESH_MS : REFRESH_MS
     return offset
   }
 }
@@ -107,7 +112,7 @@ export function redisClock (client: RedisClient): RedisClock {
   let clock = clocks.get(client)
   if (clock === undefined) {
     const options = client instanceof Cluster ? client.options.redisOptions : client.options
-    clock = new RedisClock(client, options?.commandTimeout ?? 1000)
+    clock = new RedisClock(client, commandTimeoutOf(client) ?? options?.commandTimeout ?? 1000)
     clocks.set(client, clock)
   }
   return clock

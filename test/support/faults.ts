@@ -25,7 +25,11 @@ export class FaultLoad {
   readonly #issued: Issued[] = []
   /** Codes whose verify answered 503: each must verify on retry. */
   readonly #unanswered: Issued[] = []
+  /** Codes handed out for verifying and not yet answered. */
+  readonly #taken = new Set<Issued>()
   readonly statuses = new Map<string, number>()
+  /** How long each 503 took to come, in ms. */
+  readonly unavailableMs: number[] = []
   #sequence = 0
 
   /**
@@ -38,7 +42,8 @@ export class FaultLoad {
     this.#mode = mode
   }
 
-  #count (what: string, status: number): void {
+  #count (what: string, status: number, startedMs: number): void {
+    if (status === 503) this.unavailableMs.push(Date.now() - startedMs)
     const name = `${what} ${status}`
     this.statuses.set(name, (this.statuses.get(name) ?? 0) + 1)
   }
@@ -46,8 +51,9 @@ export class FaultLoad {
   /** One dispatch to a mailbox of its own (so its code can be read from the mail). */
   async dispatch (): Promise<number> {
     const email = `fault-${this.#mode}-${this.#sequence++}@example.com`
+    const startedMs = Date.now()
     const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(this.#key), payload: { email } })
-    this.#count('dispatch', answer.statusCode)
+    this.#count('dispatch', answer.statusCode, startedMs)
     if (answer.statusCode === 200) {
       this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#mode === 'live' ? this.#app.mail.codeFor(email) : '', verified: false })
     }
@@ -57,13 +63,17 @@ export class FaultLoad {
   /** The codes issued and not yet verified nor being verified, taken out for verifying. */
   takeOutstanding (count: number): Issued[] {
     if (this.#mode === 'test') return []
-    return this.#issued.filter((issued) => !issued.verified && !this.#unanswered.includes(issued)).slice(0, count)
+    const taken = this.#issued.filter((issued) => !issued.verified && !this.#taken.has(issued) && !this.#unanswered.includes(issued)).slice(0, count)
+    for (const issued of taken) this.#taken.add(issued)
+    return taken
   }
 
   /** Verifies with the right code; a 503 leaves it for the retry check. */
   async verify (issued: Issued): Promise<number> {
+    const startedMs = Date.now()
     const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })
-    this.#count('verify', answer.statusCode)
+    this.#taken.delete(issued)
+    this.#count('verify', answer.statusCode, startedMs)
     if (answer.statusCode === 200) issued.verified = true
     else if (answer.statusCode === 503) this.#unanswered.push(issued)
     return answer.statusCode
@@ -87,7 +97,8 @@ export class FaultLoad {
     const inspect = new Redis(redisUrl)
     try {
       const tokens: string[] = []
-      for await (const keys of inspect.scanStream({ match: `otp:{acme:${this.#mode}}:*`, count: 1000 })) tokens.push(...keys as string[])
+      // Consumed tokens are set aside under `<token>:used:<attempt>` until they expire.
+      for await (const keys of inspect.scanStream({ match: `otp:{acme:${this.#mode}}:*`, count: 1000 })) tokens.push(...(keys as string[]).filter((key) => !key.includes(':used:')))
       const outstanding = this.#issued.filter((issued) => !issued.verified)
       t.equal(tokens.length, outstanding.length, `${this.#mode}: a code in Redis for every dispatch answered 200 and not verified (${outstanding.length}), and no other`)
       if (this.#mode === 'test') {

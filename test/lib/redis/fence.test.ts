@@ -1,6 +1,7 @@
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { FENCE_LUA, fenceMarginMs, RedisClock, UNDO_SHEBANG, WRITES_SHEBANG } from '../../../lib/redis/fence.js'
+import { fenceMarginMs } from '../../../lib/redis/client.js'
+import { FENCE_LUA, RedisClock, UNDO_SHEBANG, WRITES_SHEBANG } from '../../../lib/redis/fence.js'
 import { storeCall, storeUndo, StoreUnavailableError, withStoreBudget } from '../../../lib/store-errors.js'
 import { redisTestOptions, startRedis } from '../../support/redis.js'
 
@@ -56,7 +57,7 @@ t.test('at the memory limit a fenced script is refused whole, an undo runs', red
 })
 
 t.test('one request, one timeout: once a store call timed out, later ones fail at once', async (t) => {
-  await withStoreBudget(async () => {
+  await withStoreBudget(null, async () => {
     await t.rejects(storeCall('first', async () => { throw new Error('Command timed out') }), StoreUnavailableError)
     let tried = false
     await t.rejects(storeCall('second', async () => { tried = true }), StoreUnavailableError)
@@ -65,11 +66,17 @@ t.test('one request, one timeout: once a store call timed out, later ones fail a
     await t.rejects(storeUndo('refund', async () => { undone = true }), StoreUnavailableError)
     t.equal(undone, true, 'an undo is still sent, only not waited for')
   })
-  await withStoreBudget(async () => {
+  await withStoreBudget(null, async () => {
     await t.rejects(storeCall('refused', async () => { throw new Error('OOM command not allowed') }), StoreUnavailableError)
     t.equal(await storeCall('next', async () => 'sent'), 'sent', 'an error reply is not a stall: the next call is sent')
   })
-  await withStoreBudget(async () => {
+  await withStoreBudget(null, async () => {
     t.equal(await storeCall('other request', async () => 'sent'), 'sent', 'each request has its own budget')
+  })
+  await withStoreBudget(20, async () => {
+    await t.rejects(storeCall('unanswered', async () => await new Promise(() => {})), { cause: { message: 'Command timed out' } }, 'a call waits the request\'s timeout, no longer')
+    let tried = false
+    await t.rejects(storeCall('after', async () => { tried = true }), StoreUnavailableError)
+    t.equal(tried, false, 'and the request is then known stalled')
   })
 })
