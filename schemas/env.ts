@@ -5,8 +5,8 @@ const PositiveInt = (defaultValue: number, minimum: number, maximum: number, des
   Type.Integer({ default: defaultValue, minimum, maximum, description })
 
 /**
- * The process environment the service reads, and nothing else. Every variable is listed in
- * the README's configuration table with the default and description given here.
+ * The process environment the service reads, and nothing else. `npm run docs` writes the
+ * table of docs/configuration.md from these names, defaults, descriptions and allowed values.
  */
 export const EnvSchema = Type.Object({
   HOST: Type.String({ default: '127.0.0.1', minLength: 1, description: 'Address to listen on (0.0.0.0 in containers).' }),
@@ -16,30 +16,30 @@ export const EnvSchema = Type.Object({
     { default: 'info', description: 'pino log level.' }
   ),
   TENANTS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Path of the tenants file (JSON). Unset: the built-in demo tenant with the documented sandbox key.' })),
-  TEMPLATES_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Folder of the tenants\' template files: a folder per tenant (`<TEMPLATES_DIR>/<tenant id>/`) holds the files its `{ "file": … }` templates name. Unset: `templates/` beside TENANTS_FILE. It must not be or contain the tenants file\'s folder, nor contain a block list.' })),
+  TEMPLATES_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Folder of the tenants\' template files: a folder per tenant (`<TEMPLATES_DIR>/<tenant id>/`) holds the files its `{ "file": … }` templates name. Unset: `templates/` beside TENANTS_FILE. It must not be or contain the tenants file\'s folder, nor contain a block list. Only with TENANTS_FILE.' })),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'redis:// or rediss:// URL. Set: tokens and counters live in Redis, shared by every instance. Unset: in memory, one instance.' })),
-  REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels, instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
+  REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels (IPv6 as `[::1]:26379`), instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^\\S+$', description: 'Name of the primary the Sentinels monitor (their `sentinel monitor <name> …`). Required with REDIS_SENTINELS.' })),
   REDIS_CLUSTER_NODES: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of some Redis Cluster nodes, instead of REDIS_URL: the rest are discovered. Commands go to primaries only.' })),
   REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1, description: 'ACL user for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Needs REDIS_PASSWORD.' })),
-  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'Password for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Sentinels themselves are reached without one.' })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'Password for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Sentinels themselves are reached without one. Never echoed in errors.' })),
   REDIS_TLS: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: TLS to every Redis server (and Sentinel) with REDIS_SENTINELS or REDIS_CLUSTER_NODES, as rediss:// does for REDIS_URL.' }),
   REDIS_COMMAND_TIMEOUT_MS: PositiveInt(500, 50, 10000, 'A Redis command not answered within this time fails the request with 503.'),
-  OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES.' })),
+  OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes, e.g. `openssl rand -base64 32`). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES; unset on the embedded default, a per-process key is generated (with a warning).' })),
   OTP_TTL_SECONDS: PositiveInt(600, 1, 86400, 'Lifetime of a code in seconds, unless the tenant overrides it.'),
-  RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published).' })),
+  RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published; per process on the embedded default without OTP_HMAC_KEYS, with a warning).' })),
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
   RECEIPT_TTL_SECONDS: PositiveInt(300, 10, 3600, 'Lifetime of a verification receipt in seconds.'),
-  MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes per tenant and mode in the in-memory store; past it, that tenant\'s dispatches in that mode answer 503, and no other tenant\'s.'),
+  MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes per tenant and mode in the in-memory store (about 190 bytes each); past it, that tenant\'s dispatches in that mode answer 503, and no other tenant\'s.'),
   MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
   MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://', description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),
   AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
   AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),
   SES_CONFIGURATION_SET: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'SES configuration set for event publishing.' })),
-  MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp.' })),
-  BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413.'),
-  TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none.' })),
+  MAIL_FROM: Type.Optional(Type.String({ minLength: 3, description: 'Sender address (or "Name <address>"). Required for ses and smtp; a tenant\'s brand.from overrides it.' })),
+  BODY_LIMIT_BYTES: PositiveInt(4096, 256, 1_048_576, 'Largest accepted request body; larger answers 413 before the key is checked.'),
+  TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none and use the socket address.' })),
   IP_BLOCKLISTS: Type.Optional(Type.String({ description: 'Comma-separated paths or URLs of CIDR lists (proxy, VPN, hosting, burner ranges): one address or CIDR a line, `#` comments. Sources on them get 403.' })),
   TOR_EXIT_LIST: Type.Optional(Type.String({ description: 'Path or URL of the Tor exit list (https://check.torproject.org/torbulkexitlist format). Sources on it get 403.' })),
   BLOCKLIST_REFRESH_SECONDS: PositiveInt(3600, 1, 604800, 'How often block lists are re-read in the background; a failed or suspicious refresh keeps the last good list.'),
@@ -49,8 +49,8 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_BACKEND: Type.String({ default: '6000/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key and backend address when the backend forwards its end users with End-User-IP: `max/window`.' }),
   RATE_LIMIT_KEY: Type.String({ default: '600/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key: dispatches, and verifies that find a live code (made-up requestIds and refused requests count only against their source): `max/window`.' }),
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
-  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock): `max/window`.' }),
-  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key: `max/window`.' }),
+  RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /templates/preview): `max/window`.' }),
+  RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key; one preview per tenant renders at a time per instance: `max/window`.' }),
   RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),
   LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),
@@ -65,8 +65,8 @@ export const EnvSchema = Type.Object({
   WEBHOOK_RETRY_FOR: Type.String({ default: '24h', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'How long a failing webhook delivery is retried before it goes to the dead letters.' }),
   WEBHOOK_ALLOW_HTTP_LOOPBACK: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: webhook URLs may be http:// on a loopback host (development and tests). Otherwise https only.' }),
   WEBHOOK_ALLOWED_NETWORKS: Type.Optional(Type.String({ description: 'Comma-separated CIDRs that webhook URLs may resolve into although they are private, loopback, link-local or otherwise not public.' })),
-  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, the public listener serves GET /metrics and the details of GET /readyz to callers with `Authorization: Bearer <METRICS_TOKEN>`.' })),
-  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'When set, an internal listener on METRICS_HOST:METRICS_PORT serves /metrics, /readyz with details and /healthz, without credentials.' })),
+  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, the public listener serves GET /metrics and the details of GET /readyz to callers with `Authorization: Bearer <METRICS_TOKEN>`. Unset: neither is on the public listener.' })),
+  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'When set, an internal listener on METRICS_HOST:METRICS_PORT serves /metrics, /readyz with details and /healthz, without credentials. Must differ from PORT.' })),
   METRICS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'Address of the internal listener (127.0.0.1 unless set). Only with METRICS_PORT.' })),
   CAPTCHA_TIMEOUT_MS: PositiveInt(3000, 100, 30000, 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
   REQUEST_TIMEOUT_MS: PositiveInt(10000, 100, 300000, 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),

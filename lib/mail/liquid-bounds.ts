@@ -24,8 +24,8 @@ import { CaptureTag, CaseTag, Drop, Token, evalToken, toValue, toValueSync, type
 /** Time a part's preview or test render may take; past it the render stops. */
 export const RENDER_BUDGET_MS = 5
 /**
- * Time a part's render for dispatch may take; past it (twice) the mail goes out in the built-in
- * wording. Ten times the preview budget, so that a busy moment (another process on the core, a
+ * Time a part's render for dispatch may take (the process's CPU time: see CompiledPart); past
+ * it the mail goes out in the built-in wording. Ten times the preview budget, so that a busy moment (another process on the core, a
  * garbage collection) never changes a tenant's mail: a template accepted at load renders within
  * half the preview budget. Dispatch renders are kept for the minute (lib/mail/liquid.ts), so
  * even a template that only slows down on a branch the load did not take holds the event loop

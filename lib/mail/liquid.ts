@@ -22,6 +22,8 @@ export const OUTPUT_LIMITS: Readonly<Record<Part, number>> = { subject: 250, tex
  * it would come near RENDER_BUDGET_MS at dispatch, where a busy moment would stop it.
  */
 export const LOAD_RENDER_LIMIT_MS = RENDER_BUDGET_MS / 2
+/** How often a render stopped by the wall clock, but not by its CPU time, is tried again. */
+const DESCHEDULED_RETRIES = 10
 const LOAD_RENDER_TRIES = 3
 
 /** The rendered code can be no other string: private-use characters around random letters. */
@@ -229,19 +231,18 @@ export class CompiledPart {
   }
 
   /**
-   * A test render at load: it must pass every rule, within LOAD_RENDER_LIMIT_MS. A slow one is
-   * tried again (a pause of the process is not the template's doing); the fastest counts.
+   * A test render at load: it must pass every rule, within LOAD_RENDER_LIMIT_MS of the
+   * process's CPU time. A slow one is tried again (a garbage collection is not the template's
+   * doing); the fastest counts.
    */
   #testRender (sample: PartValues): void {
     let fastest = Number.POSITIVE_INFINITY
     for (let attempt = 0; attempt < LOAD_RENDER_TRIES; attempt++) {
-      const started = performance.now()
-      const pieces = this.#render(sample, RENDER_BUDGET_MS)
-      const took = performance.now() - started
+      const { pieces, cpuMs } = this.#renderWithin(sample, RENDER_BUDGET_MS)
       if (pieces instanceof TemplateRuleError && !pieces.outOfTime) throw new TemplateRuleError(`${pieces.rule} (test render with minutes = ${sample.minutes})`)
       if (!(pieces instanceof TemplateRuleError)) {
-        if (took <= LOAD_RENDER_LIMIT_MS) return
-        fastest = Math.min(fastest, took)
+        if (cpuMs <= LOAD_RENDER_LIMIT_MS) return
+        fastest = Math.min(fastest, cpuMs)
       }
     }
     const best = Number.isFinite(fastest) ? `${fastest.toFixed(1)} ms at best` : `longer than its budget of ${RENDER_BUDGET_MS} ms`
@@ -250,16 +251,13 @@ export class CompiledPart {
 
   /**
    * The part with `code` in it, as dispatch sends it; throws TemplateRuleError when these
-   * values break a rule. The rendered pieces are kept until the values change; a render that
-   * ran out of time is tried once more first (a pause of the process is the likely cause, and
-   * the refusal is kept as long as the pieces would be).
+   * values break a rule. The rendered pieces are kept until the values change, and so is a
+   * refusal.
    */
   render (values: PartValues, code: string): string {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
     if (key !== this.#key) {
-      let pieces = this.#render(values, DISPATCH_RENDER_BUDGET_MS)
-      if (pieces instanceof TemplateRuleError && pieces.outOfTime) pieces = this.#render(values, DISPATCH_RENDER_BUDGET_MS)
-      this.#pieces = pieces
+      this.#pieces = this.#renderWithin(values, DISPATCH_RENDER_BUDGET_MS).pieces
       this.#key = key
     }
     if (this.#pieces instanceof TemplateRuleError) throw this.#pieces
@@ -268,12 +266,34 @@ export class CompiledPart {
 
   /**
    * The part with `code` in it, rendered afresh for a preview: it neither reads nor replaces
-   * the pieces dispatches use, and it is not tried twice. Throws TemplateRuleError.
+   * the pieces dispatches use. Throws TemplateRuleError.
    */
   renderFresh (values: PartValues, code: string): string {
-    const pieces = this.#render(values, RENDER_BUDGET_MS)
+    const { pieces } = this.#renderWithin(values, RENDER_BUDGET_MS)
     if (pieces instanceof TemplateRuleError) throw pieces
     return pieces.join(code)
+  }
+
+  /**
+   * A render within `budgetMs` of the process's CPU time. LiquidJS stops a render by the wall
+   * clock, which also runs while a busy machine has the process waiting for a core (a load of
+   * 18 on two cores stopped ordinary templates at 50 ms): a render stopped while the process
+   * itself ran for less than the budget since the first try is tried again, a few times at
+   * most, so a template's mail and preview never depend on the machine's load, and no
+   * template costs more than about its budget of CPU.
+   */
+  #renderWithin (values: PartValues, budgetMs: number): { pieces: readonly string[] | TemplateRuleError, cpuMs: number } {
+    const first = process.cpuUsage()
+    for (let attempt = 1; ; attempt++) {
+      const started = process.cpuUsage()
+      const pieces = this.#render(values, budgetMs)
+      const spent = process.cpuUsage(first)
+      const retry = pieces instanceof TemplateRuleError && pieces.outOfTime && attempt < DESCHEDULED_RETRIES && (spent.user + spent.system) / 1000 < budgetMs
+      if (!retry) {
+        const took = process.cpuUsage(started)
+        return { pieces, cpuMs: (took.user + took.system) / 1000 }
+      }
+    }
   }
 
   /** The rendered pieces around the code, or the rule the render broke. */

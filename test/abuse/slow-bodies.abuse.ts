@@ -142,7 +142,7 @@ t.test(`${CONNECTIONS} slow connections from one source are closed in time and d
   t.comment(`other client during the attack: ${summary(attacked.map((result) => result.ms))}`)
   t.ok(attacked.length >= 10, `the other client kept being served (${attacked.length} requests)`)
   t.same([...new Set(attacked.map((result) => result.status))], [200], 'every request of the other client succeeded')
-  // A hang guard, not a performance claim: the figures above are what the README quotes.
+  // A hang guard, not a performance claim: the figures above are what docs/security.md quotes.
   t.ok(Math.max(...attacked.map((result) => result.ms)) < 5000, 'no request of the other client waited for the slow ones')
 })
 

@@ -6,7 +6,7 @@
  * p99 under 50 ms during the attack, and every calm flow succeeds. First with the default
  * per-tenant preview limit, then with it raised out of the way, where only the render budget
  * and the per-tenant share of the process's time (one preview at a time) stand between the
- * attacker and the event loop. The figures printed are those the README quotes.
+ * attacker and the event loop. The figures printed are those docs/security.md quotes.
  */
 import t from 'tap'
 import { attackDeployment, latencies, percentile, report, runAttack } from '../support/preview-attack.js'

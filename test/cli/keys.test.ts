@@ -1,6 +1,6 @@
 /*
  * The keys CLI as a newcomer meets it: through `npm run keys`, without a build, with --help,
- * with the tenants file taken from TENANTS_FILE, and with the README's own example ids.
+ * with the tenants file taken from TENANTS_FILE, and with the example ids of docs/keys.md.
  */
 import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
@@ -30,16 +30,16 @@ t.test('without --file nor TENANTS_FILE it says what is missing', async (t) => {
   t.match(failed?.stderr, /keys: --file is required \(or set TENANTS_FILE\)/)
 })
 
-t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as the README shows', async (t) => {
+t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as docs/keys.md shows', async (t) => {
   const file = join(t.testdir({}), 'tenants.json')
   const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live'], { TENANTS_FILE: file })
   t.match(created.stdout, /^sk_live_[0-9A-Za-z]{32,}\n$/, 'stdout: the key alone')
   const id = /Created secret live key (sk_live_[0-9a-f]{8}) for tenant acme in /.exec(created.stderr)?.[1]
   t.ok(id, 'stderr names the key\'s id')
 
-  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const readme = readFileSync(join(root, 'docs', 'keys.md'), 'utf8')
   const readmeId = /npm run keys -- revoke --tenant acme --id (\S+)/.exec(readme)?.[1]
-  t.match(readmeId, /^sk_live_[0-9a-f]{8}$/, 'the README revokes an id of the form create prints')
+  t.match(readmeId, /^sk_live_[0-9a-f]{8}$/, 'docs/keys.md revokes an id of the form create prints')
   t.match(readme, new RegExp(`Created secret live key ${readmeId ?? 'none'} for tenant acme`), 'and shows create printing it')
 
   t.match((await npmKeys(['list'], { TENANTS_FILE: file })).stdout, new RegExp(`^acme\\t${id ?? 'none'}\\tsecret\\tlive\\tactive\\n$`))

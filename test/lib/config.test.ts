@@ -75,10 +75,10 @@ t.test('secret values are never echoed', async (t) => {
   t.notMatch(error.message, /hunter2/)
 })
 
-t.test('the README documents every variable the service reads', async (t) => {
+t.test('docs/configuration.md documents every variable the service reads', async (t) => {
   const { readFileSync } = await import('node:fs')
   const { EnvSchema } = await import('../../schemas/env.js')
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+  const readme = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8')
   for (const variable of Object.keys(EnvSchema.properties)) {
     t.match(readme, new RegExp(`^\\| \`${variable}\` \\|`, 'm'), `${variable} is in the configuration table`)
   }

@@ -9,7 +9,7 @@ type App = TestApp['app']
 
 const ADDRESS_KEY = randomBytes(32)
 
-/** The hash the README tells a backend to compute. */
+/** The hash docs/receipts.md tells a backend to compute. */
 function documentedHash (email: string): string {
   return createHmac('sha256', ADDRESS_KEY).update(email.trim().toLowerCase()).digest().subarray(0, 16).toString('base64url')
 }

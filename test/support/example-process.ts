@@ -11,7 +11,7 @@ export interface RunningExample {
 }
 
 /**
- * Runs one of the examples as its README says (node, through tsx for TypeScript) on a free
+ * Runs one of the examples as docs/examples.md says (node, through tsx for TypeScript) on a free
  * loopback port, once it answers HTTP; killed when the test ends.
  */
 export async function startExample (t: Test, script: string, env: Record<string, string>, port?: number): Promise<RunningExample> {

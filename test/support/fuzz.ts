@@ -57,7 +57,7 @@ const LISTED_V6 = '2001:db8:bad::/48'
 const TENANT_BLOCKED_V4 = '203.0.113.0/24'
 const TENANT_BLOCKED_V6 = '2001:db8:dead::/48'
 
-/** The README's reserved recipients: the only inputs allowed to answer 502. */
+/** The reserved recipients of docs/delivery.md: the only inputs allowed to answer 502. */
 const SIMULATED_RECIPIENTS = new Set(['fail@simulator.invalid', 'slow@simulator.invalid', 'throttled@simulator.invalid'])
 
 /** Keys the hostile bodies and query strings try to plant on Object.prototype. */
@@ -185,7 +185,7 @@ export function checkAnswer (request: FuzzRequest, answer: LightMyRequestRespons
     if (keys !== 'code,message,success' || success !== false || typeof message !== 'string' || typeof code !== 'string') {
       throw new Error(`error body is not { success: false, message, code }: ${describe(request, answer, logs)}`)
     }
-    // The README's table ties each code to one status; clients branch on either.
+    // The table of docs/api.md ties each code to one status; clients branch on either.
     const catalogued = (errorCatalog as Record<string, { status: number } | undefined>)[code]
     if (catalogued?.status !== status) throw new Error(`code ${code} does not belong to status ${status}: ${describe(request, answer, logs)}`)
     if (status === 405 && answer.headers.allow === undefined) throw new Error(`405 without Allow: ${describe(request, answer, logs)}`)

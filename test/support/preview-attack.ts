@@ -185,7 +185,7 @@ export async function runAttack (t: Test, port: number, deployment: AttackDeploy
   return { health: { before: healthBefore, during: healthDuring }, calm: { before: calmBefore, during: calmDuring }, attacker: await flood }
 }
 
-/** The figures, one line each, as the README quotes them. */
+/** The figures, one line each, as docs/security.md quotes them. */
 export function report (figures: AttackFigures): string[] {
   const attacker = [...figures.attacker].sort(([a], [b]) => a.localeCompare(b)).map(([answer, count]) => `${count} × ${answer}`).join(', ')
   return [

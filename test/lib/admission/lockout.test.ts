@@ -70,7 +70,7 @@ t.test('the lock a run earns, and what it bounds', async (t) => {
   t.equal(lockDurationMs(defaults, 10), 15 * 60_000)
   t.equal(lockDurationMs(defaults, 11), 30 * 60_000)
   t.equal(lockDurationMs(defaults, 10_000), 30 * 86_400_000, 'capped, however long the run')
-  // The README's figures, per lane: the k-th wrong guess in a row can only come once the locks
+  // The figures of docs/security.md, per lane: the k-th wrong guess in a row can only come once the locks
   // of the k - 1 before it have passed.
   const earliestMs = (guess: number): number => {
     let waitedMs = 0

@@ -86,7 +86,9 @@ t.test('each attack is refused at load, with its rule, without stalling the load
 
 t.test('on a branch the load did not take, a dispatch and a preview stop within the budget and show the built-in wording', async (t) => {
   for (const [what, attack] of ATTACKS.filter(([, , rule]) => rule === OVER_BUDGET)) {
-    const templates = TenantTemplates.load({ templates: { en: { subject: 'Sign in to {{ brand }}', text: `{% if minutes == 7 %}${attack}{% endif %}{{ code }}` } } }, { folder: null, brand: 'Acme' })
+    // Twenty times the attack: on a fast, idle machine one of them may finish within the
+    // dispatch's 50 ms, and the test is about what stops a render that does not.
+    const templates = TenantTemplates.load({ templates: { en: { subject: 'Sign in to {{ brand }}', text: `{% if minutes == 7 %}${loop(20, attack)}{% endif %}{{ code }}` } } }, { folder: null, brand: 'Acme' })
     const input = { templates, locale: 'en', brand: 'Acme', code: '482910', ttlSeconds: 7 * 60 }
     const fallbacks: string[] = []
     let started = performance.now()
@@ -97,8 +99,10 @@ t.test('on a branch the load did not take, a dispatch and a preview stop within 
     const shown = await previewVerificationParts({ ...input, onTemplateFallback: (fallback) => { fallbacks.push(fallback.rule) } })
     t.ok(performance.now() - started < STALL_GUARD_MS, `${what}: a preview stops (${(performance.now() - started).toFixed(1)} ms)`)
     t.equal(shown.subject, 'Your Acme verification code', `${what}: the preview shows the built-in wording`)
-    // The dispatch's longer budget may meet the allocation or output bound first: any stops it.
-    t.match(fallbacks, [/takes longer than its time budget|allocates more than the limit|output is larger than/, OVER_BUDGET], `${what}: both say why`)
+    // Which bound stops a render first (time, allocation or output) depends on the machine's
+    // speed: any of them stops it, and each says so.
+    const stopped = /takes longer than its (time budget|budget of)|allocates more than the limit|output is larger than/
+    t.match(fallbacks, [stopped, stopped], `${what}: both say why`)
   }
 })
 

@@ -112,7 +112,7 @@ function tenant (extra: Record<string, unknown> = {}, id = 'acme'): Tenant {
   return found
 }
 
-t.test('address hash: what the README tells a backend to compute', async (t) => {
+t.test('address hash: what docs/receipts.md tells a backend to compute', async (t) => {
   const secret = randomBytes(32)
   const acme = tenant({ addressHashKey: secret.toString('base64') })
   const hasher = new AddressHasher([{ id: 'k1', secret: randomBytes(32) }])

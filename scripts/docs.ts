@@ -1,0 +1,78 @@
+import { readFileSync, writeFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { EnvSchema } from '../schemas/env.js'
+import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+
+/** The page whose table of environment variables is written from the schema. */
+export const configurationPath = fileURLToPath(new URL('../docs/configuration.md', import.meta.url))
+
+export const TABLE_START = '<!-- The table below is written by `npm run docs` from schemas/env.ts: edit the schema, not the table. -->'
+export const TABLE_END = '<!-- End of the table written by `npm run docs`. -->'
+
+/** The part of a variable's schema the table shows. */
+interface VariableSchema {
+  description?: string
+  default?: unknown
+  type?: string
+  minimum?: number
+  maximum?: number
+  minLength?: number
+  pattern?: string
+  anyOf?: Array<{ const?: unknown }>
+}
+
+/** Patterns said in words; any other pattern is shown as it is, so the table is never wrong. */
+const PATTERN_WORDS = new Map<string, string>([
+  [RATE_LIMIT_PATTERN, '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'],
+  [RATE_LIMIT_OR_OFF_PATTERN, '`max/window` (`15/15m`), or `off`'],
+  ['^[1-9][0-9]{0,6}[smhd]$', 'a duration: a number and `s`, `m`, `h` or `d` (`15m`)'],
+  ['^rediss?://', 'a `redis://` or `rediss://` URL'],
+  ['^smtps?://', 'an `smtp://` or `smtps://` URL'],
+  ['^https?://', 'an `http://` or `https://` URL'],
+  ['^\\S+$', 'one word, no spaces'],
+  ['^[\\x21-\\x7e]{1,200}$', '1 to 200 printable ASCII characters, no space'],
+  ['^[a-z]{2}(-[a-z]+)+-[0-9]+$', 'an AWS region name (`eu-west-1`)'],
+  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`']
+])
+
+function code (value: unknown): string {
+  return `\`${String(value)}\``
+}
+
+function allowedValues (schema: VariableSchema): string {
+  if (schema.anyOf !== undefined) return schema.anyOf.map((member) => code(member.const)).join(', ')
+  if (schema.type === 'integer') {
+    if (schema.minimum !== undefined && schema.maximum !== undefined) return `integer, ${schema.minimum} to ${schema.maximum}`
+    return 'integer'
+  }
+  if (schema.pattern !== undefined) return PATTERN_WORDS.get(schema.pattern) ?? `matching ${code(schema.pattern)}`
+  if (schema.minLength !== undefined && schema.minLength > 1) return `at least ${schema.minLength} characters`
+  return 'text'
+}
+
+function cell (text: string): string {
+  return text.replaceAll('|', '\\|').replaceAll('\n', ' ')
+}
+
+/** The markdown table of every variable of an environment schema, in the schema's order. */
+export function configurationTable (properties: Record<string, unknown> = EnvSchema.properties): string {
+  const rows = Object.entries(properties).map(([name, value]) => {
+    const schema = value as VariableSchema
+    const fallback = schema.default === undefined ? '(unset)' : code(schema.default)
+    return `| ${code(name)} | ${fallback} | ${cell(allowedValues(schema))} | ${cell(schema.description ?? '')} |`
+  })
+  return ['| Variable | Default | Allowed values | Meaning |', '|---|---|---|---|', ...rows].join('\n')
+}
+
+/** The page with its table (between the markers) replaced by the given one. */
+export function withTable (page: string, table: string = configurationTable()): string {
+  const start = page.indexOf(TABLE_START)
+  const end = page.indexOf(TABLE_END)
+  if (start === -1 || end < start) throw new Error(`${configurationPath} has lost the markers around its table`)
+  return `${page.slice(0, start + TABLE_START.length)}\n\n${table}\n\n${page.slice(end)}`
+}
+
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
+  writeFileSync(configurationPath, withTable(readFileSync(configurationPath, 'utf8')))
+  process.stdout.write(`wrote ${configurationPath}\n`)
+}
