@@ -3,7 +3,8 @@ import { Cluster } from 'ioredis'
 import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from '../quota/redis-quota-store.js'
 import type { RedisClient } from '../redis/client.js'
 import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
-import { storeCall, storeUndo } from '../store-errors.js'
+import { ReplicaAcks } from '../redis/replica-acks.js'
+import { storeCall, StoreUnavailableError, storeUndo } from '../store-errors.js'
 import { TOKEN_LUA } from '../tokens/redis-token-store.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { LOCKOUT_LUA } from './lockout.js'
@@ -265,6 +266,7 @@ export class RedisAdmission implements AdmissionStore {
   readonly #commands: AdmissionCommands
   /** A Cluster refuses a script whose keys live in different slots. */
   readonly #crossSlot: boolean
+  readonly #acks: ReplicaAcks
 
   /**
    * Each script is defined once per number of keys, with that number fixed: ioredis then takes
@@ -274,7 +276,11 @@ export class RedisAdmission implements AdmissionStore {
    * as ioredis's pipelines only reload (after a restart or failover) the scripts defined when
    * they were created.
    */
-  constructor (client: RedisClient) {
+  /**
+   * `replicaAcks`: replicas that must hold a new code or a used one before the answer (not
+   * applied on a Cluster, where a WAIT would have to follow each key's node).
+   */
+  constructor (client: RedisClient, replicaAcks: { count: number, timeoutMs: number } = { count: 0, timeoutMs: 0 }) {
     for (const { name, lua } of Object.values(COMMANDS)) {
       for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
     }
@@ -282,6 +288,7 @@ export class RedisAdmission implements AdmissionStore {
     this.#clock = redisClock(client)
     this.#commands = client as unknown as AdmissionCommands
     this.#crossSlot = !(client instanceof Cluster)
+    this.#acks = new ReplicaAcks(client, this.#crossSlot ? replicaAcks.count : 0, replicaAcks.timeoutMs)
   }
 
   /**
@@ -345,6 +352,11 @@ export class RedisAdmission implements AdmissionStore {
       const over = await this.#mailboxOverCap(plan.mailbox, token.key, slots)
       if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
     }
+    if (!await this.#acks.acknowledged()) {
+      // A code only the primary holds could vanish in a failover after its dispatch said 200.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
+    }
     return { kind: 'issued', counts: hits, quota: decision }
   }
 
@@ -384,6 +396,13 @@ export class RedisAdmission implements AdmissionStore {
     })
     const hits = counts(reply, 4)
     const addressHash = text === '' ? null : text
+    const consumed = reply[0] === VERIFY.mismatch || reply[0] === VERIFY.locked || reply[0] === VERIFY.verified
+    if (consumed && !await this.#acks.acknowledged()) {
+      // A code used only on the primary would be back on a promoted replica: put it back here
+      // too, and let the caller retry.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the used code')
+    }
     switch (reply[0]) {
       case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'verify', raw) }
       case VERIFY.missing: return { kind: 'missing', counts: hits }
