@@ -5,15 +5,16 @@ import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.
 import { until } from '../support/wait.js'
 
 t.test('REDIS_REPLICA_ACKS: a write no replica acknowledged is undone and answers 503', redisTestOptions(), async (t) => {
+  const { path, keys } = writeTenants(t)
   const primary = await startRedis()
   t.teardown(async () => { await primary.stop() })
-  const replica = await startRedis(['--replicaof', '127.0.0.1', String(primary.port)])
+  // A replica writes the snapshot it receives into its directory: the test's own.
+  const replica = await startRedis(['--replicaof', '127.0.0.1', String(primary.port), '--dir', t.testdirName])
   t.teardown(async () => { await replica.stop() })
   const admin = await connectFailFast(primary.url)
   t.teardown(() => { admin.disconnect() })
   await until('the replica in sync', async () => /slave0:.*state=online/.test(await admin.info('replication')))
 
-  const { path, keys } = writeTenants(t)
   const app = await buildApp(t, { REDIS_URL: primary.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '50' })
   await until('the app connected to Redis', () => app.app.redis?.status === 'ready')
   const load = new FaultLoad(app, keys.acmeLive)
