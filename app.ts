@@ -18,6 +18,7 @@ import corsPlugin from './plugins/external/cors.js'
 import helmetPlugin from './plugins/external/helmet.js'
 import rateLimitPlugin from './plugins/external/rate-limit.js'
 import connectionsPlugin from './plugins/connections.js'
+import drainPlugin from './plugins/drain.js'
 import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
 import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
@@ -29,6 +30,7 @@ import refusalsPlugin from './plugins/refusals.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
 import webhooksPlugin from './plugins/webhooks.js'
+import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
@@ -113,6 +115,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     trustedProxies: trustedProxies(options.config.trustProxy),
     ipv6BucketPrefix: options.config.ipv6BucketPrefix
   })
+  await fastify.register(drainPlugin)
   await fastify.register(helmetPlugin)
   // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.
   // Every store call of the request shares one budget: a stalled Redis costs it one timeout.
@@ -122,6 +125,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   })
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)
+  await fastify.register(workloadIdentityPlugin)
   await fastify.register(redisPlugin)
   await fastify.register(backendPlugin)
   await fastify.register(tenantsPlugin)

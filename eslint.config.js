@@ -22,7 +22,14 @@ export default [
     // lib/ is the domain: no Fastify, so it can be tested and reused without a server.
     files: ['lib/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['fastify', 'fastify-plugin', '@fastify/*', '!@fastify/error', '../plugins/*', '../../plugins/*', '../routes/*', '../../routes/*'], message: 'lib/ knows nothing of Fastify, plugins or routes.' }] }]
+      'no-restricted-imports': ['error', { patterns: [{ group: ['fastify', 'fastify-plugin', '@fastify/*', '!@fastify/error', '../plugins/*', '../../plugins/*', '../routes/*', '../../routes/*', '../cli/*', '../../cli/*'], message: 'lib/ knows nothing of Fastify, plugins, routes or the command-line programs.' }] }]
+    }
+  },
+  {
+    // cli/ holds programs over the domain: they run without a server.
+    files: ['cli/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['fastify', 'fastify-plugin', '@fastify/*', '!@fastify/error', '../plugins/*', '../routes/*', '../app.js', '../server.js'], message: 'cli/ programs use lib/ and schemas/, not the server.' }] }]
     }
   }
 ]

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
 import app, { internalApp, serverOptions } from './app.js'
@@ -13,26 +14,38 @@ async function main (): Promise<void> {
   if (internal !== null) await internal.register(internalApp, { service: fastify })
 
   closeWithGrace({
-    delay: config.shutdownGraceMs,
+    // The drain, then the grace period: one deadline for both.
+    delay: config.shutdownDrainMs + config.shutdownGraceMs,
     // SIGHUP means "reload the tenants file" here, not "shut down" as close-with-grace assumes.
     skip: ['SIGHUP'],
     logger: { error: (problem: unknown) => { fastify.log.error({ err: problem }, 'shutdown problem') } }
   }, async ({ signal, err }) => {
-    if (err !== undefined) fastify.log.error({ err }, 'shutting down after an error')
-    else fastify.log.info({ signal }, 'shutting down: draining in-flight requests')
+    if (err !== undefined) {
+      fastify.log.error({ err }, 'shutting down after an error')
+    } else {
+      fastify.drain.start()
+      fastify.log.info({ signal, drainMs: config.shutdownDrainMs }, 'draining: /readyz answers 503, every route keeps serving')
+      await sleep(config.shutdownDrainMs)
+      fastify.log.info('shutting down: closing the listeners, finishing in-flight requests')
+    }
     // Requests fully received are drained; idle keep-alive connections and requests still
     // arriving are closed (plugins/connections.ts).
     await Promise.all([fastify.close(), internal?.close()])
   })
-  process.on('SIGHUP', () => { void fastify.tenants.reload() })
+  process.on('SIGHUP', () => { void fastify.tenants.reload('signal') })
 
   await fastify.listen({ host: config.host, port: config.port })
+  // Started through npm, the PID a person sees is npm's, which neither forwards SIGHUP nor
+  // SIGTERM: this line names the process signals must reach.
+  fastify.log.info({ pid: process.pid }, `signals go to pid ${process.pid}: SIGHUP reloads the tenants file, SIGTERM drains and stops`)
   if (internal !== null && config.metricsListener !== null) await internal.listen(config.metricsListener)
 }
 
 main().catch((error: unknown) => {
   // Configuration problems end start-up with one line naming what to fix.
-  if (error instanceof ConfigError || error instanceof TenantsFileError) {
+  if (error instanceof TenantsFileError && error.problems.length > 1) {
+    process.stderr.write(`email-otp: tenants file: ${error.problems.length} problems:\n${error.problems.map((problem) => `  ${problem}\n`).join('')}`)
+  } else if (error instanceof ConfigError || error instanceof TenantsFileError) {
     process.stderr.write(`email-otp: ${error.message}\n`)
   } else {
     process.stderr.write(`email-otp: start-up failed: ${error instanceof Error ? error.message : String(error)}\n`)

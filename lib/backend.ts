@@ -1,4 +1,5 @@
 import { AdmissionGate } from './admission/gate.js'
+import { OverLimitMemory } from './admission/over-limit.js'
 import { MemoryAdmission } from './admission/memory-admission.js'
 import { RedisAdmission } from './admission/redis-admission.js'
 import type { IdempotencyStore } from './idempotency/idempotency-store.js'
@@ -89,7 +90,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
   return {
     kind: 'redis',
     tokens,
-    admission: new AdmissionGate(new RedisAdmission(redis, options.replicaAcks)),
+    admission: new AdmissionGate(new RedisAdmission(redis, options.replicaAcks), new OverLimitMemory()),
     quota: new RedisQuotaStore(redis),
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),

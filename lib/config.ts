@@ -1,14 +1,17 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
 import type { MacKey } from './otp/signer.js'
+import type { MeshIdentityHeader } from './net/workload-identity.js'
 import type { LockoutPolicy } from './admission/lockout.js'
 import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
 import { validateEmail } from './recipients/address.js'
 import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { parseDuration, type DurationUnit } from './duration.js'
 
 /** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
 export interface RedisNode {
@@ -54,7 +57,10 @@ export interface Config {
   ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
   bodyLimitBytes: number
   trustProxy: string[]
+  /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
+  meshIdentityHeader: MeshIdentityHeader | null
   shutdownGraceMs: number
+  shutdownDrainMs: number
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
   ipv6BucketPrefix: number
   rateLimits: VelocityLimits
@@ -104,7 +110,8 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   const valid = validEnv(source)
 
   const redis = redisTopology(valid)
-  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : parseMacKeys(valid.OTP_HMAC_KEYS)
+  const hmacKeys = valid.OTP_HMAC_KEYS === undefined ? null : signingFirst('OTP_HMAC_SIGNING_KEY', 'OTP_HMAC_KEYS', parseMacKeys(valid.OTP_HMAC_KEYS), (key) => key.id, valid.OTP_HMAC_SIGNING_KEY)
+  if (hmacKeys === null && valid.OTP_HMAC_SIGNING_KEY !== undefined) throw new ConfigError('OTP_HMAC_SIGNING_KEY', 'is only used with OTP_HMAC_KEYS')
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
@@ -115,6 +122,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     } catch (error) {
       throw new ConfigError('RECEIPT_SIGNING_KEYS', (error as Error).message)
     }
+    receiptSigningKeys = signingFirst('RECEIPT_SIGNING_KEY', 'RECEIPT_SIGNING_KEYS', receiptSigningKeys, (key) => key.kid, valid.RECEIPT_SIGNING_KEY)
+  } else if (valid.RECEIPT_SIGNING_KEY !== undefined) {
+    throw new ConfigError('RECEIPT_SIGNING_KEY', 'is only used with RECEIPT_SIGNING_KEYS (derived receipt keys follow OTP_HMAC_SIGNING_KEY)')
   }
   if (valid.MAIL_TRANSPORT !== 'log' && valid.MAIL_FROM === undefined) {
     throw new ConfigError('MAIL_FROM', `is required when MAIL_TRANSPORT=${valid.MAIL_TRANSPORT}`)
@@ -135,18 +145,23 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     throw new ConfigError('METRICS_PORT', `must differ from PORT (${valid.PORT}): the internal listener is a listener of its own`)
   }
 
+  const trustProxy = parseCidrList('TRUST_PROXY', valid.TRUST_PROXY)
+  if (valid.MESH_IDENTITY_HEADER !== undefined && trustProxy.length === 0) {
+    throw new ConfigError('MESH_IDENTITY_HEADER', 'needs TRUST_PROXY: the identity is read only from the address the sidecar connects from (127.0.0.6 behind Istio)')
+  }
+
   const blocklists = {
     ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
     torSource: valid.TOR_EXIT_LIST ?? null,
-    refreshMs: valid.BLOCKLIST_REFRESH_SECONDS * 1000
+    refreshMs: durationMs(valid, 'BLOCKLIST_REFRESH_SECONDS')
   }
   const templatesDir = templatesFolder(valid, blocklists)
 
   const lockout: LockoutPolicy = {
     threshold: valid.LOCKOUT_THRESHOLD,
-    baseMs: duration('LOCKOUT_DURATION', valid.LOCKOUT_DURATION),
-    maxMs: duration('LOCKOUT_MAX_DURATION', valid.LOCKOUT_MAX_DURATION),
-    resetAfterMs: duration('LOCKOUT_RESET_AFTER', valid.LOCKOUT_RESET_AFTER)
+    baseMs: durationMs(valid, 'LOCKOUT_DURATION'),
+    maxMs: durationMs(valid, 'LOCKOUT_MAX_DURATION'),
+    resetAfterMs: durationMs(valid, 'LOCKOUT_RESET_AFTER')
   }
   if (lockout.maxMs < lockout.baseMs) throw new ConfigError('LOCKOUT_MAX_DURATION', `must be at least LOCKOUT_DURATION (${valid.LOCKOUT_DURATION})`)
 
@@ -158,20 +173,22 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     templatesDir,
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
-    redisCommandTimeoutMs: valid.REDIS_COMMAND_TIMEOUT_MS,
-    redisReplicaAcks: { count: valid.REDIS_REPLICA_ACKS, timeoutMs: valid.REDIS_REPLICA_ACK_TIMEOUT_MS },
+    redisCommandTimeoutMs: durationMs(valid, 'REDIS_COMMAND_TIMEOUT_MS'),
+    redisReplicaAcks: { count: valid.REDIS_REPLICA_ACKS, timeoutMs: durationMs(valid, 'REDIS_REPLICA_ACK_TIMEOUT_MS') },
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
-    otpTtlSeconds: valid.OTP_TTL_SECONDS,
+    otpTtlSeconds: durationSeconds(valid, 'OTP_TTL_SECONDS'),
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransport: valid.MAIL_TRANSPORT,
     mailFrom: valid.MAIL_FROM ?? DEFAULT_LOG_SENDER,
-    mailTimeoutMs: valid.MAIL_TIMEOUT_MS,
+    mailTimeoutMs: durationMs(valid, 'MAIL_TIMEOUT_MS'),
     smtpUrl: valid.SMTP_URL ?? null,
     ses: { region: valid.AWS_REGION ?? null, endpoint: valid.AWS_ENDPOINT_URL_SESV2 ?? null, configurationSet: valid.SES_CONFIGURATION_SET ?? null },
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
-    trustProxy: parseCidrList('TRUST_PROXY', valid.TRUST_PROXY),
-    shutdownGraceMs: valid.SHUTDOWN_GRACE_MS,
+    trustProxy,
+    meshIdentityHeader: valid.MESH_IDENTITY_HEADER ?? null,
+    shutdownGraceMs: durationMs(valid, 'SHUTDOWN_GRACE_MS'),
+    shutdownDrainMs: durationMs(valid, 'SHUTDOWN_DRAIN_MS'),
     blocklists,
     ipv6BucketPrefix: valid.IPV6_BUCKET_PREFIX,
     rateLimits: {
@@ -189,20 +206,20 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     lockout,
     metricsToken: valid.METRICS_TOKEN ?? null,
     metricsListener: valid.METRICS_PORT === undefined ? null : { host: valid.METRICS_HOST ?? '127.0.0.1', port: valid.METRICS_PORT },
-    requestTimeoutMs: valid.REQUEST_TIMEOUT_MS,
-    captchaTimeoutMs: valid.CAPTCHA_TIMEOUT_MS,
-    keepAliveTimeoutMs: valid.KEEP_ALIVE_TIMEOUT_MS,
+    requestTimeoutMs: durationMs(valid, 'REQUEST_TIMEOUT_MS'),
+    captchaTimeoutMs: durationMs(valid, 'CAPTCHA_TIMEOUT_MS'),
+    keepAliveTimeoutMs: durationMs(valid, 'KEEP_ALIVE_TIMEOUT_MS'),
     maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
-    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: valid.RECEIPT_TTL_SECONDS },
+    receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: durationSeconds(valid, 'RECEIPT_TTL_SECONDS') },
     webhooks: {
-      timeoutMs: valid.WEBHOOK_TIMEOUT_MS,
+      timeoutMs: durationMs(valid, 'WEBHOOK_TIMEOUT_MS'),
       concurrencyPerEndpoint: valid.WEBHOOK_CONCURRENCY_PER_ENDPOINT,
       maxInFlightPerTenant: valid.WEBHOOK_MAX_IN_FLIGHT_PER_TENANT,
       maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT,
       retry: {
-        baseMs: valid.WEBHOOK_RETRY_BASE_MS,
-        maxDelayMs: Math.max(valid.WEBHOOK_RETRY_BASE_MS, valid.WEBHOOK_RETRY_MAX_DELAY_MS),
-        forMs: rateLimit('WEBHOOK_RETRY_FOR', `1/${valid.WEBHOOK_RETRY_FOR}`).windowMs
+        baseMs: durationMs(valid, 'WEBHOOK_RETRY_BASE_MS'),
+        maxDelayMs: Math.max(durationMs(valid, 'WEBHOOK_RETRY_BASE_MS'), durationMs(valid, 'WEBHOOK_RETRY_MAX_DELAY_MS')),
+        forMs: durationMs(valid, 'WEBHOOK_RETRY_FOR')
       },
       allowHttpLoopback: valid.WEBHOOK_ALLOW_HTTP_LOOPBACK === 'true',
       allowedNetworks: parseCidrList('WEBHOOK_ALLOWED_NETWORKS', valid.WEBHOOK_ALLOWED_NETWORKS)
@@ -238,8 +255,39 @@ export function parseRedisToolConfig (source: Readonly<Record<string, string | u
   return { redis: redis?.topology ?? null, redisVariable: redis?.variable ?? null, webhooks: { maxQueuedPerTenant: valid.WEBHOOK_MAX_QUEUED_PER_TENANT } }
 }
 
+/** Reads a secret's file (`<NAME>_FILE`) once at start; the path is named, never the content. */
+function readSecretFile (variable: string, path: string): string {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`${variable}_FILE`, `cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message} (${path})`)
+  }
+  const value = text.trim()
+  if (value === '') throw new ConfigError(`${variable}_FILE`, `names an empty file (${path})`)
+  return value
+}
+
+/**
+ * The environment with every secret given as a file (`<NAME>_FILE`) read into its variable.
+ * Both set is an error: which one wins would depend on who reads the manifest.
+ */
+function withSecretFiles (source: Readonly<Record<string, string | undefined>>): Readonly<Record<string, string | undefined>> {
+  const set = (value: string | undefined): value is string => value !== undefined && value.trim() !== ''
+  let resolved: Record<string, string | undefined> | null = null
+  for (const variable of secretEnvVariables) {
+    const path = source[`${variable}_FILE`]
+    if (!set(path)) continue
+    if (set(source[variable])) throw new ConfigError(`${variable}_FILE`, `cannot be combined with ${variable}: set one of them`)
+    resolved ??= { ...source }
+    resolved[variable] = readSecretFile(variable, path.trim())
+  }
+  return resolved ?? source
+}
+
 /** The environment against its schema, defaults applied; throws ConfigError naming the first bad variable. */
-function validEnv (source: Readonly<Record<string, string | undefined>>): Env {
+function validEnv (environment: Readonly<Record<string, string | undefined>>): Env {
+  const source = withSecretFiles(environment)
   const raw: Record<string, unknown> = {}
   for (const name of Object.keys(EnvSchema.properties)) {
     const value = source[name]
@@ -303,8 +351,33 @@ function parseRedisNodes (variable: string, value: string): RedisNode[] {
   return nodes
 }
 
-function duration (variable: string, spec: string): number {
-  return rateLimit(variable, `1/${spec}`).windowMs
+type DurationVariable = { [Name in keyof Env]-?: Env[Name] extends string ? Name : never }[keyof Env]
+
+interface DurationSchema { durationUnit: DurationUnit | null, durationMinimum: string, durationMaximum: string }
+
+const isDurationSchema = (schema: object): schema is DurationSchema => 'durationMinimum' in schema
+
+function durationRule (schema: DurationSchema): string {
+  const plain = schema.durationUnit === null ? '' : ` (a plain number is ${schema.durationUnit === 'ms' ? 'milliseconds' : 'seconds'})`
+  return `must be a duration from ${schema.durationMinimum} to ${schema.durationMaximum}, such as 500ms, 30s, 15m, 24h or 30d${plain}`
+}
+
+/** A duration variable in milliseconds, within the bounds its schema names. */
+function durationMs (env: Env, variable: DurationVariable): number {
+  const schema = EnvSchema.properties[variable] as unknown as DurationSchema
+  const spec = env[variable]
+  const ms = parseDuration(spec, schema.durationUnit)
+  const minimum = parseDuration(schema.durationMinimum, null) ?? 0
+  const maximum = parseDuration(schema.durationMaximum, null) ?? 0
+  if (ms === null || ms < minimum || ms > maximum) throw new ConfigError(variable, `${durationRule(schema)} (got ${JSON.stringify(spec)})`)
+  return ms
+}
+
+/** A duration variable the service counts in whole seconds. */
+function durationSeconds (env: Env, variable: DurationVariable): number {
+  const ms = durationMs(env, variable)
+  if (ms % 1000 !== 0) throw new ConfigError(variable, `must be whole seconds (got ${JSON.stringify(env[variable])})`)
+  return ms / 1000
 }
 
 function rateLimit (variable: string, spec: string): RateLimit {
@@ -321,18 +394,31 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^\\S+$': 'must be one word, without spaces',
   '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
   '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
+  '^[A-Za-z0-9_-]{1,16}$': 'must be 1 to 16 letters, digits, _ or -',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
-  '^[1-9][0-9]{0,6}[smhd]$': 'must be a duration: a whole number then s, m, h or d (e.g. 15m, 30d)',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off'
 }
 
 function describe (schema: { type?: unknown, minimum?: number, maximum?: number, minLength?: number, pattern?: string, anyOf?: Array<{ const?: unknown }> }): string {
+  if (isDurationSchema(schema)) return durationRule(schema)
   if (Array.isArray(schema.anyOf)) return `must be one of ${schema.anyOf.map((option) => String(option.const)).join(', ')}`
   if (schema.type === 'integer') return `must be an integer from ${schema.minimum} to ${schema.maximum}`
   if (schema.pattern !== undefined) return PATTERN_RULES[schema.pattern] ?? `must match ${schema.pattern}`
   if (schema.minLength !== undefined) return `must be at least ${schema.minLength} characters long`
   return 'is not valid'
+}
+
+/**
+ * The keys with the one that signs first (the signers sign with the first): `selector` names
+ * it, else the list's first signs. The others only verify (or, for receipts, are only
+ * published): the first phase of a rotation that old and new instances survive side by side.
+ */
+function signingFirst<T> (selector: string, list: string, keys: T[], idOf: (key: T) => string, chosen: string | undefined): T[] {
+  if (chosen === undefined) return keys
+  const signing = keys.find((key) => idOf(key) === chosen)
+  if (signing === undefined) throw new ConfigError(selector, `names no key of ${list} (got ${JSON.stringify(chosen)}; ids: ${keys.map(idOf).join(', ')})`)
+  return [signing, ...keys.filter((key) => key !== signing)]
 }
 
 const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/

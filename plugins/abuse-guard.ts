@@ -30,6 +30,11 @@ export default fp(async function abuseGuardPlugin (fastify) {
 
   if (blocklists.status().length > 0) {
     fastify.addHook('onRequest', (request, _reply, done) => {
+      // Serving without a block list the operator configured would let its sources through.
+      if (!blocklists.loaded()) {
+        done(apiError('UNAVAILABLE', 'A network block list has not loaded yet; retry later', { 'retry-after': '5' }))
+        return
+      }
       if (request.headers[END_USER_IP] !== undefined) {
         done()
         return

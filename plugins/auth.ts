@@ -44,8 +44,9 @@ export default fp(async function authPlugin (fastify) {
       return
     }
     const refusal = originRefusal(key, request.headers.origin) ??
+      (key.allowsWorkload !== null && (request.workload === null || !key.allowsWorkload(request.workload)) ? apiError('WORKLOAD_NOT_ALLOWED') : null) ??
       (request.routeOptions.config.keyKinds?.includes(key.kind) === false ? apiError('KEY_NOT_PERMITTED') : null)
     if (refusal === null) request.auth = key
     done(refusal ?? undefined)
   })
-}, { name: 'auth', dependencies: ['tenants'], fastify: '5.x' })
+}, { name: 'auth', dependencies: ['tenants', 'workload-identity'], fastify: '5.x' })

@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
+import { finished } from 'node:stream/promises'
 import fp from 'fastify-plugin'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify'
 import { apiError, isApiError, type ApiError } from '../lib/errors.js'
@@ -14,6 +15,32 @@ const fastifyCodes: Record<string, ErrorCode> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'INVALID_BODY',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'INVALID_BODY',
   FST_ERR_CTP_INVALID_JSON_BODY: 'INVALID_JSON'
+}
+
+/**
+ * An over-limit body declared at most this long is read to its end and dropped before the 413,
+ * so that the connection stays open: a client that sends one oversized request among good ones
+ * (or a flood of them) then costs no new connection per answer. Reading it takes no longer than
+ * REQUEST_TIMEOUT_MS, as for any body under the limit; a longer or undeclared body closes the
+ * connection at once, unread.
+ */
+export const DRAIN_LIMIT_BYTES = 64 * 1024
+
+/**
+ * Fastify closes the connection after any body-parsing error, since the client may still be
+ * sending. Once the request has been read to its end (malformed JSON, an oversized body
+ * drained above) the connection is in step and can serve the next request.
+ */
+async function keepConnectionIfRead (request: FastifyRequest, reply: FastifyReply, error: ApiError): Promise<void> {
+  const raw = request.raw
+  if (!raw.complete && error.code === 'PAYLOAD_TOO_LARGE') {
+    const declared = Number(raw.headers['content-length'])
+    if (!Number.isSafeInteger(declared) || declared > DRAIN_LIMIT_BYTES) return
+    raw.resume()
+    // A client that never finishes is closed by REQUEST_TIMEOUT_MS (answered 408).
+    await finished(raw).catch(() => {})
+  }
+  if (raw.complete) reply.removeHeader('connection')
 }
 
 /** Connections answered by answerClientError: their request, if one had begun, gets no other answer. */
@@ -58,8 +85,9 @@ function describeValidation (error: FastifyError): string {
  * error handler in force when they are registered, so this runs before any route is added.
  */
 export function answerErrorsInContractShape (fastify: FastifyInstance, countError: (code: ErrorCode) => void = () => {}, notFoundPreHandler?: preHandlerAsyncHookHandler): void {
-  fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply) {
+  fastify.setErrorHandler(async function rootErrorHandler (error: FastifyError, request, reply) {
     const mapped = toApiError(error)
+    if (reply.getHeader('connection') === 'close') await keepConnectionIfRead(request, reply, mapped)
     // A body cut short by REQUEST_TIMEOUT_MS fails its parser too, after the connection was
     // answered 408: that answer was counted and logged, this one never reaches anybody.
     if (answeredOnConnection.has(request.raw.socket)) return send(reply, mapped)

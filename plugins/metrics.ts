@@ -92,6 +92,39 @@ export default fp(async function metricsPlugin (fastify) {
     }
   }))
 
+  const { tenants } = fastify
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_tenants_file_info',
+    help: 'The tenants file in force: its version (first 16 hex digits of its SHA-256) as a label, value 1.',
+    labelNames: ['version'] as const,
+    registers: [],
+    collect () {
+      this.reset()
+      const { version } = tenants.status()
+      if (version !== null) this.set({ version }, 1)
+    }
+  }))
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_tenants_file_last_reload_success',
+    help: '1 when the last load of the tenants file (at start, on a watched change or SIGHUP) succeeded, 0 when a reload failed and the previous tenants stayed in force.',
+    registers: [],
+    collect () {
+      this.set(tenants.status().lastReloadOk ? 1 : 0)
+    }
+  }))
+  registry.registerMetric(new Counter({
+    name: 'email_otp_tenants_file_reloads_total',
+    help: 'Reloads of the tenants file since start, by result (ok, failed).',
+    labelNames: ['result'] as const,
+    registers: [],
+    collect () {
+      const { reloads } = tenants.status()
+      this.reset()
+      this.inc({ result: 'ok' }, reloads.ok)
+      this.inc({ result: 'failed' }, reloads.failed)
+    }
+  }))
+
   fastify.decorate('metrics', metrics)
   fastify.addHook('onResponse', (request, reply, done) => {
     // The route pattern, never the raw URL: label values must stay few.
@@ -99,4 +132,4 @@ export default fp(async function metricsPlugin (fastify) {
     requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
     done()
   })
-}, { name: 'metrics', dependencies: ['config', 'redis', 'blocklists'], fastify: '5.x' })
+}, { name: 'metrics', dependencies: ['config', 'redis', 'blocklists', 'tenants'], fastify: '5.x' })

@@ -18,7 +18,7 @@ declare module 'fastify' {
  */
 export function callerOf (request: FastifyRequest): Caller {
   if (request.auth === null) throw apiError('UNAUTHORIZED')
-  return { key: request.auth, address: request.clientAddress, endUserAddress: request.endUserAddress, log: request.log }
+  return { key: request.auth, address: request.clientAddress, endUserAddress: request.endUserAddress, workload: request.workload, log: request.log }
 }
 
 /** The OTP service (lib/otp/service.ts) over the backend and the mailer, with its metrics. */

@@ -1,13 +1,29 @@
+import { watch, type FSWatcher } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import { dirname } from 'node:path'
 import fp from 'fastify-plugin'
-import { TenantRegistry, demoRegistry } from '../lib/tenants/registry.js'
+import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from '../lib/tenants/registry.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
+
+/** What started a reload: SIGHUP, or a change seen in the tenants file's folder. */
+export type ReloadTrigger = 'signal' | 'watch'
+
+export interface TenantsFileStatus {
+  /** The version of the file in force (tenantsFileVersion); null for the built-in demo tenant. */
+  version: string | null
+  /** Reloads since start, by result. */
+  reloads: { ok: number, failed: number }
+  /** Whether the last load succeeded: true from start (a file that does not load stops it) until a reload fails. */
+  lastReloadOk: boolean
+}
 
 export interface TenantDirectory {
   /** The registry in force; replaced whole by a successful reload. */
   readonly current: TenantRegistry
   /** Re-reads TENANTS_FILE; a file that does not validate leaves the current registry in place. */
-  reload (): Promise<ReloadResult>
+  reload (trigger?: ReloadTrigger): Promise<ReloadResult>
+  status (): TenantsFileStatus
 }
 
 declare module 'fastify' {
@@ -16,28 +32,96 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * How long the folder must be quiet before a change is read: Kubernetes updates a mounted
+ * ConfigMap or Secret as several renames (a new timestamped folder, then `..data` swapped),
+ * and an editor writes a temporary file then renames it.
+ */
+const WATCH_DEBOUNCE_MS = 300
+
+/**
+ * The tenants file (TENANTS_FILE), reloaded on SIGHUP (server.ts) and whenever its folder
+ * changes. The folder is watched rather than the file: a mounted ConfigMap or Secret is a
+ * symlink through `..data`, which Kubernetes swaps atomically, and a watch on the file would
+ * keep following the old inode. A change whose bytes hash to the version in force is
+ * ignored; any other goes through the same validation as SIGHUP, and a file that does not
+ * validate keeps the previous tenants (logged, and counted in the metrics).
+ */
 export default fp(async function tenantsPlugin (fastify) {
   const path = fastify.config.tenantsFile
   const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
   let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
   if (path === null) {
     fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
+  } else {
+    fastify.log.info({ tenants: current.tenants.size, version: current.version }, 'tenants file loaded')
+  }
+  const reloads = { ok: 0, failed: 0 }
+  let lastReloadOk = true
+  // One reload at a time: a signal during a watched reload waits for it, then reads again.
+  let queue: Promise<unknown> = Promise.resolve()
+
+  const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
+    try {
+      current = await TenantRegistry.fromFile(file, options)
+      reloads.ok++
+      lastReloadOk = true
+      fastify.log.info({ tenants: current.tenants.size, version: current.version, trigger }, 'tenants file reloaded')
+      return { ok: true, tenants: current.tenants.size }
+    } catch (error) {
+      const message = (error as Error).message
+      reloads.failed++
+      lastReloadOk = false
+      // Every problem of the file, so that one reload shows all there is to fix.
+      const problems = error instanceof TenantsFileError ? error.problems : [message]
+      fastify.log.error({ reason: message, problems, version: current.version, trigger }, 'tenants file reload failed; keeping the previous tenants')
+      return { ok: false, error: message }
+    }
   }
 
   const directory: TenantDirectory = {
     get current () { return current },
-    async reload () {
+    async reload (trigger = 'signal') {
       if (path === null) return { ok: true, tenants: current.tenants.size }
-      try {
-        current = await TenantRegistry.fromFile(path, options)
-        fastify.log.info({ tenants: current.tenants.size }, 'tenants file reloaded')
-        return { ok: true, tenants: current.tenants.size }
-      } catch (error) {
-        const message = (error as Error).message
-        fastify.log.error({ reason: message }, 'tenants file reload failed; keeping the previous tenants')
-        return { ok: false, error: message }
-      }
+      const next = queue.then(async () => await reloadNow(path, trigger))
+      queue = next
+      return await next
+    },
+    status () {
+      return { version: current.version, reloads: { ...reloads }, lastReloadOk }
     }
   }
   fastify.decorate('tenants', directory)
+
+  if (path === null) return
+  let timer: NodeJS.Timeout | undefined
+  const changed = async (): Promise<void> => {
+    let text: string
+    try {
+      text = await readFile(path, 'utf8')
+    } catch {
+      // Mid-swap, or removed: the reload reports what it finds.
+      await directory.reload('watch')
+      return
+    }
+    if (tenantsFileVersion(text) !== current.version) await directory.reload('watch')
+  }
+  let watcher: FSWatcher | null = null
+  try {
+    watcher = watch(dirname(path), { persistent: false }, () => {
+      clearTimeout(timer)
+      timer = setTimeout(() => { void changed() }, WATCH_DEBOUNCE_MS)
+    })
+    watcher.on('error', (error) => {
+      fastify.log.warn({ reason: error.message }, 'tenants file watch stopped; reload with SIGHUP')
+      watcher?.close()
+    })
+  } catch (error) {
+    fastify.log.warn({ reason: (error as Error).message }, 'tenants file cannot be watched; reload with SIGHUP')
+  }
+  fastify.addHook('onClose', (_instance, done) => {
+    clearTimeout(timer)
+    watcher?.close()
+    done()
+  })
 }, { name: 'tenants', dependencies: ['config'], fastify: '5.x' })

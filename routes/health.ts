@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { perSource } from '../plugins/external/rate-limit.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { LiveReply, ReadyReply } from '../schemas/health.js'
 import { ref } from '../schemas/ref.js'
@@ -16,8 +15,21 @@ export interface HealthRoutesOptions {
   details: 'token' | 'everyone'
 }
 
+interface StoreChecks { tokenStore: { ok: boolean, reason: string | null }, mailerOk: boolean }
+
 const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async function healthRoutes (fastify, options) {
   const service = options.service ?? fastify
+  // Probes are never throttled (kubelets of many nodes, a mesh's health checks, from addresses
+  // that share per-source buckets across pods on Redis). What a flood of them could cost is
+  // the stores' ping, so requests that arrive while one check is running share its answer:
+  // at most one check is in flight per listener, whatever the request rate.
+  let running: Promise<StoreChecks> | null = null
+  const check = async (): Promise<StoreChecks> => {
+    running ??= Promise.all([service.backend.ready(), service.mailer.ready()])
+      .then(([tokenStore, mailerOk]) => ({ tokenStore, mailerOk }))
+      .finally(() => { running = null })
+    return await running
+  }
 
   fastify.get('/healthz', {
     schema: {
@@ -33,28 +45,32 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
   }, async () => ({ ok: true as const }))
 
   fastify.get('/readyz', {
-    // Each probe pings the stores: strangers are held to the public routes' limit.
-    config: { cors: false, rateLimit: perSource(service.config.routeLimits.public) },
+    config: { cors: false },
     schema: {
       operationId: 'getReadiness',
       summary: 'Readiness: the token store answers and the mailer is configured',
-      description: 'Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.',
+      description: 'Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token. Never rate-limited: requests that arrive while a check runs share its answer. From SIGTERM on, 503 for SHUTDOWN_DRAIN_MS while every other route keeps serving.',
       tags: ['operations'],
       security: [],
       response: {
         200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured, and Redis\'s maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed.' }),
-        503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this.' }),
+        503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this.' }),
         ...errorResponses(connectionErrors)
       }
     }
   }, async (request, reply) => {
-    const { backend, mailer, blocklists, metrics } = service
-    const [tokenStore, mailerOk] = await Promise.all([backend.ready(), mailer.ready()])
-    const ready = tokenStore.ok && mailerOk
-    reply.code(ready ? 200 : 503).header('cache-control', 'no-store')
-    if (options.details !== 'everyone' && !metrics.presentsToken(request)) return { ready }
+    const { backend, mailer, blocklists, metrics, drain } = service
+    const details = options.details === 'everyone' || metrics.presentsToken(request)
+    reply.header('cache-control', 'no-store')
+    // A draining instance is not ready whatever its stores say: no need to wait for them.
+    if (drain.draining && !details) return await reply.code(503).send({ ready: false })
+    const { tokenStore, mailerOk } = await check()
+    const ready = tokenStore.ok && mailerOk && blocklists.loaded() && !drain.draining
+    reply.code(ready ? 200 : 503)
+    if (!details) return { ready }
     return {
       ready,
+      draining: drain.draining,
       checks: {
         tokenStore: { ok: tokenStore.ok, kind: backend.kind, ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }) },
         mailer: { ok: mailerOk, kind: mailer.transport }

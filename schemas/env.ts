@@ -1,8 +1,26 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
+import { DURATION_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from './patterns.js'
 
 const PositiveInt = (defaultValue: number, minimum: number, maximum: number, description: string) =>
   Type.Integer({ default: defaultValue, minimum, maximum, description })
+
+/** `<NAME>_FILE`: the secret read from a file, as a mounted Kubernetes or Docker secret gives it. */
+const SecretFile = (name: string) => Type.Optional(Type.String({ minLength: 1, description: `Path of a file holding ${name} (a mounted Secret; surrounding whitespace and the final newline are dropped). Not together with ${name}.` }))
+
+/**
+ * Every configured duration: `500ms`, `5s`, `15m`, `24h`, `30d`, and for a variable named
+ * after its unit (`plain`) a plain number in that unit, as it always took. The bounds
+ * (`minimum`, `maximum`, durations themselves) are checked when the configuration is read.
+ */
+const Duration = (fallback: string, plain: 'ms' | 's' | null, minimum: string, maximum: string, description: string) =>
+  Type.String({
+    default: fallback,
+    pattern: DURATION_PATTERN,
+    description,
+    durationUnit: plain,
+    durationMinimum: minimum,
+    durationMaximum: maximum
+  })
 
 /**
  * The process environment the service reads, and nothing else. `npm run docs` writes the
@@ -24,17 +42,17 @@ export const EnvSchema = Type.Object({
   REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1, description: 'ACL user for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Needs REDIS_PASSWORD.' })),
   REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1, description: 'Password for the Redis servers with REDIS_SENTINELS or REDIS_CLUSTER_NODES (REDIS_URL carries its own). Sentinels themselves are reached without one. Never echoed in errors.' })),
   REDIS_TLS: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: TLS to every Redis server (and Sentinel) with REDIS_SENTINELS or REDIS_CLUSTER_NODES, as rediss:// does for REDIS_URL.' }),
-  REDIS_COMMAND_TIMEOUT_MS: PositiveInt(500, 50, 10000, 'A Redis command not answered within this time fails the request with 503.'),
+  REDIS_COMMAND_TIMEOUT_MS: Duration('500', 'ms', '50ms', '10s', 'A Redis command not answered within this time fails the request with 503.'),
   REDIS_REPLICA_ACKS: PositiveInt(0, 0, 16, 'Replicas that must acknowledge a new code and a used one (Redis WAIT) before dispatch or verify answers; too few within REDIS_REPLICA_ACK_TIMEOUT_MS and the request is undone and answers 503, so single use survives a failover. 0: no wait. Not applied on a Cluster.'),
-  REDIS_REPLICA_ACK_TIMEOUT_MS: PositiveInt(100, 1, 10000, 'How long a dispatch or verify waits for REDIS_REPLICA_ACKS acknowledgements; keep it below REDIS_COMMAND_TIMEOUT_MS.'),
+  REDIS_REPLICA_ACK_TIMEOUT_MS: Duration('100', 'ms', '1ms', '10s', 'How long a dispatch or verify waits for REDIS_REPLICA_ACKS acknowledgements; keep it below REDIS_COMMAND_TIMEOUT_MS.'),
   OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes, e.g. `openssl rand -base64 32`). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES; unset on the embedded default, a per-process key is generated (with a warning).' })),
-  OTP_TTL_SECONDS: PositiveInt(600, 1, 86400, 'Lifetime of a code in seconds, unless the tenant overrides it.'),
+  OTP_TTL_SECONDS: Duration('600', 's', '1s', '1d', 'Lifetime of a code, unless the tenant overrides it.'),
   RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published; per process on the embedded default without OTP_HMAC_KEYS, with a warning).' })),
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
-  RECEIPT_TTL_SECONDS: PositiveInt(300, 10, 3600, 'Lifetime of a verification receipt in seconds.'),
+  RECEIPT_TTL_SECONDS: Duration('300', 's', '10s', '1h', 'Lifetime of a verification receipt.'),
   MEMORY_STORE_MAX_TOKENS: PositiveInt(1_000_000, 1, 50_000_000, 'Cap on live codes per tenant and mode in the in-memory store (about 190 bytes each); past it, that tenant\'s dispatches in that mode answer 503, and no other tenant\'s.'),
   MAIL_TRANSPORT: Type.Union([Type.Literal('log'), Type.Literal('ses'), Type.Literal('smtp')], { default: 'log', description: 'How live mail leaves: log (prints it), ses or smtp.' }),
-  MAIL_TIMEOUT_MS: PositiveInt(5000, 100, 60000, 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
+  MAIL_TIMEOUT_MS: Duration('5000', 'ms', '100ms', '1m', 'Upper bound for handing one message to the provider, retries included; past it, dispatch answers 502.'),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://', description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),
   AWS_REGION: Type.Optional(Type.String({ pattern: '^[a-z]{2}(-[a-z]+)+-[0-9]+$', description: 'SES region, for MAIL_TRANSPORT=ses. Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID…, profiles, instance roles).' })),
   AWS_ENDPOINT_URL_SESV2: Type.Optional(Type.String({ pattern: '^https?://', description: 'Overrides the SES endpoint (a VPC endpoint, or a local emulator).' })),
@@ -44,7 +62,7 @@ export const EnvSchema = Type.Object({
   TRUST_PROXY: Type.Optional(Type.String({ description: 'Comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is trusted. Unset: trust none and use the socket address.' })),
   IP_BLOCKLISTS: Type.Optional(Type.String({ description: 'Comma-separated paths or URLs of CIDR lists (proxy, VPN, hosting, burner ranges): one address or CIDR a line, `#` comments. Sources on them get 403.' })),
   TOR_EXIT_LIST: Type.Optional(Type.String({ description: 'Path or URL of the Tor exit list (https://check.torproject.org/torbulkexitlist format). Sources on it get 403.' })),
-  BLOCKLIST_REFRESH_SECONDS: PositiveInt(3600, 1, 604800, 'How often block lists are re-read in the background; a failed or suspicious refresh keeps the last good list.'),
+  BLOCKLIST_REFRESH_SECONDS: Duration('3600', 's', '1s', '7d', 'How often block lists are re-read in the background; a failed or suspicious refresh keeps the last good list.'),
   IPV6_BUCKET_PREFIX: PositiveInt(64, 32, 128, 'IPv6 clients share one per-source bucket per prefix of this length.'),
   RATE_LIMIT_RECIPIENT: Type.String({ default: '5/15m', pattern: RATE_LIMIT_PATTERN, description: 'Dispatches per recipient mailbox, tenant and lane (codes asked for by secret keys, or by restricted keys; all spellings of one mailbox count once): `max/window`.' }),
   RATE_LIMIT_SOURCE: Type.String({ default: '30/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per source address (IPv6 per prefix; the end user\'s address when a backend sends End-User-IP), dispatch and verify: `max/window`.' }),
@@ -53,31 +71,44 @@ export const EnvSchema = Type.Object({
   RATE_LIMIT_MAILBOX: Type.String({ default: '15/15m', pattern: RATE_LIMIT_OR_OFF_PATTERN, description: 'Dispatches per recipient mailbox and lane across every tenant (live and sandbox counted apart): `max/window`, or `off`.' }),
   RATE_LIMIT_ACCOUNT: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per API key to each account route (/usage, /sandbox/messages, /recipients/unlock, /templates/preview): `max/window`.' }),
   RATE_LIMIT_PREVIEW: Type.String({ default: '60/1m', pattern: RATE_LIMIT_PATTERN, description: 'Template previews (POST /templates/preview) per tenant, all its keys together, besides RATE_LIMIT_ACCOUNT per key; one preview per tenant renders at a time per instance: `max/window`.' }),
-  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /readyz) and to unknown paths: `max/window`.' }),
+  RATE_LIMIT_PUBLIC: Type.String({ default: '120/1m', pattern: RATE_LIMIT_PATTERN, description: 'Requests per client address to each public route (/docs, /openapi.json, /.well-known/jwks.json) and to unknown paths: `max/window`. Probes (/healthz, /readyz) are never limited.' }),
   LOCKOUT_THRESHOLD: PositiveInt(10, 1, 100_000_000, 'Consecutive wrong guesses for one recipient mailbox in one lane (across requestIds, sources and keys) that lock that lane for LOCKOUT_DURATION.'),
-  LOCKOUT_DURATION: Type.String({ default: '15m', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Length of the first lock; each further consecutive wrong guess doubles it.' }),
-  LOCKOUT_MAX_DURATION: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'Longest lock.' }),
-  LOCKOUT_RESET_AFTER: Type.String({ default: '30d', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'A run of wrong guesses is forgotten this long after its last wrong guess or the end of its lock; a right guess forgets it at once.' }),
-  WEBHOOK_TIMEOUT_MS: PositiveInt(10000, 100, 60000, 'Upper bound for one webhook delivery attempt (connection, TLS, answer).'),
+  LOCKOUT_DURATION: Duration('15m', null, '1s', '9999999d', 'Length of the first lock; each further consecutive wrong guess doubles it.'),
+  LOCKOUT_MAX_DURATION: Duration('30d', null, '1s', '9999999d', 'Longest lock.'),
+  LOCKOUT_RESET_AFTER: Duration('30d', null, '1s', '9999999d', 'A run of wrong guesses is forgotten this long after its last wrong guess or the end of its lock; a right guess forgets it at once.'),
+  WEBHOOK_TIMEOUT_MS: Duration('10000', 'ms', '100ms', '1m', 'Upper bound for one webhook delivery attempt (connection, TLS, answer).'),
   WEBHOOK_CONCURRENCY_PER_ENDPOINT: PositiveInt(4, 1, 100, 'Webhook attempts in flight at once per endpoint, per instance.'),
   WEBHOOK_MAX_IN_FLIGHT_PER_TENANT: PositiveInt(8, 1, 64, 'Webhook attempts in flight at once per tenant, per instance, of the 64 an instance runs: a tenant whose endpoints never answer holds at most this many.'),
   WEBHOOK_MAX_QUEUED_PER_TENANT: PositiveInt(10000, 100, 1_000_000, 'Webhook deliveries one tenant may have queued (waiting, in flight or due for a retry), and dead letters it keeps. Past it, that tenant\'s longest-waiting deliveries move to its own dead letters.'),
-  WEBHOOK_RETRY_BASE_MS: PositiveInt(5000, 10, 3_600_000, 'Delay before the first webhook retry; each later one doubles, with jitter.'),
-  WEBHOOK_RETRY_MAX_DELAY_MS: PositiveInt(7_200_000, 10, 86_400_000, 'Longest delay between two webhook attempts.'),
-  WEBHOOK_RETRY_FOR: Type.String({ default: '24h', pattern: '^[1-9][0-9]{0,6}[smhd]$', description: 'How long a failing webhook delivery is retried before it goes to the dead letters.' }),
+  WEBHOOK_RETRY_BASE_MS: Duration('5000', 'ms', '10ms', '1h', 'Delay before the first webhook retry; each later one doubles, with jitter.'),
+  WEBHOOK_RETRY_MAX_DELAY_MS: Duration('7200000', 'ms', '10ms', '1d', 'Longest delay between two webhook attempts.'),
+  WEBHOOK_RETRY_FOR: Duration('24h', null, '1s', '9999999d', 'How long a failing webhook delivery is retried before it goes to the dead letters.'),
   WEBHOOK_ALLOW_HTTP_LOOPBACK: Type.Union([Type.Literal('false'), Type.Literal('true')], { default: 'false', description: 'true: webhook URLs may be http:// on a loopback host (development and tests). Otherwise https only.' }),
   WEBHOOK_ALLOWED_NETWORKS: Type.Optional(Type.String({ description: 'Comma-separated CIDRs that webhook URLs may resolve into although they are private, loopback, link-local or otherwise not public.' })),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, description: 'When set, the public listener serves GET /metrics and the details of GET /readyz to callers with `Authorization: Bearer <METRICS_TOKEN>`. Unset: neither is on the public listener.' })),
   METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'When set, an internal listener on METRICS_HOST:METRICS_PORT serves /metrics, /readyz with details and /healthz, without credentials. Must differ from PORT.' })),
   METRICS_HOST: Type.Optional(Type.String({ minLength: 1, description: 'Address of the internal listener (127.0.0.1 unless set). Only with METRICS_PORT.' })),
-  CAPTCHA_TIMEOUT_MS: PositiveInt(3000, 100, 30000, 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
-  REQUEST_TIMEOUT_MS: PositiveInt(10000, 100, 300000, 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
+  CAPTCHA_TIMEOUT_MS: Duration('3000', 'ms', '100ms', '30s', 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
+  REQUEST_TIMEOUT_MS: Duration('10000', 'ms', '100ms', '5m', 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
-  KEEP_ALIVE_TIMEOUT_MS: PositiveInt(72000, 100, 600000, 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of a load balancer in front.'),
-  SHUTDOWN_GRACE_MS: PositiveInt(10000, 0, 120000, 'On SIGTERM, time allowed for in-flight requests before the process exits.')
+  KEEP_ALIVE_TIMEOUT_MS: Duration('72000', 'ms', '100ms', '65m', 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of every proxy and load balancer in front (72 s: above the 60 s of common load balancers and of the DestinationRule docs/mesh.md recommends; Envoy\'s own default is 1 h).'),
+  SHUTDOWN_GRACE_MS: Duration('10000', 'ms', '0ms', '2m', 'After the drain (SHUTDOWN_DRAIN_MS), time allowed for in-flight requests before the process exits.'),
+
+  // Running in Kubernetes behind a service mesh: workload identity, drain, secrets mounted as
+  // files, the tenants file watched (docs/mesh.md).
+  MESH_IDENTITY_HEADER: Type.Optional(Type.Union([Type.Literal('x-forwarded-client-cert'), Type.Literal('l5d-client-id')], { description: 'The header in which a sidecar at a TRUST_PROXY address passes the caller\'s verified workload identity: x-forwarded-client-cert (Envoy, Istio: the URI of its last element) or l5d-client-id (Linkerd). Read only from TRUST_PROXY peers. Keys may then be bound to `workloads`, and per-source limits count per workload.' })),
+  OTP_HMAC_KEYS_FILE: SecretFile('OTP_HMAC_KEYS'),
+  RECEIPT_SIGNING_KEYS_FILE: SecretFile('RECEIPT_SIGNING_KEYS'),
+  REDIS_URL_FILE: SecretFile('REDIS_URL'),
+  REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
+  SMTP_URL_FILE: SecretFile('SMTP_URL'),
+  METRICS_TOKEN_FILE: SecretFile('METRICS_TOKEN'),
+  OTP_HMAC_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,16}$', description: 'Id of the key of OTP_HMAC_KEYS that signs new codes (unset: the first). The others only verify: a key is added verify-only in one rollout and promoted to signing in the next, so old and new instances always verify each other\'s codes. With derived receipt keys, the key derived from it signs receipts.' })),
+  RECEIPT_SIGNING_KEY: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'kid of the key of RECEIPT_SIGNING_KEYS that signs receipts (unset: the first). The others are only published at /.well-known/jwks.json: a key is published in one rollout and promoted to signing in the next.' })),
+  SHUTDOWN_DRAIN_MS: Duration('5000', 'ms', '0ms', '2m', 'On SIGTERM, /readyz answers 503 at once and every route keeps serving this long, while Kubernetes, the mesh and load balancers stop sending; then the graceful close (SHUTDOWN_GRACE_MS). 5 s covers how long endpoint removal takes to reach kube-proxy and sidecars.')
 })
 
 export type Env = Static<typeof EnvSchema>
 
-/** Variables whose values must never be echoed in an error line. */
+/** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
 export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN'])

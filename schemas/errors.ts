@@ -62,7 +62,7 @@ export const urlErrors: readonly ErrorCode[] = ['INVALID_URL']
  * REQUEST_TIMEOUT, HEADERS_TOO_LARGE, written by the client error handler), an unreadable
  * X-Forwarded-For from a trusted proxy, and too many connections from one source.
  */
-export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'RATE_LIMITED']
+export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'INVALID_WORKLOAD_IDENTITY', 'RATE_LIMITED']
 
 /**
  * Answers any keyed route can give before its handler runs (connection, keys, sources,
@@ -70,7 +70,7 @@ export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_
  * so each can answer 429.
  */
 export const commonErrors: readonly ErrorCode[] = [
-  ...connectionErrors, 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'SOURCE_BLOCKED',
+  ...connectionErrors, 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'WORKLOAD_NOT_ALLOWED', 'SOURCE_BLOCKED',
   'INVALID_END_USER_IP', 'END_USER_IP_NOT_ALLOWED', 'END_USER_IP_REQUIRED', 'INTERNAL', 'UNAVAILABLE'
 ]
 

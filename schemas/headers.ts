@@ -90,12 +90,11 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   { headers: rateLimit, codes: ['RATE_LIMITED'] },
   { headers: rateLimit, operations: ['dispatchCode'], statuses: [200, 402, 502] },
   // The routes outside the OTP admission step (@fastify/rate-limit): the account routes count
-  // after authentication, readiness on arrival.
+  // after authentication (readiness, a probe, is never limited).
   { headers: rateLimit, operations: ['getUsage'], statuses: [200, 503] },
   { headers: rateLimit, operations: ['unlockRecipient'], statuses: [200, 400, 503] },
   { headers: rateLimit, operations: ['previewTemplate'], statuses: [200, 400] },
   { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },
-  { headers: rateLimit, operations: ['getReadiness'], statuses: [200, 503], required: true },
   { headers: rateLimit, operations: ['getReceiptKeys'], statuses: [200], required: true },
   { headers: rateLimit, operations: ['redeemReceipt'], statuses: [200, 400, 409, 503] },
   { headers: rateLimit, operations: ['verifyCode'], statuses: [200], required: true },

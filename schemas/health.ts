@@ -16,6 +16,7 @@ const BlockListStatus = Type.Object({
 
 export const ReadyReply = Type.Object({
   ready: Type.Boolean(),
+  draining: Type.Optional(Type.Boolean({ description: 'True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener.' })),
   checks: Type.Optional(Type.Object({ tokenStore: Check, mailer: Check }, {
     description: 'Only for callers with METRICS_TOKEN, and on the internal listener.'
   })),

@@ -17,3 +17,9 @@ export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 
 /** An API key: kind, mode, then base62. */
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
+
+/**
+ * A duration: a whole number then ms, s, m, h or d (`500ms`, `5s`, `15m`, `24h`, `30d`). A
+ * variable whose name carries its unit (`…_MS`, `…_SECONDS`) also takes a plain number in it.
+ */
+export const DURATION_PATTERN = '^[0-9]{1,12}(ms|s|m|h|d)?$'

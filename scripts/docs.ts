@@ -19,20 +19,23 @@ interface VariableSchema {
   minLength?: number
   pattern?: string
   anyOf?: Array<{ const?: unknown }>
+  durationUnit?: 'ms' | 's' | null
+  durationMinimum?: string
+  durationMaximum?: string
 }
 
 /** Patterns said in words; any other pattern is shown as it is, so the table is never wrong. */
 const PATTERN_WORDS = new Map<string, string>([
   [RATE_LIMIT_PATTERN, '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'],
   [RATE_LIMIT_OR_OFF_PATTERN, '`max/window` (`15/15m`), or `off`'],
-  ['^[1-9][0-9]{0,6}[smhd]$', 'a duration: a number and `s`, `m`, `h` or `d` (`15m`)'],
   ['^rediss?://', 'a `redis://` or `rediss://` URL'],
   ['^smtps?://', 'an `smtp://` or `smtps://` URL'],
   ['^https?://', 'an `http://` or `https://` URL'],
   ['^\\S+$', 'one word, no spaces'],
   ['^[\\x21-\\x7e]{1,200}$', '1 to 200 printable ASCII characters, no space'],
   ['^[a-z]{2}(-[a-z]+)+-[0-9]+$', 'an AWS region name (`eu-west-1`)'],
-  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`']
+  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`'],
+  ['^[A-Za-z0-9_-]{1,16}$', '1 to 16 letters, digits, `_` or `-`']
 ])
 
 function code (value: unknown): string {
@@ -44,6 +47,10 @@ function allowedValues (schema: VariableSchema): string {
   if (schema.type === 'integer') {
     if (schema.minimum !== undefined && schema.maximum !== undefined) return `integer, ${schema.minimum} to ${schema.maximum}`
     return 'integer'
+  }
+  if (schema.durationMinimum !== undefined && schema.durationMaximum !== undefined) {
+    const plain = schema.durationUnit === 'ms' ? '; a plain number is milliseconds' : schema.durationUnit === 's' ? '; a plain number is seconds' : ''
+    return `a duration, ${code(schema.durationMinimum)} to ${code(schema.durationMaximum)}: a number and \`ms\`, \`s\`, \`m\`, \`h\` or \`d\` (\`30s\`, \`24h\`)${plain}`
   }
   if (schema.pattern !== undefined) return PATTERN_WORDS.get(schema.pattern) ?? `matching ${code(schema.pattern)}`
   if (schema.minLength !== undefined && schema.minLength > 1) return `at least ${schema.minLength} characters`

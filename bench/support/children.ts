@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 export interface NodeChildOptions {
@@ -13,8 +14,8 @@ export interface NodeChildOptions {
   port: number
   /** Where stdout goes: 'ignore' (a null sink) or an open file descriptor. */
   stdout: 'ignore' | number
-  /** Polled until it answers; any HTTP answer counts unless `readyStatus` is given. */
-  readyPath: string
+  /** Polled until it answers; any HTTP answer counts unless `readyStatus` is given. Null: ready once the port accepts a TCP connection (a mail sink). */
+  readyPath: string | null
   readyStatus?: number
 }
 
@@ -68,6 +69,10 @@ export async function startNodeChild (options: NodeChildOptions): Promise<NodeCh
       throw new Error(`${options.name} exited during start-up: ${stderr.trim() || `code ${child.exitCode ?? child.signalCode}`}`)
     }
     try {
+      if (options.readyPath === null) {
+        await accepts(options.port)
+        break
+      }
       const response = await fetch(url + options.readyPath)
       await response.arrayBuffer()
       if (options.readyStatus === undefined || response.status === options.readyStatus) break
@@ -82,6 +87,15 @@ export async function startNodeChild (options: NodeChildOptions): Promise<NodeCh
   }
   ready = true
   return { name: options.name, url, pid: child.pid as number, stop }
+}
+
+async function accepts (port: number): Promise<void> {
+  const socket = connect(port, '127.0.0.1')
+  try {
+    await once(socket, 'connect')
+  } finally {
+    socket.destroy()
+  }
 }
 
 const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100

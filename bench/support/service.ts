@@ -29,15 +29,15 @@ export interface BenchTenant {
   templatesFile: string
 }
 
-/** The tenants file of one tenant `bench` with one live secret key, an allowance and limits that never bind. */
-export function benchTenantsDocument (liveKey: string): TenantsFile {
+/** The tenants file of one tenant `bench` with one live secret key, an allowance that never binds and limits that never bind unless given. */
+export function benchTenantsDocument (liveKey: string, limits: { recipient: string, source: string, key: string } = { recipient: NO_LIMIT, source: NO_LIMIT, key: NO_LIMIT }): TenantsFile {
   return {
     tiers: { bench: { allowance: 100_000_000, window: '1d', sandboxAllowance: 100_000_000 } },
     tenants: [{
       id: 'bench',
       tier: 'bench',
       keys: [{ id: 'k_live', kind: 'secret', mode: 'live', sha256: hashKey(liveKey) }],
-      limits: { recipient: NO_LIMIT, source: NO_LIMIT, key: NO_LIMIT }
+      limits
     }]
   }
 }
@@ -157,14 +157,23 @@ export interface Token {
   code: string
 }
 
-/** Each token once, in order: even ones with the right code (200), odd ones with a wrong one (400). */
-export function verifyRequests (tokens: readonly Token[]): () => NextRequest {
+/** Which guesses a verify run sends: alternately right and wrong, or all right (receipts issued), or all wrong. */
+export type Guesses = 'mixed' | 'right' | 'wrong'
+
+/** A target's verify body for one guess; email-otp's and the Express peer's by default. */
+export type VerifyBody = (token: Token, guess: string) => string
+
+export const otpVerifyBody: VerifyBody = (token, guess) => JSON.stringify({ requestId: token.requestId, userGuess: guess })
+
+/** Each token once, in order; with 'mixed', even ones with the right code (200), odd ones with a wrong one (400). */
+export function verifyRequests (tokens: readonly Token[], guesses: Guesses = 'mixed', body: VerifyBody = otpVerifyBody): () => NextRequest {
   let index = 0
   return () => {
     const token = tokens[index]
     if (token === undefined) throw new Error('verify pool exhausted')
-    const right = index++ % 2 === 0
+    const right = guesses === 'mixed' ? index % 2 === 0 : guesses === 'right'
+    index++
     const guess = right ? token.code : String((Number(token.code) + 1) % 1_000_000).padStart(6, '0')
-    return { body: JSON.stringify({ requestId: token.requestId, userGuess: guess }), expected: right ? 200 : 400 }
+    return { body: body(token, guess), expected: right ? 200 : 400 }
   }
 }

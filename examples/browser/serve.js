@@ -79,3 +79,10 @@ const port = Number(process.env.PORT ?? 5173)
 server.listen(port, host, () => {
   process.stdout.write(`browser example on http://${host}:${port} (service ${config.serviceUrl})\n`)
 })
+// Ctrl-C or a stop signal closes the server, so that nothing is left listening.
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    server.close()
+    server.closeAllConnections()
+  })
+}

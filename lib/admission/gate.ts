@@ -2,6 +2,7 @@ import type { ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
 import type { Audience, DispatchPlan, LimitHit, RefusalPlan, VerifyPlan } from './plan.js'
+import type { OverLimitMemory } from './over-limit.js'
 import type { WindowCount } from './velocity.js'
 
 /*
@@ -128,16 +129,33 @@ function limitHeaders (audience: Audience, limits: readonly LimitHit[], counts: 
 
 export class AdmissionGate {
   readonly #store: AdmissionStore
+  /** For a store across the network: the caller's own buckets it found past their limit a moment ago. */
+  readonly #overLimit: OverLimitMemory | null
 
-  constructor (store: AdmissionStore) {
+  constructor (store: AdmissionStore, overLimit: OverLimitMemory | null = null) {
     this.#store = store
+    this.#overLimit = overLimit
+  }
+
+  /** The store's 429, remembered for the caller's next requests. */
+  #limited (audience: Audience, exceeded: Exceeded): Refusal {
+    this.#overLimit?.remember(exceeded)
+    return limitRefusal(audience, exceeded)
+  }
+
+  /** A caller's own bucket remembered past its limit: the same 429 without a round trip. */
+  #remembered (audience: Audience, limits: readonly LimitHit[]): Refusal | null {
+    const exceeded = this.#overLimit?.exceeded(limits) ?? null
+    return exceeded === null ? null : limitRefusal(audience, exceeded)
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchDecision> {
     const { audience } = plan
+    const remembered = this.#remembered(audience, plan.ownLimits)
+    if (remembered !== null) return { kind: 'refused', refusal: remembered }
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(audience, counts.exceeded) }
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded) }
     if (counts.kind === 'locked') {
       if (audience === 'browser') {
         const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
@@ -162,8 +180,10 @@ export class AdmissionGate {
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {
+    const remembered = this.#remembered(plan.audience, plan.ownLimits)
+    if (remembered !== null) return { kind: 'refused', refusal: remembered }
     const counts = await this.#store.verify(plan)
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: limitRefusal(plan.audience, counts.exceeded) }
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(plan.audience, counts.exceeded) }
     const headers = limitHeaders(plan.audience, [...plan.ownLimits, ...plan.sharedLimits], counts.counts)
     switch (counts.kind) {
       case 'mismatch': return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs, addressHash: counts.addressHash }
@@ -174,8 +194,10 @@ export class AdmissionGate {
 
   /** Counts a request refused before admission; the 429 when that puts it past a limit. */
   async countRefused (plan: RefusalPlan): Promise<Refusal | null> {
+    const remembered = this.#remembered(plan.audience, plan.limits)
+    if (remembered !== null) return remembered
     const { exceeded } = await this.#store.count(plan)
-    return exceeded === null ? null : limitRefusal(plan.audience, exceeded)
+    return exceeded === null ? null : this.#limited(plan.audience, exceeded)
   }
 
   async clearLockout (keys: readonly string[]): Promise<boolean> {

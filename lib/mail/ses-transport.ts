@@ -1,4 +1,5 @@
 import { SESv2Client, SendEmailCommand, type MessageTag, type SESv2ClientConfig } from '@aws-sdk/client-sesv2'
+import { KeyedSha256 } from './keyed-sha256.js'
 import { DeliveryError, errorIdentifier, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface SesTransportOptions {
@@ -121,6 +122,7 @@ export class SesTransport implements MailTransport {
       return
     }
     const config: SESv2ClientConfig = {
+      sha256: KeyedSha256,
       maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       requestHandler: {
         // Per attempt. The abort signal in send() bounds the whole call, retries included.

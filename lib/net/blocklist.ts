@@ -4,6 +4,7 @@ import { IpRangeSet } from './ip-ranges.js'
 export type BlockListEvent =
   | { type: 'loaded', name: string, entries: number, rejected: number }
   | { type: 'kept', name: string, reason: string }
+  | { type: 'unloaded', name: string, reason: string }
 
 export interface BlockListOptions {
   /** Used in events, status and error messages ("tor", "hosting", "tenant:acme"). */
@@ -17,6 +18,8 @@ export interface BlockListOptions {
   maxBytes?: number
   onEvent?: (event: BlockListEvent) => void
   now?: () => number
+  /** First retry of a list that never loaded (start()); each next one doubles. Default 1 s. */
+  retryBaseMs?: number
 }
 
 export interface BlockListStatus {
@@ -171,6 +174,7 @@ export class BlockList {
   readonly #maxBytes: number
   readonly #onEvent: ((event: BlockListEvent) => void) | undefined
   readonly #now: () => number
+  readonly #retryBaseMs: number
   #set: IpRangeSet | null = null
   #loadedAt: number | null = null
   #lastError: string | null = null
@@ -189,6 +193,12 @@ export class BlockList {
     this.#maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES
     this.#onEvent = options.onEvent
     this.#now = options.now ?? Date.now
+    this.#retryBaseMs = options.retryBaseMs ?? 1000
+  }
+
+  /** Whether the list has loaded once: until then it holds nothing. */
+  get loaded (): boolean {
+    return this.#set !== null
   }
 
   /** The initial load. Rejects with an Error naming the list and the source that failed. */
@@ -212,9 +222,14 @@ export class BlockList {
     return this.#refreshing
   }
 
-  /** Refreshes every refreshMs until stop(); the timer does not keep the process alive. */
+  /**
+   * Refreshes every refreshMs until stop(); the timer does not keep the process alive. A list
+   * that has not loaded yet is tried again sooner, after retryBaseMs, doubling each time up
+   * to refreshMs: a source that is not up yet (a sidecar starting, a mirror restarting) is
+   * waited for without hammering it.
+   */
   start (): void {
-    if (this.#timer === null) this.#schedule()
+    if (this.#timer === null) this.#schedule(this.#set === null ? Math.min(this.#retryBaseMs, this.#refreshMs) : this.#refreshMs)
   }
 
   stop (): void {
@@ -237,12 +252,15 @@ export class BlockList {
     }
   }
 
-  #schedule (): void {
+  #schedule (delayMs: number): void {
     const timer = setTimeout(() => {
       // A stop(), or a stop() and start(), during the refresh replaced or cleared #timer: then
       // this chain ends, and at most one timer is ever pending.
-      void this.refresh().then(() => { if (this.#timer === timer) this.#schedule() })
-    }, this.#refreshMs)
+      void this.refresh().then(() => {
+        if (this.#timer !== timer) return
+        this.#schedule(this.#set === null ? Math.min(delayMs * 2, this.#refreshMs) : this.#refreshMs)
+      })
+    }, delayMs)
     timer.unref()
     this.#timer = timer
   }
@@ -254,11 +272,16 @@ export class BlockList {
     } catch (error) {
       return this.#keep(error instanceof Error ? error.message : String(error))
     }
+    // A list that never loaded takes what it reads, as load() does: there is nothing to keep.
+    if (this.#set === null) {
+      this.#install(build.set, build.rejected)
+      return true
+    }
     const fresh = build.set.size
     if (fresh === 0) {
       return this.#keep(build.rejected === 0 ? 'the new list is empty' : `the new list has no valid entries (${build.rejected} lines rejected)`)
     }
-    const previous = this.#set?.size ?? 0
+    const previous = this.#set.size
     if (fresh < previous / 2) {
       return this.#keep(`the new list has ${fresh} entries, less than half of the ${previous} in the last good one`)
     }
@@ -285,7 +308,7 @@ export class BlockList {
 
   #keep (reason: string): false {
     this.#lastError = reason
-    this.#emit({ type: 'kept', name: this.name, reason })
+    this.#emit({ type: this.#set === null ? 'unloaded' : 'kept', name: this.name, reason })
     return false
   }
 

@@ -5,6 +5,7 @@ import { composeVerificationMessage } from '../mail/compose.js'
 import type { Mailer } from '../mail/mailer.js'
 import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
+import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../quota/quota-store.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
@@ -33,6 +34,8 @@ export interface Caller {
    * per-source limits count it, and the backend's own address gets its own bucket.
    */
   endUserAddress?: string | null
+  /** The caller's mesh workload identity: when known, its per-source bucket instead of the address's. */
+  workload?: string | null
   log: Logger
 }
 
@@ -234,9 +237,11 @@ export class OtpService {
   #requester (caller: Caller): Requester {
     const bucket = (address: string): string => sourceBucket(address, this.#options.ipv6BucketPrefix) ?? address
     const endUser = caller.endUserAddress ?? null
+    // Behind a sidecar every caller has the sidecar's address: the workload tells them apart.
+    const own = caller.workload === undefined || caller.workload === null ? bucket(caller.address) : workloadBucket(caller.workload)
     return endUser === null
-      ? { key: caller.key, sourceBucket: bucket(caller.address), backendBucket: null }
-      : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: bucket(caller.address) }
+      ? { key: caller.key, sourceBucket: own, backendBucket: null }
+      : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: own }
   }
 
   /**

@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto'
+import { randomBytes, sign } from 'node:crypto'
 import { Value } from '@sinclair/typebox/value'
-import { SignJWT, createLocalJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose'
+import { createLocalJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose'
 import { RECEIPT_TYPE, ReceiptClaims, type JwksType, type ReceiptClaimsType } from '../../schemas/receipts.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { ReceiptSigningKey } from './signing-keys.js'
@@ -30,13 +30,28 @@ export interface ReceiptIssuerOptions {
 }
 
 /**
- * Signs verification receipts (compact JWS through `jose`) and checks them: the first key
- * signs, all keys verify and are published as a JWKS, so a key can be rotated in front of
- * the old one and removed once the receipts it signed have expired.
+ * Signs a JWS's signing input with a key made once (a KeyObject): EdDSA signs the input
+ * itself, ES256 its SHA-256, as the 64-byte r‖s that JWS requires rather than DER.
+ */
+function signerOf (key: ReceiptSigningKey): (input: string) => Buffer {
+  const { privateKey } = key
+  return key.alg === 'EdDSA'
+    ? (input) => sign(null, Buffer.from(input), privateKey)
+    : (input) => sign('sha256', Buffer.from(input), { key: privateKey, dsaEncoding: 'ieee-p1363' })
+}
+
+/**
+ * Signs verification receipts (compact JWS, signed synchronously with `node:crypto`: through
+ * WebCrypto, as `jose` signs, a receipt cost as much again as the verify that earned it) and
+ * checks them with `jose`: the first key signs, all keys verify and are published as a JWKS,
+ * so a key can be rotated in front of the old one and removed once the receipts it signed
+ * have expired.
  */
 export class ReceiptIssuer {
   readonly jwks: JwksType
-  readonly #signing: ReceiptSigningKey
+  /** The first key's protected header, encoded once: it is the same on every receipt. */
+  readonly #header: string
+  readonly #sign: (input: string) => Buffer
   readonly #keySet: JWTVerifyGetKey
   readonly #issuer: string
   readonly #ttlSeconds: number
@@ -44,7 +59,8 @@ export class ReceiptIssuer {
   constructor (options: ReceiptIssuerOptions) {
     const [first] = options.keys
     if (first === undefined) throw new Error('ReceiptIssuer needs at least one key')
-    this.#signing = first
+    this.#header = Buffer.from(JSON.stringify({ alg: first.alg, kid: first.kid, typ: RECEIPT_TYPE })).toString('base64url')
+    this.#sign = signerOf(first)
     this.jwks = { keys: options.keys.map((key) => key.publicJwk) }
     this.#keySet = createLocalJWKSet(this.jwks)
     this.#issuer = options.issuer
@@ -52,16 +68,22 @@ export class ReceiptIssuer {
   }
 
   /** The JWT: `typ` otp-receipt+jwt, the subject's claims, iss, aud (the tenant), iat, exp, jti. */
-  async issue (subject: ReceiptSubject, nowMs = Date.now()): Promise<string> {
+  issue (subject: ReceiptSubject, nowMs = Date.now()): string {
     const issuedAt = Math.floor(nowMs / 1000)
-    return await new SignJWT({ tenant: subject.tenant, mode: subject.mode, requestId: subject.requestId, addressHash: subject.addressHash, epoch: subject.epoch })
-      .setProtectedHeader({ alg: this.#signing.alg, kid: this.#signing.kid, typ: RECEIPT_TYPE })
-      .setIssuer(this.#issuer)
-      .setAudience(subject.tenant)
-      .setIssuedAt(issuedAt)
-      .setExpirationTime(issuedAt + this.#ttlSeconds)
-      .setJti(randomBytes(16).toString('base64url'))
-      .sign(this.#signing.privateKey)
+    const claims: ReceiptClaimsType = {
+      tenant: subject.tenant,
+      mode: subject.mode,
+      requestId: subject.requestId,
+      addressHash: subject.addressHash,
+      epoch: subject.epoch,
+      iss: this.#issuer,
+      aud: subject.tenant,
+      iat: issuedAt,
+      exp: issuedAt + this.#ttlSeconds,
+      jti: randomBytes(16).toString('base64url')
+    }
+    const input = `${this.#header}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}`
+    return `${input}.${this.#sign(input).toString('base64url')}`
   }
 
   /**

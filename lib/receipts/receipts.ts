@@ -39,7 +39,7 @@ export class Receipts {
 
   async issue (key: TenantKey, requestId: string, addressHash: string): Promise<string> {
     const epoch = await this.#redemptions.epoch(tenantScope(key.tenant.id, key.mode))
-    return await this.#issuer.issue({ tenant: key.tenant.id, mode: key.mode, requestId, addressHash, epoch })
+    return this.#issuer.issue({ tenant: key.tenant.id, mode: key.mode, requestId, addressHash, epoch })
   }
 
   /**

@@ -1,4 +1,4 @@
-import { createSecretKey, type KeyObject } from 'node:crypto'
+import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
@@ -11,6 +11,7 @@ import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { hashKey, parseKey, type KeyKind, type KeyMode } from './api-keys.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
+import { workloadMatcher } from '../net/workload-identity.js'
 import { parseWindow, type QuotaWindow } from '../quota/window.js'
 import { parseRateLimit, type VelocityLimits } from '../admission/velocity.js'
 import { RecipientPolicy } from '../recipients/policy.js'
@@ -76,6 +77,8 @@ export interface TenantKey {
   allowanceShare: number | null
   /** Its dispatches need a CAPTCHA token (the tenant's `captcha`). */
   captchaRequired: boolean
+  /** Null when any caller may use the key; else whether a workload identity may (`workloads`). */
+  allowsWorkload: ((identity: string) => boolean) | null
 }
 
 /** A restricted key may use this share of its tenant's allowance unless the file says otherwise. */
@@ -103,38 +106,63 @@ export interface RegistryFileOptions {
 }
 
 /**
+ * A tenants file's version, as logs and metrics name it: the first 16 hex digits of the
+ * SHA-256 of its bytes (`sha256sum tenants.json | cut -c1-16`), so an operator can tell which
+ * pods hold which file.
+ */
+export function tenantsFileVersion (text: string): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, 16)
+}
+
+/**
  * Tenants, tiers and keys, indexed by key hash. Immutable: a reload builds a new registry
  * and swaps the reference, so requests in flight finish on the one they started with.
  */
 export class TenantRegistry {
   readonly #keysByHash: ReadonlyMap<string, TenantKey>
   readonly tenants: ReadonlyMap<string, Tenant>
+  #version: string | null = null
 
   private constructor (keysByHash: Map<string, TenantKey>, tenants: Map<string, Tenant>) {
     this.#keysByHash = keysByHash
     this.tenants = tenants
   }
 
+  /**
+   * Builds the registry, or throws one TenantsFileError listing every problem of the file
+   * (each with its JSON pointer), so that one run shows all there is to fix.
+   */
   static fromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
-    const firstError = Value.Errors(TenantsFileSchema, document).First()
-    if (firstError !== undefined) {
-      throw new TenantsFileError(`tenants file: ${firstError.path || '/'} ${firstError.message}`)
-    }
+    const problems = schemaProblems(document)
+    // The checks below read the file as typed: only tenants the schema accepts are checked, and
+    // only when the rest of the file (tiers, the tenants list itself) is well formed.
+    const tenantWithProblem = (index: number): boolean => problems.some((problem) => problem.startsWith(`/tenants/${index}/`) || problem.startsWith(`/tenants/${index} `))
+    const structural = problems.some((problem) => !/^\/tenants\/\d+[/ ]/.test(problem))
     const file = document as TenantsFile
     const tenants = new Map<string, Tenant>()
     const keysByHash = new Map<string, TenantKey>()
     const templateProblems: string[] = []
-    for (const [index, entry] of file.tenants.entries()) {
-      const where = `tenants file: /tenants/${index}`
+    const check = <T>(fallback: T, build: () => T): T => {
+      try {
+        return build()
+      } catch (error) {
+        if (!(error instanceof TenantsFileError)) throw error
+        problems.push(...error.problems)
+        return fallback
+      }
+    }
+    for (const [index, entry] of (structural ? [] : file.tenants.entries())) {
+      if (tenantWithProblem(index)) continue
+      const where = `/tenants/${index}`
       const tierEntry = file.tiers[entry.tier]
-      if (tierEntry === undefined) throw new TenantsFileError(`${where}/tier names an unknown tier "${entry.tier}"`)
-      if (tenants.has(entry.id)) throw new TenantsFileError(`${where}/id "${entry.id}" appears twice`)
+      if (tierEntry === undefined) problems.push(`${where}/tier names an unknown tier "${entry.tier}"`)
+      if (tenants.has(entry.id)) problems.push(`${where}/id "${entry.id}" appears twice`)
       const tenant: Tenant = {
         id: entry.id,
-        tier: effectiveTier(entry.tier, { ...tierEntry, ...entry.quota }, where),
+        tier: tierEntry === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...tierEntry, ...entry.quota }, where)),
         brandName: entry.brand?.name ?? entry.id,
-        from: brandAddress(entry.brand?.from, `${where}/brand/from`),
-        replyTo: brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`),
+        from: check(null, () => brandAddress(entry.brand?.from, `${where}/brand/from`)),
+        replyTo: check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)),
         ttlSeconds: entry.ttlSeconds ?? null,
         limits: tenantLimits(entry.limits ?? {}),
         recipientPolicy: new RecipientPolicy({
@@ -142,11 +170,11 @@ export class TenantRegistry {
           denyDomains: entry.recipients?.denyDomains ?? [],
           allowDomains: entry.recipients?.allowDomains ?? []
         }),
-        blockedNetworks: blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`),
+        blockedNetworks: check(null, () => blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)),
         requireEndUserIp: entry.requireEndUserIp === true,
         addressHashKey: addressHashKey(entry.addressHashKey),
-        webhooks: webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`),
-        captcha: captchaSettings(entry.captcha, `${where}/captcha`),
+        webhooks: check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)),
+        captcha: check(null, () => captchaSettings(entry.captcha, `${where}/captcha`)),
         templates: TenantTemplates.builtin
       }
       try {
@@ -157,22 +185,24 @@ export class TenantRegistry {
         })
       } catch (error) {
         if (!(error instanceof TemplatesError)) throw error
-        // Every refused template of every tenant is reported at once, so one load shows them all.
         for (const problem of error.problems) {
           templateProblems.push(`/tenants/${index}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
         }
       }
-      tenants.set(entry.id, tenant)
+      if (!tenants.has(entry.id)) tenants.set(entry.id, tenant)
       const keyIds = new Set<string>()
       for (const [keyIndex, key] of entry.keys.entries()) {
         const keyWhere = `${where}/keys/${keyIndex}`
-        if (keyIds.has(key.id)) throw new TenantsFileError(`${keyWhere}/id "${key.id}" appears twice in this tenant`)
+        const before = problems.length
+        if (keyIds.has(key.id)) problems.push(`${keyWhere}/id "${key.id}" appears twice in this tenant`)
         keyIds.add(key.id)
-        if (keysByHash.has(key.sha256)) throw new TenantsFileError(`${keyWhere}/sha256 is already used by another key`)
+        if (keysByHash.has(key.sha256)) problems.push(`${keyWhere}/sha256 is already used by another key`)
         const origins = key.origins ?? []
-        if (key.kind === 'restricted' && origins.length === 0) throw new TenantsFileError(`${keyWhere}/origins: a restricted key needs at least one origin`)
-        if (key.kind === 'secret' && origins.length > 0) throw new TenantsFileError(`${keyWhere}/origins: only restricted keys have origins`)
-        if (key.kind === 'secret' && key.allowance !== undefined) throw new TenantsFileError(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
+        if (key.kind === 'restricted' && origins.length === 0) problems.push(`${keyWhere}/origins: a restricted key needs at least one origin`)
+        if (key.kind === 'secret' && origins.length > 0) problems.push(`${keyWhere}/origins: only restricted keys have origins`)
+        if (key.kind === 'secret' && key.allowance !== undefined) problems.push(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
+        const captchaRequired = check(false, () => keyCaptchaRequired(entry, key, keyWhere))
+        if (problems.length > before) continue
         keysByHash.set(key.sha256, {
           id: key.id,
           kind: key.kind,
@@ -182,13 +212,14 @@ export class TenantRegistry {
           revoked: key.revoked === true,
           allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
           allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
-          captchaRequired: captchaRequired(entry, key, keyWhere)
+          captchaRequired,
+          allowsWorkload: key.workloads === undefined ? null : workloadMatcher(key.workloads)
         })
       }
     }
-    if (templateProblems.length > 0) {
-      const count = templateProblems.length === 1 ? 'a template is' : `${templateProblems.length} templates are`
-      throw new TenantsFileError(`tenants file: ${count} refused: ${templateProblems.join('; ')}`, templateProblems)
+    problems.push(...templateProblems)
+    if (problems.length > 0) {
+      throw new TenantsFileError(`tenants file: ${problems.length === 1 ? '' : `${problems.length} problems: `}${problems.join('; ')}`, problems)
     }
     return new TenantRegistry(keysByHash, tenants)
   }
@@ -207,7 +238,14 @@ export class TenantRegistry {
       throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
     }
     const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
-    return TenantRegistry.fromJson(document, { templateFolders: new TemplateFolders(templatesDir, path) })
+    const registry = TenantRegistry.fromJson(document, { templateFolders: new TemplateFolders(templatesDir, path) })
+    registry.#version = tenantsFileVersion(text)
+    return registry
+  }
+
+  /** The version of the file it was read from (tenantsFileVersion); null when not read from a file. */
+  get version (): string | null {
+    return this.#version
   }
 
   /**
@@ -223,6 +261,25 @@ export class TenantRegistry {
     return key
   }
 }
+
+/** At most this many schema problems are listed: a file can hold 100,000 bad entries. */
+const MAX_SCHEMA_PROBLEMS = 100
+
+/** Every place the document breaks the schema, as `<JSON pointer> <what is wrong>`. */
+function schemaProblems (document: unknown): string[] {
+  const problems = new Set<string>()
+  for (const error of Value.Errors(TenantsFileSchema, document)) {
+    if (problems.size === MAX_SCHEMA_PROBLEMS) {
+      problems.add(`${error.path || '/'} … and more (only the first ${MAX_SCHEMA_PROBLEMS} are listed)`)
+      break
+    }
+    problems.add(`${error.path || '/'} ${error.message}`)
+  }
+  return [...problems]
+}
+
+/** Stands in for a tier the file gets wrong while the rest of the tenant is checked. */
+const PLACEHOLDER_TIER: Tier = effectiveTier('', { allowance: 0, window: '1d', sandboxAllowance: 0 }, '')
 
 function tenantLimits (entry: Partial<Record<keyof VelocityLimits, string>>): Partial<VelocityLimits> {
   const limits: Partial<VelocityLimits> = {}
@@ -346,7 +403,7 @@ function captchaSettings (entry: TenantEntry['captcha'], where: string): Captcha
 }
 
 /** A key's own `requireCaptcha`, else the tenant's `captcha.requireFor` (restricted keys by default). */
-function captchaRequired (tenant: TenantEntry, key: KeyEntry, where: string): boolean {
+function keyCaptchaRequired (tenant: TenantEntry, key: KeyEntry, where: string): boolean {
   if (key.requireCaptcha === true && tenant.captcha === undefined) throw new TenantsFileError(`${where}/requireCaptcha: the tenant has no captcha to require`)
   if (key.requireCaptcha !== undefined) return key.requireCaptcha
   if (tenant.captcha === undefined) return false

@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
 import { apiError } from '../../lib/errors.js'
+import { workloadBucket } from '../../lib/net/workload-identity.js'
 
 /**
  * @fastify/rate-limit, for the routes outside the OTP admission step: account routes (usage,
@@ -23,10 +24,15 @@ export default fp(async function rateLimitPlugin (fastify) {
     skipOnError: true,
     // RateLimit-* and Retry-After, as the OTP routes answer them.
     enableDraftSpec: true,
-    keyGenerator: (request) => request.clientAddress,
+    keyGenerator: sourceKey,
     errorResponseBuilder: (_request, context) => apiError('RATE_LIMITED', `Too many requests; retry in ${Math.max(1, Math.ceil(context.ttl / 1000))} s`)
   })
-}, { name: 'rate-limit', dependencies: ['config', 'redis', 'client-address'], fastify: '5.x' })
+}, { name: 'rate-limit', dependencies: ['config', 'redis', 'client-address', 'workload-identity'], fastify: '5.x' })
+
+/** Per-source counts: per workload behind a mesh sidecar, per client address otherwise. */
+function sourceKey (request: FastifyRequest): string {
+  return request.workload === null ? request.clientAddress : workloadBucket(request.workload)
+}
 
 /**
  * Keys one account route remembers in process: more than any tenants file holds, so that no
@@ -43,7 +49,7 @@ export function perKey (limit: { max: number, windowMs: number }): RateLimitOpti
     timeWindow: limit.windowMs,
     cache: ACCOUNT_KEYS_PER_ROUTE,
     hook: 'preHandler',
-    keyGenerator: (request: FastifyRequest) => request.auth === null ? request.clientAddress : `${request.auth.tenant.id}:${request.auth.mode}:${request.auth.id}`
+    keyGenerator: (request: FastifyRequest) => request.auth === null ? sourceKey(request) : `${request.auth.tenant.id}:${request.auth.mode}:${request.auth.id}`
   }
 }
 

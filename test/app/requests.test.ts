@@ -83,19 +83,32 @@ t.test('responses carry security headers and a request id', async (t) => {
   t.equal(answer.headers['x-content-type-options'], 'nosniff')
   t.match(String(answer.headers['x-request-id']), /^[0-9a-f-]{36}$/)
   t.ok(answer.headers['strict-transport-security'])
-  for (const [method, url] of [['GET', '/healthz'], ['GET', '/nowhere'], ['POST', '/otp/verify']] as const) {
+  for (const [method, url] of [['GET', '/healthz'], ['GET', '/nowhere'], ['POST', '/otp/verify'], ['POST', '/otp/request']] as const) {
     const other = await app.inject({ method, url })
     t.match(other.headers, {
-      'content-security-policy': /^default-src 'none';.*frame-ancestors 'none'/,
-      'x-frame-options': 'SAMEORIGIN',
+      'cache-control': 'no-store',
+      'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+      'strict-transport-security': /^max-age=\d+; includeSubDomains$/,
+      'x-frame-options': 'DENY',
       'cross-origin-resource-policy': 'same-origin',
       'referrer-policy': 'no-referrer',
       'x-content-type-options': 'nosniff'
-    }, `${method} ${url} (${other.statusCode}) carries the whole set`)
+    }, `${method} ${url} (${other.statusCode}) carries the API set`)
+    for (const page of ['cross-origin-opener-policy', 'origin-agent-cluster', 'x-dns-prefetch-control', 'x-download-options', 'x-permitted-cross-domain-policies', 'x-xss-protection']) {
+      t.notOk(page in other.headers, `${method} ${url}: no ${page}, a header for pages`)
+    }
   }
+  const keys = await app.inject({ method: 'GET', url: '/.well-known/jwks.json' })
+  t.match(String(keys.headers['cache-control']), /^public, max-age=\d+$/, 'the key set stays cacheable')
   const docs = await app.inject({ method: 'GET', url: '/docs' })
   t.equal(docs.statusCode, 200)
   t.notMatch(String(docs.headers['content-security-policy']), /^default-src 'none'/, 'the Swagger UI sets its own policy')
+  t.match(docs.headers, {
+    'x-frame-options': 'SAMEORIGIN',
+    'cross-origin-opener-policy': 'same-origin',
+    'x-content-type-options': 'nosniff',
+    'strict-transport-security': /^max-age=/
+  }, 'the documentation pages carry helmet\'s page set')
 })
 
 t.test('a malformed URL answers in the contract shape', async (t) => {

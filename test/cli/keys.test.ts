@@ -20,14 +20,33 @@ t.test('npm run keys does not build the project', async (t) => {
 
 t.test('--help answers the usage and succeeds', async (t) => {
   const { stdout } = await npmKeys(['--help'])
-  t.match(stdout, /^Usage:\n {2}npm run keys -- create/)
+  t.match(stdout, /^Usage:\n {2}email-otp keys create/)
   t.match(stdout, /--file defaults to \$TENANTS_FILE/)
+  for (const command of ['create', 'revoke', 'list']) {
+    t.match((await npmKeys([command, '--help'])).stdout, new RegExp(`^Usage:\\n {2}email-otp keys ${command} `), `${command} --help`)
+  }
 })
 
 t.test('without --file nor TENANTS_FILE it says what is missing', async (t) => {
   const failed = await npmKeys(['list']).then(() => null, (error: { code: number, stderr: string }) => error)
-  t.equal(failed?.code, 1)
-  t.match(failed?.stderr, /keys: --file is required \(or set TENANTS_FILE\)/)
+  t.equal(failed?.code, 2)
+  t.equal(failed?.stderr, 'email-otp keys: --file is required (or set TENANTS_FILE) (email-otp keys --help shows the usage)\n', 'one line, no stack')
+})
+
+t.test('errors are one line and a non-zero exit', async (t) => {
+  const dir = t.testdir({ 'broken.json': '{"tiers": ', 'other.json': '[1, 2]' })
+  const failure = async (args: string[]): Promise<{ code: number, stderr: string }> => await npmKeys(args).then(() => ({ code: 0, stderr: '' }), (error: { code: number, stderr: string }) => ({ code: error.code, stderr: error.stderr }))
+  t.same(await failure(['list', '--nope', '--file', join(dir, 'broken.json')]), { code: 2, stderr: "email-otp keys: Unknown option '--nope' (email-otp keys --help shows the usage)\n" })
+  t.same(await failure(['rotate', '--file', join(dir, 'broken.json')]), { code: 2, stderr: 'email-otp keys: unknown command rotate (email-otp keys --help shows the usage)\n' })
+  const broken = await failure(['list', '--file', join(dir, 'broken.json')])
+  t.equal(broken.code, 1)
+  t.match(broken.stderr, /^email-otp keys: .*broken\.json cannot be read as JSON: [^\n]+\n$/)
+  const other = await failure(['list', '--file', join(dir, 'other.json')])
+  t.match(other, { code: 1, stderr: /^email-otp keys: .*other\.json is not a tenants file \(email-otp tenants check .*other\.json lists its problems\)\n$/ })
+  const unknown = await failure(['revoke', '--tenant', 'acme', '--id', 'sk_live_nothere', '--file', join(dir, 'missing.json')])
+  t.match(unknown, { code: 1, stderr: /^email-otp keys: no key sk_live_nothere for tenant acme in .*missing\.json \(keys list shows them\)\n$/ })
+  const restricted = await failure(['create', '--tenant', 'acme', '--kind', 'restricted', '--mode', 'test', '--file', join(dir, 'missing.json')])
+  t.same(restricted, { code: 2, stderr: 'email-otp keys: a restricted key needs at least one --origin (email-otp keys --help shows the usage)\n' })
 })
 
 t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as docs/keys.md shows', async (t) => {
@@ -42,6 +61,8 @@ t.test('create, list and revoke on TENANTS_FILE, with the id create prints, as d
   t.match(readmeId, /^sk_live_[0-9a-f]{8}$/, 'docs/keys.md revokes an id of the form create prints')
   t.match(readme, new RegExp(`Created secret live key ${readmeId ?? 'none'} for tenant acme`), 'and shows create printing it')
 
+  const none = await npmKeys(['list'], { TENANTS_FILE: join(t.testdirName, 'none.json') })
+  t.same([none.stdout, none.stderr], ['', `No keys in ${join(t.testdirName, 'none.json')}.\n`], 'an empty list says so on stderr')
   t.match((await npmKeys(['list'], { TENANTS_FILE: file })).stdout, new RegExp(`^acme\\t${id ?? 'none'}\\tsecret\\tlive\\tactive\\n$`))
   t.equal((await npmKeys(['revoke', '--tenant', 'acme', '--id', id ?? ''], { TENANTS_FILE: file })).stdout, `revoked acme/${id ?? ''}\n`)
   t.match((await npmKeys(['list', '--file', file])).stdout, /\trevoked\n$/)
@@ -63,10 +84,32 @@ t.test('a tenants file whose templates are files is edited from any directory', 
   t.match(fromEnv.stdout, /^sk_test_/, 'or in TEMPLATES_DIR/acme/')
   const missing = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'test', '--file', file, '--templates', join(dir, 'nowhere')]).then(() => null, (error: { code: number, stderr: string }) => error)
   t.equal(missing?.code, 1, 'a file that would be refused is not written')
+  t.notMatch(missing?.stderr, /\n\s+at /, 'no stack')
   t.match(missing?.stderr, /the templates folder .*nowhere \(TEMPLATES_DIR\) does not exist/)
 })
 
 t.test('a tenants.json written in the repository root is not committed by accident', async (t) => {
   const ignored = readFileSync(join(root, '.gitignore'), 'utf8').split('\n')
   t.ok(ignored.includes('/tenants.json'))
+})
+
+t.test('workloads: create bound to workloads, show, replace, refuse a bad pattern, unbind', async (t) => {
+  const file = join(t.testdir({}), 'tenants.json')
+  const api = 'spiffe://cluster.local/ns/payments/sa/api'
+  const created = await npmKeys(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--workload', api, '--workload', 'spiffe://cluster.local/ns/jobs/sa/*', '--id', 'bound'], { TENANTS_FILE: file })
+  t.match(created.stdout, /^sk_live_/)
+  const stored = JSON.parse(readFileSync(file, 'utf8')) as { tenants: Array<{ keys: Array<{ workloads?: string[] }> }> }
+  t.same(stored.tenants[0]?.keys[0]?.workloads, [api, 'spiffe://cluster.local/ns/jobs/sa/*'], 'written to the tenants file')
+  t.match((await npmKeys(['list'], { TENANTS_FILE: file })).stdout, /^acme\tbound\tsecret\tlive\tactive\tworkloads spiffe:\/\/cluster\.local\/ns\/payments\/sa\/api spiffe:\/\/cluster\.local\/ns\/jobs\/sa\/\*\n$/, 'list shows them')
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound'], { TENANTS_FILE: file })).stdout, `${api}\nspiffe://cluster.local/ns/jobs/sa/*\n`, 'workloads shows one a line')
+
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--workload', 'web.default.serviceaccount.identity.linkerd.cluster.local'], { TENANTS_FILE: file })).stdout,
+    'acme/bound: workloads web.default.serviceaccount.identity.linkerd.cluster.local\n', 'replaced')
+  const refused = await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--workload', 'spiffe://cluster.local/ns/*/sa/api'], { TENANTS_FILE: file }).then(() => null, (error: { code: number, stderr: string }) => error)
+  t.equal(refused?.code, 1, 'a wildcard anywhere but at the end is refused')
+  t.match(refused?.stderr, /workloads/)
+  t.same((JSON.parse(readFileSync(file, 'utf8')) as typeof stored).tenants[0]?.keys[0]?.workloads, ['web.default.serviceaccount.identity.linkerd.cluster.local'], 'and the file is left as it was')
+
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound', '--any'], { TENANTS_FILE: file })).stdout, 'acme/bound: any caller\n')
+  t.equal((await npmKeys(['workloads', '--tenant', 'acme', '--id', 'bound'], { TENANTS_FILE: file })).stdout, '(any caller)\n')
 })

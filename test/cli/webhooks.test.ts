@@ -35,34 +35,34 @@ function humanError (t: Test, outcome: Outcome, message: RegExp): void {
 t.test('--help, for the CLI and each command, answers the usage and succeeds', async (t) => {
   const all = await npmWebhooks(['--help'])
   t.equal(all.code, 0)
-  t.match(all.stdout, /^Usage:\n {2}npm run webhooks -- dead-letters list/)
+  t.match(all.stdout, /^Usage:\n {2}email-otp webhooks dead-letters list/)
   const list = await npmWebhooks(['dead-letters', 'list', '--help'])
   t.equal(list.code, 0)
-  t.match(list.stdout, /^Usage:\n {2}npm run webhooks -- dead-letters list \[--tenant ID\] \[--limit N\]\n\nOne JSON line/)
+  t.match(list.stdout, /^Usage:\n {2}email-otp webhooks dead-letters list \[--tenant ID\] \[--limit N\]\n\nOne JSON line/)
   const replay = await npmWebhooks(['dead-letters', 'replay', '--help'])
   t.match(replay.stdout, /replay --id ID/)
   t.match((await npmWebhooks(['schema', '--help'])).stdout, /JSON Schema/)
 })
 
-t.test('a bad command line: one line saying what is wrong, the usage, exit 2', async (t) => {
+t.test('a bad command line: one line saying what is wrong and where the usage is, exit 2', async (t) => {
   const unknownOption = await npmWebhooks(['dead-letters', 'list', '--nope'])
-  t.equal(unknownOption.code, 2)
-  humanError(t, unknownOption, /^webhooks: Unknown option '--nope'/)
-  t.match(unknownOption.stderr, /\nUsage:\n/)
+  t.same(unknownOption, { code: 2, stdout: '', stderr: "email-otp webhooks: Unknown option '--nope' (email-otp webhooks --help shows the usage)\n" })
   const noAction = await npmWebhooks(['dead-letters'])
-  t.equal(noAction.code, 2)
-  humanError(t, noAction, /^webhooks: dead-letters needs list or replay$/)
+  t.same(noAction, { code: 2, stdout: '', stderr: 'email-otp webhooks: dead-letters needs list or replay (email-otp webhooks --help shows the usage)\n' })
   const badTenant = await npmWebhooks(['dead-letters', 'list', '--tenant', '{x}'])
-  humanError(t, badTenant, /^webhooks: --tenant must be a tenant id/)
+  humanError(t, badTenant, /^email-otp webhooks: --tenant must be a tenant id/)
+  t.equal(badTenant.code, 2)
+  const misplaced = await npmWebhooks(['dead-letters', 'list', '--all'])
+  humanError(t, misplaced, /^email-otp webhooks: --all and --id go with replay/)
 })
 
 t.test('dead-letters without Redis, or with Redis down: one line, exit 1', async (t) => {
   const withoutRedis = await npmWebhooks(['dead-letters', 'list'])
   t.equal(withoutRedis.code, 1)
-  humanError(t, withoutRedis, /^webhooks: dead letters are kept in Redis: set REDIS_URL/)
+  humanError(t, withoutRedis, /^email-otp webhooks: dead letters are kept in Redis: set REDIS_URL/)
   const down = await npmWebhooks(['dead-letters', 'list'], { REDIS_URL: `redis://127.0.0.1:${await freePort()}` })
   t.equal(down.code, 1)
-  humanError(t, down, /^webhooks: Redis \(REDIS_URL\) did not answer: /)
+  humanError(t, down, /^email-otp webhooks: Redis \(REDIS_URL\) did not answer: /)
 })
 
 t.test('on a real Redis, with only REDIS_URL set (no OTP_HMAC_KEYS: the CLI signs nothing)', redisTestOptions(), async (t) => {
@@ -87,7 +87,7 @@ t.test('on a real Redis, with only REDIS_URL set (no OTP_HMAC_KEYS: the CLI sign
   const unknown = await npmWebhooks(['dead-letters', 'replay', '--id', 'acme/1-1'], env)
   t.equal(unknown.code, 1, 'an id that names no dead letter fails')
   t.equal(unknown.stdout, 'replayed 0 dead letters\n')
-  humanError(t, unknown, /^webhooks: no dead letter acme\/1-1 \(ids are <tenant>\/<id>, as dead-letters list prints them\)$/)
+  humanError(t, unknown, /^email-otp webhooks: no dead letter acme\/1-1 \(ids are <tenant>\/<id>, as dead-letters list prints them\)$/)
 
   const replayed = await npmWebhooks(['dead-letters', 'replay', '--id', letter.id], env)
   t.same([replayed.code, replayed.stdout], [0, 'replayed 1 dead letter\n'])

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { ConfigError, parseConfig } from '../../lib/config.js'
+import { ConfigError, parseConfig, parseRedisToolConfig } from '../../lib/config.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
 
 t.test('defaults give the embedded service', async (t) => {
@@ -24,11 +24,30 @@ t.test('values are converted and checked', async (t) => {
   t.equal(config.logLevel, 'info', 'an empty variable means unset')
 })
 
+t.test('one duration type: ms, s, m, h, d everywhere; plain numbers in the unit a variable always had', async (t) => {
+  const old = parseConfig({ OTP_TTL_SECONDS: '300', RECEIPT_TTL_SECONDS: '60', MAIL_TIMEOUT_MS: '2500', BLOCKLIST_REFRESH_SECONDS: '7200', WEBHOOK_RETRY_MAX_DELAY_MS: '7200000', SHUTDOWN_GRACE_MS: '0', LOCKOUT_DURATION: '15m', WEBHOOK_RETRY_FOR: '24h' })
+  t.same([old.otpTtlSeconds, old.receipts.ttlSeconds, old.mailTimeoutMs, old.blocklists.refreshMs, old.webhooks.retry.maxDelayMs, old.shutdownGraceMs, old.lockout.baseMs, old.webhooks.retry.forMs],
+    [300, 60, 2500, 7_200_000, 7_200_000, 0, 900_000, 86_400_000], 'the forms accepted so far keep their meaning')
+  const spelled = parseConfig({ OTP_TTL_SECONDS: '5m', RECEIPT_TTL_SECONDS: '1m', MAIL_TIMEOUT_MS: '2500ms', BLOCKLIST_REFRESH_SECONDS: '2h', WEBHOOK_RETRY_MAX_DELAY_MS: '2h', SHUTDOWN_GRACE_MS: '0s', LOCKOUT_DURATION: '900s', WEBHOOK_RETRY_FOR: '1d', REQUEST_TIMEOUT_MS: '10s', LOCKOUT_RESET_AFTER: '90m' })
+  t.same([spelled.otpTtlSeconds, spelled.receipts.ttlSeconds, spelled.mailTimeoutMs, spelled.blocklists.refreshMs, spelled.webhooks.retry.maxDelayMs, spelled.shutdownGraceMs, spelled.lockout.baseMs, spelled.webhooks.retry.forMs, spelled.requestTimeoutMs],
+    [300, 60, 2500, 7_200_000, 7_200_000, 0, 900_000, 86_400_000, 10_000], 'the same values with units')
+  t.equal(spelled.lockout.resetAfterMs, 5_400_000)
+  const refused: Array<[Record<string, string>, string]> = [
+    [{ OTP_TTL_SECONDS: '1500ms' }, 'OTP_TTL_SECONDS must be whole seconds (got "1500ms")'],
+    [{ OTP_TTL_SECONDS: '2d' }, 'OTP_TTL_SECONDS must be a duration from 1s to 1d, such as 500ms, 30s, 15m, 24h or 30d (a plain number is seconds) (got "2d")'],
+    [{ MAIL_TIMEOUT_MS: '99ms' }, 'MAIL_TIMEOUT_MS must be a duration from 100ms to 1m, such as 500ms, 30s, 15m, 24h or 30d (a plain number is milliseconds) (got "99ms")'],
+    [{ LOCKOUT_DURATION: '900' }, 'LOCKOUT_DURATION must be a duration from 1s to 9999999d, such as 500ms, 30s, 15m, 24h or 30d (got "900")'],
+    [{ WEBHOOK_RETRY_FOR: '1.5h' }, 'WEBHOOK_RETRY_FOR must be a duration from 1s to 9999999d, such as 500ms, 30s, 15m, 24h or 30d (got "1.5h")'],
+    [{ REDIS_COMMAND_TIMEOUT_MS: '1w' }, 'REDIS_COMMAND_TIMEOUT_MS must be a duration from 50ms to 10s, such as 500ms, 30s, 15m, 24h or 30d (a plain number is milliseconds) (got "1w")']
+  ]
+  for (const [env, message] of refused) t.equal((t.throws(() => parseConfig(env)) as ConfigError).message, `Invalid configuration: ${message}`)
+})
+
 t.test('a bad value stops start-up with one line naming the variable', async (t) => {
   const cases: Array<[Record<string, string>, string, RegExp]> = [
     [{ PORT: 'abc' }, 'PORT', /^Invalid configuration: PORT must be an integer from 0 to 65535 \(got "abc"\)$/],
     [{ PORT: '70000' }, 'PORT', /PORT must be an integer/],
-    [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be an integer/],
+    [{ OTP_TTL_SECONDS: '0' }, 'OTP_TTL_SECONDS', /OTP_TTL_SECONDS must be a duration from 1s to 1d/],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL', /LOG_LEVEL must be one of fatal, error/],
     [{ MAIL_TRANSPORT: 'pigeon' }, 'MAIL_TRANSPORT', /MAIL_TRANSPORT must be one of log, ses, smtp/],
     [{ REDIS_URL: 'http://x' }, 'REDIS_URL', /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/],
@@ -118,4 +137,43 @@ t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding no
     t.equal(error.variable, 'TEMPLATES_DIR', JSON.stringify(env))
     t.match(error.message, message)
   }
+})
+
+t.test('MESH_IDENTITY_HEADER: one of the two headers, and only with TRUST_PROXY', async (t) => {
+  t.equal(parseConfig({}).meshIdentityHeader, null)
+  t.equal(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.6' }).meshIdentityHeader, 'l5d-client-id')
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-forwarded-client-cert' }), /MESH_IDENTITY_HEADER needs TRUST_PROXY/)
+  t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-client-id', TRUST_PROXY: '127.0.0.6' }), /MESH_IDENTITY_HEADER must be one of x-forwarded-client-cert, l5d-client-id/)
+  t.equal(parseConfig({}).shutdownDrainMs, 5000, 'the drain lasts 5 s unless set')
+})
+
+t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoed', async (t) => {
+  const dir = t.testdir({
+    hmac: `k1:${Buffer.alloc(32, 7).toString('base64')}\n`,
+    token: '  metrics-token-from-a-file-0123  \n',
+    'redis-url': 'redis://:hunter2@redis.internal:6379\n',
+    empty: '\n'
+  })
+  const config = parseConfig({ OTP_HMAC_KEYS_FILE: `${dir}/hmac`, METRICS_TOKEN_FILE: `${dir}/token`, REDIS_URL_FILE: `${dir}/redis-url` })
+  t.same(config.hmacKeys.map((key) => key.id), ['k1'])
+  t.equal(config.hmacKeys[0]?.secret.equals(Buffer.alloc(32, 7)), true, 'the key as written, final newline dropped')
+  t.equal(config.metricsToken, 'metrics-token-from-a-file-0123')
+  t.equal(config.redisUrl, 'redis://:hunter2@redis.internal:6379')
+  t.equal(parseRedisToolConfig({ REDIS_URL_FILE: `${dir}/redis-url` }).redis?.kind, 'single', 'the tools read them too')
+
+  t.throws(() => parseConfig({ METRICS_TOKEN: 'metrics-token-in-the-env-0123', METRICS_TOKEN_FILE: `${dir}/token` }), /^Invalid configuration: METRICS_TOKEN_FILE cannot be combined with METRICS_TOKEN: set one of them$/, 'both set')
+  t.throws(() => parseConfig({ SMTP_URL_FILE: `${dir}/absent` }), /SMTP_URL_FILE cannot be read: ENOENT/)
+  t.throws(() => parseConfig({ REDIS_PASSWORD_FILE: `${dir}/empty` }), /REDIS_PASSWORD_FILE names an empty file/)
+  const error = (() => { try { parseConfig({ REDIS_URL_FILE: `${dir}/hmac` }) } catch (caught) { return caught as Error } })()
+  t.match(error?.message, /REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL$/, 'a bad value from a file is refused like one from the environment')
+  t.notMatch(error?.message, /k1:/, 'without echoing it')
+})
+
+t.test('OTP_HMAC_SIGNING_KEY and RECEIPT_SIGNING_KEY choose the signing key among those listed', async (t) => {
+  const keys = `a:${Buffer.alloc(32, 1).toString('base64')},b:${Buffer.alloc(32, 2).toString('base64')}`
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys }).hmacKeys.map((key) => key.id), ['a', 'b'], 'the first signs unless told')
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b' }).hmacKeys.map((key) => key.id), ['b', 'a'])
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'c' }), /OTP_HMAC_SIGNING_KEY names no key of OTP_HMAC_KEYS \(got "c"; ids: a, b\)/)
+  t.throws(() => parseConfig({ OTP_HMAC_SIGNING_KEY: 'a' }), /OTP_HMAC_SIGNING_KEY is only used with OTP_HMAC_KEYS/)
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a' }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
 })

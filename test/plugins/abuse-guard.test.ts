@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
 import { listenApp, send } from '../support/http.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { until } from '../support/wait.js'
@@ -104,6 +105,35 @@ t.test('a refresh that fails or looks wrong keeps the last good list', async (t)
   await until('the sound list to be loaded', async () => (await listStatus()).entries === 3)
   t.notOk(await blocked(), 'a sound new list replaces the old one')
   t.equal((await listStatus()).lastError, null)
+})
+
+t.test('a block list that cannot be read at start: the service starts, is not ready and answers 503 until the list loads', async (t) => {
+  let status = 503
+  const server: Server = createServer((_request, response) => { response.writeHead(status).end('127.0.0.2\n') })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.close() })
+  const address = server.address()
+  if (address === null || typeof address === 'string') throw new Error('no address')
+  // Refreshes hourly: only the retries of a list that never loaded can bring it in.
+  const built = await buildApp(t, { IP_BLOCKLISTS: `http://127.0.0.1:${address.port}/list.txt`, BLOCKLIST_REFRESH_SECONDS: '3600' })
+  const port = await listen(built)
+  t.ok(built.logs.lines.some((line) => JSON.parse(line).msg === 'block list could not be loaded; not ready until it is, retrying'), 'the log says so')
+  const notReady = await readiness(built.app)
+  t.same([notReady.status, notReady.body.ready], [503, false], 'not ready')
+  t.match(notReady.body.blocklists[0], { name: 'ip', entries: 0, loadedAt: null, lastError: /HTTP 503/ }, 'the list and why')
+  t.match(notReady.body.checks, { tokenStore: { ok: true }, mailer: { ok: true } }, 'the stores are fine')
+  const refused = await send({ port, localAddress: '127.0.0.9', path: '/otp/request', headers: { ...json, ...bearer(DEMO_SANDBOX_KEY) }, body: dispatchBody('a@example.com') })
+  t.same([refused.status, refused.body.code, refused.headers['retry-after']], [503, 'UNAVAILABLE', '5'], 'the API does not serve without the list')
+  t.equal((await send({ port, method: 'GET', path: '/healthz' })).status, 200, 'alive all along')
+
+  const from = built.logs.lines.length
+  await until('a retry to fail too', () => built.logs.lines.slice(from).some((line) => JSON.parse(line).msg === 'block list could not be loaded; not ready until it is, retrying'))
+  status = 200
+  await until('the list to load on a retry', async () => (await readiness(built.app)).status === 200)
+  t.match((await readiness(built.app)).body.blocklists[0], { name: 'ip', entries: 1, lastError: null })
+  t.equal((await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: json, body: '{}' })).status, 403, 'its sources are refused')
+  t.equal((await send({ port, localAddress: '127.0.0.9', path: '/otp/request', headers: { ...json, ...bearer(DEMO_SANDBOX_KEY) }, body: dispatchBody('a@example.com') })).status, 200, 'others are served')
 })
 
 /**

@@ -40,8 +40,8 @@ t.test('compose.yaml configures the service with variables it reads and values i
   t.same(Object.keys(environment).filter((name) => !variables.includes(name)), [], 'no variable the service does not read')
   const config = parseConfig(environment)
   t.equal(config.mailTransport, 'smtp')
-  t.match(compose.services.redis?.image, /^redis:7/)
-  t.match(compose.services.mailpit?.image, /^axllent\/mailpit/)
+  t.match(compose.services.redis?.image, /^redis:7\.\d+\.\d+-alpine$/, 'pinned to a release')
+  t.match(compose.services.mailpit?.image, /^axllent\/mailpit:v\d+\.\d+\.\d+$/, 'pinned to a release')
   t.equal(new URL(environment.REDIS_URL ?? '').hostname, 'redis', 'REDIS_URL names the redis service')
   t.equal(new URL(environment.SMTP_URL ?? '').hostname, 'mailpit', 'SMTP_URL names the mail catcher')
 })
@@ -52,4 +52,20 @@ t.test('LICENSE and CHANGELOG agree with package.json', async (t) => {
   t.match(file('CHANGELOG.md'), new RegExp(`^## \\[${manifest.version.replaceAll('.', '\\.')}\\] - \\d{4}-\\d{2}-\\d{2}$`, 'm'), 'the current version has its entry')
   const openapi = JSON.parse(file('openapi.json')) as { info: { version: string } }
   t.equal(openapi.info.version, manifest.version, 'openapi.json carries the package version')
+})
+
+t.test('Dockerfile: one pinned Node release; the code is root\'s and read-only for the runtime user', async (t) => {
+  const dockerfile = file('Dockerfile')
+  const lines = dockerfile.split('\n')
+  const runtimeFrom = 'FROM $' + '{NODE_IMAGE}'
+  t.match(dockerfile, /^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-bookworm-slim$/m, 'an exact Node version')
+  t.same(lines.filter((line) => line.startsWith('FROM ')), [`${runtimeFrom} AS build`, runtimeFrom], 'both stages from it')
+  const runtime = lines.slice(lines.indexOf(runtimeFrom))
+  const copies = runtime.filter((line) => line.startsWith('COPY '))
+  t.ok(copies.length >= 4, 'the runtime stage copies the build')
+  t.same(copies.filter((line) => /--chown|--chmod/.test(line)), [], 'no copy hands the code to the runtime user')
+  t.ok(runtime.findIndex((line) => line === 'USER node') > runtime.findIndex((line) => line === copies.at(-1)), 'the service runs as node, after every copy')
+  t.notOk(runtime.some((line) => /^RUN .*(chown|chmod)/.test(line)), 'nor does a later step')
+  t.match(dockerfile, /^COPY cli cli$/m, 'the command-line program is built into the image (npx email-otp …)')
+  t.match(dockerfile, /^CMD \["node", "dist\/server\.js"\]$/m, 'node as the command: signals reach the service')
 })

@@ -167,7 +167,7 @@ t.test('a tenant with its own default language and a language the service does n
 
 t.test('a tenants file with a refused template does not start the service', async (t) => {
   const { path } = writeTenants(t, (file) => { file.tenants[0]!.templates = { en: { subject: 'Your code is {{ code }}' } } })
-  await t.rejects(buildApp(t, { TENANTS_FILE: path }), /tenants file: a template is refused: \/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+  await t.rejects(buildApp(t, { TENANTS_FILE: path }), /tenants file: \/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
 })
 
 t.test('previews are limited per tenant, all its keys together, and render one at a time per tenant', async (t) => {

@@ -75,7 +75,7 @@ t.test('SIGTERM under load: every request in flight is answered, exit 0, no code
   const logged = server.output().length
   const exited = once(server.child, 'exit')
   server.child.kill('SIGTERM')
-  await server.waitFor(/shutting down: draining in-flight requests/, logged)
+  await server.waitFor(/shutting down: closing the listeners/, logged)
   shuttingDown = true
   for (const accept of held.splice(0)) accept()
 

@@ -1,10 +1,21 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import t from 'tap'
-import { run as keysCli } from '../../lib/cli/keys.js'
+import { run as keysCli } from '../../cli/keys.js'
+import type { TenantsFile } from '../../schemas/tenants.js'
 import { writeTenants } from '../helper.js'
 import { post, serverArgs, startServer } from '../support/service-process.js'
+
+/** The tenants file with two problems in two tenants. */
+function twoProblems (text: string): TenantsFile {
+  const file = JSON.parse(text) as TenantsFile
+  file.tenants[0]!.tier = 'gold'
+  const key = file.tenants[1]!.keys[0]!
+  key.kind = 'secret'
+  key.origins = ['app.example.com']
+  return file
+}
 
 t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGTERM', async (t) => {
   const { path, keys } = writeTenants(t)
@@ -17,24 +28,35 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
   t.equal((await post(server.base, '/otp/verify', keys.acmeLive, { requestId: sent.body.data.requestId, userGuess: code })).status, 200, 'the code printed by the log mailer verifies')
 
   let minted = ''
-  await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], (line) => { minted = line })
-  t.match(minted, /^sk_live_[0-9A-Za-z]{43}$/, 'the CLI prints the key')
-  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 401, 'unknown until reloaded')
-
-  // Requests keep flowing while the file is swapped.
-  const during = Array.from({ length: 100 }, async () => await post(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
   let mark = server.output().length
-  server.child.kill('SIGHUP')
-  await server.waitFor(/tenants file reloaded/, mark)
-  const statuses = (await Promise.all(during)).map((answer) => answer.status)
-  t.ok(statuses.every((status) => status === 400), 'no request was dropped or refused during the reload')
-  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key authenticates after SIGHUP')
+  await keysCli(['create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live', '--file', path], { out: (line) => { minted = line }, note: () => {}, env: {} })
+  t.match(minted, /^sk_live_[0-9A-Za-z]{43}$/, 'the CLI prints the key')
+  await server.waitFor(/"trigger":"watch","msg":"tenants file reloaded"/, mark)
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the changed file is picked up without a signal')
 
-  writeFileSync(path, '{ "tiers": ')
+  // Requests keep flowing while the tenants are swapped.
+  const during = Array.from({ length: 100 }, async () => await post(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
   mark = server.output().length
   server.child.kill('SIGHUP')
-  await server.waitFor(/tenants file reload failed; keeping the previous tenants/, mark)
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reloaded"/, mark)
+  const statuses = (await Promise.all(during)).map((answer) => answer.status)
+  t.ok(statuses.every((status) => status === 400), 'no request was dropped or refused during the reload')
+  t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key still authenticates after SIGHUP')
+
+  const validFile = readFileSync(path, 'utf8')
+  writeFileSync(path, '{ "tiers": ')
+  mark = server.output().length
+  await server.waitFor(/"trigger":"watch","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
+  server.child.kill('SIGHUP')
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   t.match(server.output().slice(mark), /not valid JSON/, 'the log says why')
+
+  writeFileSync(path, JSON.stringify(twoProblems(validFile)))
+  mark = server.output().length
+  server.child.kill('SIGHUP')
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
+  const failure = server.output().slice(mark).split('\n').map((line) => line.startsWith('{') ? JSON.parse(line) as { msg: string, problems?: string[] } : null).find((line) => line?.msg.startsWith('tenants file reload failed'))
+  t.same(failure?.problems, ['/tenants/0/tier names an unknown tier "gold"', '/tenants/1/keys/0/origins: only restricted keys have origins'], 'the log lists every problem of the file')
   t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the previous tenants stay in force')
 
   const exited = once(server.child, 'exit')
@@ -52,7 +74,7 @@ t.test('a configuration error stops start-up with one line', async (t) => {
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const [exitCode] = await once(child, 'exit')
   t.equal(exitCode, 1)
-  t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be an integer from 1 to 86400 (got "soon")')
+  t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be a duration from 1s to 1d, such as 500ms, 30s, 15m, 24h or 30d (a plain number is seconds) (got "soon")')
 })
 
 t.test('a bad tenants file stops start-up with one line naming the problem', async (t) => {
@@ -66,4 +88,18 @@ t.test('a bad tenants file stops start-up with one line naming the problem', asy
   const [exitCode] = await once(child, 'exit')
   t.equal(exitCode, 1)
   t.match(stderr.trim(), /^email-otp: tenants file: \/tenants\/0\/tier names an unknown tier "gold"$/)
+})
+
+t.test('a tenants file with several problems stops start-up listing each, one a line', async (t) => {
+  const { path } = writeTenants(t)
+  writeFileSync(path, JSON.stringify(twoProblems(readFileSync(path, 'utf8'))))
+  const child = spawn(process.execPath, serverArgs, {
+    env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [exitCode] = await once(child, 'exit')
+  t.equal(exitCode, 1)
+  t.equal(stderr, 'email-otp: tenants file: 2 problems:\n  /tenants/0/tier names an unknown tier "gold"\n  /tenants/1/keys/0/origins: only restricted keys have origins\n')
 })

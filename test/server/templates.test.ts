@@ -59,7 +59,7 @@ t.test('a refused template stops start-up with one line naming it', async (t) =>
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const [exitCode] = await once(child, 'exit')
   t.equal(exitCode, 1)
-  t.equal(stderr.trim(), 'email-otp: tenants file: a template is refused: /tenants/1/templates/fr/subject (tenant globex, locale fr, subject): the subject must not contain the code: subjects show in notifications and mailbox lists')
+  t.equal(stderr.trim(), 'email-otp: tenants file: /tenants/1/templates/fr/subject (tenant globex, locale fr, subject): the subject must not contain the code: subjects show in notifications and mailbox lists')
 })
 
 t.test('a real process: no template of one tenant shows another tenant\'s configuration, in a preview or a mail', async (t) => {

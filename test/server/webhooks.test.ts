@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { Value } from '@sinclair/typebox/value'
-import { run as webhooksCli } from '../../lib/cli/webhooks.js'
+import { run as webhooksCli } from '../../cli/webhooks.js'
 import { WebhookPayloads } from '../../schemas/webhooks.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys, type TestApp } from '../helper.js'
@@ -214,7 +214,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     // The CLI needs only the Redis variables: it signs nothing (no OTP_HMAC_KEYS).
     const cli = async (...argv: string[]): Promise<string[]> => {
       const lines: string[] = []
-      await webhooksCli(argv, { REDIS_URL: redis.url }, (line) => { lines.push(line) }, (line) => { notes.push(line) })
+      await webhooksCli(argv, { env: { REDIS_URL: redis.url }, out: (line) => { lines.push(line) }, note: (line) => { notes.push(line) } })
       return lines
     }
     let letters: any[] = []
@@ -243,7 +243,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.same(await cli('dead-letters', 'replay', '--all'), ['replayed 0 dead letters'])
     await t.rejects(cli('dead-letters', 'replay', '--id', letter.id), new RegExp(`no dead letter ${letter.id}`), 'a letter already replayed is an error, not "replayed 0"')
     await t.rejects(cli('dead-letters', 'replay', '--id', '1714560000000-0'), /ids are <tenant>\/<id>/)
-    await t.rejects(webhooksCli(['dead-letters', 'list'], {}, () => {}), /kept in Redis/)
+    await t.rejects(webhooksCli(['dead-letters', 'list'], { env: {}, out: () => {}, note: () => {} }), /kept in Redis/)
   })
 
   t.test('a restart between attempts loses nothing (real processes)', async (t) => {

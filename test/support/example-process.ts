@@ -1,9 +1,11 @@
+import type { ChildProcess } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { freePort } from './redis.js'
 import { spawnForTest } from './service-process.js'
 
 export interface RunningExample {
+  child: ChildProcess
   base: string
   output: () => string
   /** Resolves once the process has printed a line matching `pattern` (output arrives through a pipe, later than answers). */
@@ -34,5 +36,5 @@ export async function startExample (t: Test, script: string, env: Record<string,
     }
     throw new Error(`${script} never printed ${String(pattern)}: ${output()}`)
   }
-  return { base, output, waitFor }
+  return { child, base, output, waitFor }
 }

@@ -38,7 +38,8 @@ export function spawnForTest (t: Test, args: readonly string[], env: Record<stri
 /** Runs the service as a real process on a free loopback port. */
 export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
   const port = await freePort()
-  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', ...RELAXED_LIMITS, ...env })
+  // No drain unless a test asks for one (test/server/drain.test.ts): nothing routes by readiness here.
+  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', SHUTDOWN_DRAIN_MS: '0', ...RELAXED_LIMITS, ...env })
   const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
     // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
     for (let i = 0; i < 600; i++) {

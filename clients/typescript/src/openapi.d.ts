@@ -30,7 +30,7 @@ export interface paths {
         };
         /**
          * Readiness: the token store answers and the mailer is configured
-         * @description Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token.
+         * @description Answers only `{ ready }` (200 or 503) unless the caller presents METRICS_TOKEN as a bearer token. Never rate-limited: requests that arrive while a check runs share its answer. From SIGTERM on, 503 for SHUTDOWN_DRAIN_MS while every other route keeps serving.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -213,6 +213,7 @@ export interface components {
          *     - `INVALID_URL` (400): The request URL is malformed.
          *     - `MALFORMED_REQUEST` (400): The request is not valid HTTP/1.1.
          *     - `INVALID_FORWARDED_FOR` (400): X-Forwarded-For does not name a client address.
+         *     - `INVALID_WORKLOAD_IDENTITY` (400): The workload identity header from the mesh sidecar is malformed.
          *     - `INVALID_END_USER_IP` (400): End-User-IP must be one IPv4 or IPv6 address.
          *     - `END_USER_IP_NOT_ALLOWED` (400): End-User-IP may only be sent with a secret key: a browser does not choose its own source.
          *     - `END_USER_IP_REQUIRED` (400): This tenant requires End-User-IP, the address of the end user a request is made for.
@@ -228,6 +229,7 @@ export interface components {
          *     - `ORIGIN_NOT_ALLOWED` (403): This origin is not allowed for this key.
          *     - `SECRET_KEY_IN_BROWSER` (403): Secret keys must not be used from a browser; use a restricted key.
          *     - `KEY_NOT_PERMITTED` (403): This key is not permitted to call this endpoint.
+         *     - `WORKLOAD_NOT_ALLOWED` (403): This key is bound to other workloads: call it from one of them, through the mesh.
          *     - `SOURCE_BLOCKED` (403): Requests from this network are not accepted.
          *     - `CAPTCHA_REQUIRED` (403): This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header.
          *     - `CAPTCHA_INVALID` (403): The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again.
@@ -248,7 +250,7 @@ export interface components {
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -470,6 +472,8 @@ export interface components {
         /** @description Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each and of the block lists. */
         ReadyReply: {
             ready: boolean;
+            /** @description True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener. */
+            draining?: boolean;
             /** @description Only for callers with METRICS_TOKEN, and on the internal listener. */
             checks?: {
                 tokenStore: {
@@ -523,7 +527,7 @@ export interface operations {
                     "application/json": components["schemas"]["LiveReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -540,7 +544,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
                     };
                 };
             };
@@ -631,19 +635,13 @@ export interface operations {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
                     "X-Request-Id": string;
-                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
-                    "RateLimit-Limit": number;
-                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
-                    "RateLimit-Remaining": number;
-                    /** @description Seconds until that window resets. */
-                    "RateLimit-Reset": number;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ReadyReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -660,7 +658,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
                     };
                 };
             };
@@ -735,17 +733,11 @@ export interface operations {
                     };
                 };
             };
-            /** @description Not ready: `checks` tells which dependency is not usable. Take the instance out of rotation; do not restart it for this. */
+            /** @description Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
                     "X-Request-Id": string;
-                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
-                    "RateLimit-Limit": number;
-                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
-                    "RateLimit-Remaining": number;
-                    /** @description Seconds until that window resets. */
-                    "RateLimit-Reset": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -780,7 +772,7 @@ export interface operations {
                     "application/json": components["schemas"]["Jwks"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -797,7 +789,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
                     };
                 };
             };
@@ -919,7 +911,7 @@ export interface operations {
                     "application/json": components["schemas"]["DispatchReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -936,7 +928,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -999,7 +991,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `SOURCE_BLOCKED`: Requests from this network are not accepted. `CAPTCHA_REQUIRED`: This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header. `CAPTCHA_INVALID`: The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again. `RECIPIENT_BLOCKED`: Codes cannot be sent to this address. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. `CAPTCHA_REQUIRED`: This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header. `CAPTCHA_INVALID`: The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again. `RECIPIENT_BLOCKED`: Codes cannot be sent to this address. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1016,7 +1008,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED";
                     };
                 };
             };
@@ -1291,7 +1283,7 @@ export interface operations {
                     "application/json": components["schemas"]["VerifyReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1314,7 +1306,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH";
                     };
                 };
             };
@@ -1344,7 +1336,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1361,7 +1353,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
@@ -1550,7 +1542,7 @@ export interface operations {
                     "application/json": components["schemas"]["UsageReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1567,7 +1559,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED";
                     };
                 };
             };
@@ -1597,7 +1589,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1614,7 +1606,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
@@ -1771,7 +1763,7 @@ export interface operations {
                     "application/json": components["schemas"]["UnlockReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1794,7 +1786,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -1824,7 +1816,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1841,7 +1833,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
@@ -2040,7 +2032,7 @@ export interface operations {
                     "application/json": components["schemas"]["RedeemReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2063,7 +2055,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
                     };
                 };
             };
@@ -2093,7 +2085,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2110,7 +2102,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
@@ -2337,7 +2329,7 @@ export interface operations {
                     "application/json": components["schemas"]["SandboxMessagesReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2360,7 +2352,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -2390,7 +2382,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2407,7 +2399,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
@@ -2591,7 +2583,7 @@ export interface operations {
                     "application/json": components["schemas"]["TemplatePreviewReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2614,7 +2606,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "LOCALE_NOT_AVAILABLE";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "LOCALE_NOT_AVAILABLE";
                     };
                 };
             };
@@ -2644,7 +2636,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2661,7 +2653,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { AdmissionGate, BROWSER_LOCKED_RETRY_SECONDS, type AdmissionStore } from '../../../lib/admission/gate.js'
 import { MemoryAdmission } from '../../../lib/admission/memory-admission.js'
+import { OVER_LIMIT_MEMORY_ENTRIES, OVER_LIMIT_MEMORY_MS, OverLimitMemory } from '../../../lib/admission/over-limit.js'
 import type { LockoutPolicy } from '../../../lib/admission/lockout.js'
 import type { DispatchPlan, LimitHit, LimitName, VerifyPlan } from '../../../lib/admission/plan.js'
 import { RedisAdmission } from '../../../lib/admission/redis-admission.js'
@@ -370,6 +371,41 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.equal(await client.get(`otp:${TAG}:taken`), 'k1.code-taken|ada', 'the first token is untouched')
   })
 
+  t.test('a caller past its own limit is refused from memory: the same 429, no round trip', async (t) => {
+    const client = await connectFailFast(server.url)
+    t.teardown(() => { client.disconnect() })
+    await client.flushall()
+    const gate = new AdmissionGate(new RedisAdmission(client), new OverLimitMemory())
+    const mine = { ownLimits: [limit('source', 2)] }
+    for (const requestId of ['a', 'b']) t.equal((await gate.dispatch(dispatchPlan(requestId, mine))).kind, 'admitted')
+    const fromStore = await gate.dispatch(dispatchPlan('c', mine))
+    t.match(fromStore, { kind: 'refused', refusal: { code: 'RATE_LIMITED', headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0' } } })
+    const monitor = await client.monitor()
+    t.teardown(() => { monitor.disconnect() })
+    const seen: string[] = []
+    monitor.on('monitor', (_time: string, args: string[], source: string) => { if (source !== 'lua') seen.push(args[0]?.toLowerCase() ?? '') })
+    const fromMemory = await gate.dispatch(dispatchPlan('d', mine))
+    t.match(fromMemory, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests for this source; retry in (59|60) s$/, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^(59|60)$/ } } })
+    t.match(await gate.verify(verifyPlan('a', ['k1.code-a'], mine)), { kind: 'refused' }, 'a verify from the same source too')
+    t.match(await gate.countRefused({ audience: 'backend', limits: mine.ownLimits }), { code: 'RATE_LIMITED' }, 'and a request refused before admission')
+    t.equal((await gate.dispatch(dispatchPlan('other', { ownLimits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }] }))).kind, 'admitted', 'another source is asked about')
+    await client.echo('end of the commands under test')
+    await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
+    t.strictSame(seen, ['evalsha', 'echo'], 'only the other source\'s dispatch went to Redis')
+    t.equal(await client.exists(`otp:${TAG}:d`), 0, 'no token')
+  })
+
+  t.test('two instances remembering refusals admit no more than the shared limit between them', async (t) => {
+    const clients = await Promise.all([connectFailFast(server.url), connectFailFast(server.url)])
+    t.teardown(() => { for (const client of clients) client.disconnect() })
+    await clients[0].flushall()
+    const gates = clients.map((client) => new AdmissionGate(new RedisAdmission(client), new OverLimitMemory()))
+    const mine = { ownLimits: [limit('source', 7)] }
+    const decisions = await Promise.all(Array.from({ length: 60 }, async (_, index) => await (gates[index % 2] as AdmissionGate).dispatch(dispatchPlan(`r${index}`, mine))))
+    t.equal(decisions.filter((decision) => decision.kind === 'admitted').length, 7)
+    t.equal(decisions.filter((decision) => decision.kind === 'refused').length, 53)
+  })
+
   t.test('a dispatch or a verify is one command to Redis', async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
@@ -391,4 +427,27 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
     t.strictSame(seen, ['evalsha', 'evalsha', 'echo'])
   })
+})
+
+t.test('the memory of callers past their limits', async (t) => {
+  let nowMs = 1_000_000
+  const memory = new OverLimitMemory(() => nowMs)
+  const source = limit('source', 2)
+  memory.remember({ limit: source, count: { current: 3, ttlMs: 40_000 } })
+  t.match(memory.exceeded([source]), { limit: source, count: { current: 3, ttlMs: 40_000 } })
+  t.equal(memory.exceeded([{ ...source, max: 5 }]), null, 'a changed limit is another entry')
+  nowMs += OVER_LIMIT_MEMORY_MS
+  t.equal(memory.exceeded([source]), null, `forgotten after ${OVER_LIMIT_MEMORY_MS} ms: the store is asked again`)
+  t.equal(memory.size, 0)
+  memory.remember({ limit: source, count: { current: 3, ttlMs: 10 } })
+  nowMs += 10
+  t.equal(memory.exceeded([source]), null, 'never past the end of its window')
+  memory.remember({ limit: limit('recipient', 1), count: { current: 2, ttlMs: 40_000 } })
+  memory.remember({ limit: limit('key', 1), count: { current: 2, ttlMs: 40_000 } })
+  t.equal(memory.size, 0, 'shared buckets are not remembered: the store decides for every caller')
+  for (let i = 0; i < OVER_LIMIT_MEMORY_ENTRIES + 10; i++) memory.remember({ limit: { ...source, bucket: `rl:source:${TAG}:${i}` }, count: { current: 3, ttlMs: 40_000 } })
+  t.equal(memory.size, OVER_LIMIT_MEMORY_ENTRIES, 'bounded: past the bound a refusal is not remembered')
+  nowMs += OVER_LIMIT_MEMORY_MS
+  memory.remember({ limit: source, count: { current: 3, ttlMs: 40_000 } })
+  t.equal(memory.size, 1, 'expired entries make room')
 })

@@ -327,7 +327,7 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
     '/tenants/1/templates/fr/text (tenant acme, locale fr, text): the template must contain the code, written {{ code }}',
     '/tenants/2/templates/en/html (tenant globex, locale en, html): the template does not parse: the include tag is not available: a template cannot read other templates or files (tag "include" not found, line:1, col:1)'
   ])
-  t.match((error as Error).message, /^tenants file: 3 templates are refused: \/tenants\/1\/templates\/fr\/subject \(tenant acme/)
+  t.match((error as Error).message, /^tenants file: 3 problems: \/tenants\/1\/templates\/fr\/subject \(tenant acme/)
 
   const schema = (change: object): string => {
     try {

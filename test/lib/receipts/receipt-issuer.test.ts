@@ -36,6 +36,30 @@ t.test('a receipt is a JWT that jose verifies against the published keys', async
   t.not(decodeJwtId(await issuer.issue(subject)), payload.jti, 'every receipt has its own jti')
 })
 
+t.test('jose verifies the receipts of every supported algorithm against the published keys', async (t) => {
+  const derived = await deriveReceiptSigningKeys([{ id: 'k1', secret: randomBytes(32) }])
+  const cases: Array<[string, ReceiptKeyMaterial[]]> = [
+    ['EdDSA', parseReceiptSigningKeys(`ed:${pkcs8('ed25519')}`)],
+    ['ES256', parseReceiptSigningKeys(`ec:${pkcs8('p256')}`)],
+    ['EdDSA', derived]
+  ]
+  for (const [alg, keys] of cases) {
+    const issuer = await issuerWith(keys)
+    const keySet = createLocalJWKSet(JSON.parse(JSON.stringify(issuer.jwks)))
+    for (let i = 0; i < 20; i++) {
+      const receipt = await issuer.issue(subject)
+      const { payload, protectedHeader } = await jwtVerify(receipt, keySet, { issuer: 'https://otp.example.com', audience: 'acme', typ: 'otp-receipt+jwt', algorithms: [alg] })
+      t.equal(protectedHeader.alg, alg)
+      t.equal(protectedHeader.kid, keys[0]?.kid)
+      t.match(payload, { ...subject, iss: 'https://otp.example.com', aud: 'acme', jti: /^[\w-]{22}$/ })
+      const [header, body, signature] = receipt.split('.')
+      const flipped = Buffer.from(signature ?? '', 'base64url')
+      flipped[i % flipped.length] = (flipped[i % flipped.length] ?? 0) ^ 1
+      await t.rejects(jwtVerify(`${header}.${body}.${flipped.toString('base64url')}`, keySet), `${alg}: a changed signature byte fails`)
+    }
+  }
+})
+
 t.test('anything but an unexpired receipt of a listed key is refused', async (t) => {
   const [key] = parseReceiptSigningKeys(`k1:${pkcs8('ed25519')}`)
   const [stranger] = parseReceiptSigningKeys(`k1:${pkcs8('ed25519')}`)

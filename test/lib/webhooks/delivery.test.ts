@@ -216,7 +216,7 @@ t.test('quota thresholds: the unit that reaches 80% and the one that reaches 100
 
 t.test('the published payload schema is the one the service builds from', async (t) => {
   const { readFileSync } = await import('node:fs')
-  const { webhooksJsonSchema } = await import('../../../lib/cli/webhooks.js')
+  const { webhooksJsonSchema } = await import('../../../cli/webhooks.js')
   const published = readFileSync(new URL('../../../schemas/webhooks.schema.json', import.meta.url), 'utf8')
   t.equal(published, webhooksJsonSchema(), 'schemas/webhooks.schema.json is stale: run npm run schema')
 })

@@ -1,15 +1,15 @@
-import { parseArgs } from 'node:util'
 import { Cluster, Redis } from 'ioredis'
-import { ConfigError, parseRedisToolConfig, type RedisTopology } from '../config.js'
-import type { RedisClient } from '../redis/client.js'
-import { RedisWebhookQueue } from '../webhooks/redis-queue.js'
-import { TENANT_ID_PATTERN } from '../../schemas/tenants.js'
-import { WebhookPayloadsDocument } from '../../schemas/webhooks.js'
+import { ConfigError, parseRedisToolConfig, type RedisTopology } from '../lib/config.js'
+import type { RedisClient } from '../lib/redis/client.js'
+import { RedisWebhookQueue } from '../lib/webhooks/redis-queue.js'
+import { TENANT_ID_PATTERN } from '../schemas/tenants.js'
+import { WebhookPayloadsDocument } from '../schemas/webhooks.js'
+import { CommandError, helpFor, parse, text, UsageError, type Io } from './program.js'
 
-const listUsage = '  npm run webhooks -- dead-letters list [--tenant ID] [--limit N]'
-const replayUsage = `  npm run webhooks -- dead-letters replay --id ID [--id ID]...
-  npm run webhooks -- dead-letters replay --all [--tenant ID]`
-const schemaUsage = '  npm run webhooks -- schema'
+const listUsage = '  email-otp webhooks dead-letters list [--tenant ID] [--limit N]'
+const replayUsage = `  email-otp webhooks dead-letters replay --id ID [--id ID]...
+  email-otp webhooks dead-letters replay --all [--tenant ID]`
+const schemaUsage = '  email-otp webhooks schema'
 
 const deadLettersHelp = `dead-letters works on the queues in the Redis the service uses (REDIS_URL, REDIS_SENTINELS or
 REDIS_CLUSTER_NODES, with REDIS_USERNAME, REDIS_PASSWORD and REDIS_TLS, as for the service).
@@ -21,11 +21,11 @@ A tenant's letters are replayed only while its queue is below WEBHOOK_MAX_QUEUED
 An id is <tenant>/<id>, as list prints it.`
 
 const help: Record<string, string> = {
-  all: `Usage:
+  '': `Usage:
 ${listUsage}
 ${replayUsage}
 ${schemaUsage}
-  npm run webhooks -- [COMMAND] --help
+  email-otp webhooks [COMMAND] --help
 
 ${deadLettersHelp}
 schema prints the JSON Schema of the webhook payloads (schemas/webhooks.schema.json).`,
@@ -34,18 +34,6 @@ schema prints the JSON Schema of the webhook payloads (schemas/webhooks.schema.j
   'dead-letters replay': `Usage:\n${replayUsage}\n\nQueues dead letters again (same webhook-id, a new retry period): those named by --id, or all\nof them (of one tenant with --tenant). Fails, naming them, for ids that name no dead letter\nand for letters left because their tenant's queue is full (WEBHOOK_MAX_QUEUED_PER_TENANT).`,
   schema: `Usage:\n${schemaUsage}\n\nPrints the JSON Schema of every webhook payload, as published in schemas/webhooks.schema.json.`
 }
-
-/** A command line the CLI cannot run: the message, then the usage. */
-class UsageError extends Error {
-  readonly usage: string
-  constructor (message: string, usage = help.all ?? '') {
-    super(message)
-    this.usage = usage
-  }
-}
-
-/** A command that ran and failed: one line says why. */
-class CommandError extends Error {}
 
 /** The JSON Schema document of every webhook body, as published in schemas/webhooks.schema.json. */
 export function webhooksJsonSchema (): string {
@@ -84,39 +72,33 @@ const plural = (count: number, noun: string): string => `${count} ${noun}${count
  * (stderr). Throws UsageError for a command line it cannot run and CommandError for a command
  * that failed, each with one line to show.
  */
-export async function run (argv: string[], env: Readonly<Record<string, string | undefined>>, out: (line: string) => void, note: (line: string) => void = () => {}): Promise<void> {
-  let parsed
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: { limit: { type: 'string' }, all: { type: 'boolean' }, id: { type: 'string', multiple: true }, tenant: { type: 'string' }, help: { type: 'boolean', short: 'h' } }
-    })
-  } catch (error) {
-    throw new UsageError((error as Error).message)
-  }
-  const { positionals, values } = parsed
+export async function run (argv: string[], { out, note, env }: Io): Promise<void> {
+  const { positionals, values } = parse(argv, { limit: { type: 'string' }, all: { type: 'boolean' }, id: { type: 'string', multiple: true }, tenant: { type: 'string' } })
   const [command, action, extra] = positionals
-  const topic = [command, action].filter((word) => word !== undefined).join(' ')
   if (values.help === true || command === 'help') {
-    out(help[topic] ?? help.all ?? '')
+    out(helpFor(help, positionals))
     return
   }
-  if (command === undefined) throw new UsageError('a command is required')
-  if (command === 'schema' && action === undefined) {
+  if (command === undefined) throw new UsageError('a command is required: dead-letters or schema')
+  if (command === 'schema') {
+    if (action !== undefined) throw new UsageError(`unexpected argument ${action}`)
     out(webhooksJsonSchema().trimEnd())
     return
   }
-  if (command !== 'dead-letters') throw new UsageError(`unknown command ${topic}`)
-  if (action !== 'list' && action !== 'replay') throw new UsageError(action === undefined ? 'dead-letters needs list or replay' : `unknown command ${topic}`, help['dead-letters'])
-  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`, help[topic])
-  const tenant = values.tenant ?? null
-  if (tenant !== null && !new RegExp(TENANT_ID_PATTERN).test(tenant)) throw new UsageError('--tenant must be a tenant id (lower-case letters, digits, - and _)', help[topic])
-  const limit = values.limit === undefined ? 100 : Number(values.limit)
-  if (action === 'list' && (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000)) throw new UsageError('--limit must be an integer from 1 to 10000', help[topic])
-  const ids = values.id ?? []
-  if (action === 'replay' && (values.all === true) === (ids.length > 0)) throw new UsageError('replay needs either --all or --id ID', help[topic])
-  if (action === 'replay' && ids.length > 0 && tenant !== null) throw new UsageError('--tenant goes with --all; an id names its tenant', help[topic])
+  if (command !== 'dead-letters') throw new UsageError(`unknown command ${command}`)
+  if (action !== 'list' && action !== 'replay') throw new UsageError(action === undefined ? 'dead-letters needs list or replay' : `unknown command dead-letters ${action}`)
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+  const tenant = text(values, 'tenant') ?? null
+  if (tenant !== null && !new RegExp(TENANT_ID_PATTERN).test(tenant)) throw new UsageError('--tenant must be a tenant id (lower-case letters, digits, - and _)')
+  const limitOption = text(values, 'limit')
+  const limit = limitOption === undefined ? 100 : Number(limitOption)
+  if (action === 'list' && (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000)) throw new UsageError('--limit must be an integer from 1 to 10000')
+  const ids = (values.id ?? []) as string[]
+  const all = values.all === true
+  if (action === 'list' && (all || ids.length > 0)) throw new UsageError('--all and --id go with replay')
+  if (action === 'replay' && limitOption !== undefined) throw new UsageError('--limit goes with list')
+  if (action === 'replay' && all === (ids.length > 0)) throw new UsageError('replay needs either --all or --id ID')
+  if (action === 'replay' && ids.length > 0 && tenant !== null) throw new UsageError('--tenant goes with --all; an id names its tenant')
 
   let config
   try {
@@ -153,7 +135,7 @@ export async function run (argv: string[], env: Readonly<Record<string, string |
       if (letters.length === 0) note(tenant === null ? 'No dead letters.' : `No dead letters for tenant ${tenant}.`)
       return
     }
-    const result = await queue.replay(tenant, values.all === true ? null : ids).catch((error: unknown) => { throw redisFailure(error) })
+    const result = await queue.replay(tenant, all ? null : ids).catch((error: unknown) => { throw redisFailure(error) })
     out(`replayed ${plural(result.replayed, 'dead letter')}`)
     const problems: string[] = []
     if (result.unknown.length > 0) problems.push(`no dead letter ${result.unknown.join(', ')} (ids are <tenant>/<id>, as dead-letters list prints them)`)
@@ -162,13 +144,4 @@ export async function run (argv: string[], env: Readonly<Record<string, string |
   } finally {
     client.disconnect()
   }
-}
-
-const invokedDirectly = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))
-if (invokedDirectly) {
-  run(process.argv.slice(2), process.env, (line) => { process.stdout.write(line + '\n') }, (line) => { process.stderr.write(line + '\n') }).catch((error: unknown) => {
-    process.stderr.write(`webhooks: ${error instanceof Error ? error.message : String(error)}\n`)
-    if (error instanceof UsageError) process.stderr.write(`\n${error.usage}\n`)
-    process.exitCode = error instanceof UsageError ? 2 : 1
-  })
 }

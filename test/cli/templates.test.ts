@@ -4,20 +4,21 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { CheckFailed, run } from '../../../lib/cli/templates.js'
-import { writeTenants } from '../../helper.js'
+import { run } from '../../cli/templates.js'
+import { CheckFailed } from '../../cli/tenants.js'
+import { writeTenants } from '../helper.js'
 
-const CLI = fileURLToPath(new URL('../../../lib/cli/templates.ts', import.meta.url))
+const CLI = fileURLToPath(new URL('../../cli/main.ts', import.meta.url))
 
 async function cli (args: string[]): Promise<string[]> {
   const lines: string[] = []
-  await run(args, (line) => { lines.push(line) })
+  await run(args, { out: (line) => { lines.push(line) }, note: () => {}, env: {} })
   return lines
 }
 
 /** The CLI as an operator runs it: a process, its output and its exit code. */
 async function processRun (args: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'templates', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
@@ -63,7 +64,7 @@ t.test('template files are read from TEMPLATES_DIR/<tenant id>/ (--templates), n
   writeFileSync(join(elsewhere, 'acme', 'mail', 'fr.html'), '<i>{{ code }}</i>')
   t.same(await cli(['preview', '--tenant', 'acme', '--locale', 'fr', '--part', 'html', '--file', path, '--templates', elsewhere]), ['<i>123456</i>'])
   const lines: string[] = []
-  await run(['preview', '--tenant', 'acme', '--locale', 'fr', '--part', 'html', '--file', path], (line) => { lines.push(line) }, { TEMPLATES_DIR: elsewhere })
+  await run(['preview', '--tenant', 'acme', '--locale', 'fr', '--part', 'html', '--file', path], { out: (line) => { lines.push(line) }, note: () => {}, env: { TEMPLATES_DIR: elsewhere } })
   t.same(lines, ['<i>123456</i>'], 'TEMPLATES_DIR as the service reads it')
   await t.rejects(cli(['check', '--file', path, '--templates', t.testdirName]), /the templates folder .* must not be or contain the tenants file's folder/)
 })
@@ -91,7 +92,7 @@ t.test('check lists every refused template and exits 1; a good file exits 0', as
   ])
   const refused = await processRun(['check', '--file', broken])
   t.equal(refused.code, 1, 'exits 1')
-  t.match(refused.stderr, /the tenants file would be refused:\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+  t.match(refused.stderr, /the tenants file would be refused \(3 problems\):\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
   t.match(refused.stderr, /\/tenants\/0\/templates\/en\/html .*allocates more than the limit/)
   t.match(refused.stderr, /\/tenants\/1\/templates\/de\/text .*file "..\/outside.liquid" leaves the tenant's template folder .*\/templates\/globex\/: a path may not contain "\.\."/)
   t.equal(refused.stdout, '')
@@ -100,6 +101,6 @@ t.test('check lists every refused template and exits 1; a good file exits 0', as
   t.equal(unreadable.code, 1)
   t.match(unreadable.stderr, /cannot be read: ENOENT/)
   const usage = await processRun(['frobnicate'])
-  t.equal(usage.code, 1)
-  t.match(usage.stderr, /unknown command frobnicate[\s\S]*Usage:/)
+  t.equal(usage.code, 2)
+  t.equal(usage.stderr, 'email-otp templates: unknown command frobnicate (email-otp templates --help shows the usage)\n')
 })

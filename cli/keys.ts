@@ -1,0 +1,188 @@
+import { existsSync } from 'node:fs'
+import { readFile, rename, writeFile } from 'node:fs/promises'
+import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
+import { TemplateFolders } from '../lib/mail/template-files.js'
+import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/tenants/api-keys.js'
+import { TenantRegistry } from '../lib/tenants/registry.js'
+import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
+
+const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
+                        [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
+                        [--templates DIR] [--workload IDENTITY]...`
+const workloadsUsage = `  email-otp keys workloads --tenant ID --id KEY_ID [--workload IDENTITY]... [--any]
+                           [--file PATH] [--templates DIR]`
+const revokeUsage = '  email-otp keys revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]'
+const listUsage = '  email-otp keys list [--file PATH]'
+
+const files = `--file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
+template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
+templates/ beside the tenants file.`
+
+const workloadsHelp = `--workload binds a key to mesh workloads (MESH_IDENTITY_HEADER): an exact SPIFFE ID or
+Linkerd identity, or a prefix ending in /* (spiffe://cluster.local/ns/payments/sa/*).
+workloads prints a key's list; with --workload it replaces the list, with --any it removes
+it (the key works for any caller again).`
+
+const help: Record<string, string> = {
+  '': `Usage:
+${createUsage}
+${workloadsUsage}
+${revokeUsage}
+${listUsage}
+  email-otp keys [COMMAND] --help
+
+${files}
+create prints the new key once on stdout and writes only its SHA-256 to the file (created
+if missing; a missing tenant is added on the given or first tier); the key's id (for
+revoke) is on stderr and in list. The service reloads the changed file by itself (or on SIGHUP).
+${workloadsHelp}`,
+  create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Send SIGHUP to the service to load it.\n${files}`,
+  workloads: `Usage:\n${workloadsUsage}\n\n${workloadsHelp}\n${files}`,
+  revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Send SIGHUP to the service to\nload the change.\n${files}`,
+  list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE.`
+}
+
+const DEFAULT_TIERS: TenantsFile['tiers'] = {
+  standard: { allowance: 10000, window: 'month', sandboxAllowance: 1000 }
+}
+
+async function readTenantsFile (path: string): Promise<TenantsFile> {
+  if (!existsSync(path)) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
+  let document: unknown
+  try {
+    document = JSON.parse(await readFile(path, 'utf8'))
+  } catch (error) {
+    throw new CommandError(`${path} cannot be read as JSON: ${(error as Error).message}`)
+  }
+  // Only the shape this command walks; the whole file is checked before it is written.
+  const shaped = document as Partial<TenantsFile> | null
+  if (typeof shaped !== 'object' || shaped === null || typeof shaped.tiers !== 'object' || !Array.isArray(shaped.tenants) || !shaped.tenants.every((tenant) => Array.isArray(tenant?.keys))) {
+    throw new CommandError(`${path} is not a tenants file (email-otp tenants check ${path} lists its problems)`)
+  }
+  return shaped as TenantsFile
+}
+
+/** Validates with the service's own rules (template files included), then replaces the file atomically. */
+async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: string): Promise<void> {
+  TenantRegistry.fromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) })
+  const temporary = `${path}.${process.pid}.tmp`
+  await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
+  await rename(temporary, path)
+}
+
+function oneOf<T extends string> (values: Record<string, unknown>, name: string, allowed: readonly T[]): T {
+  const value = required(values, name)
+  if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}`)
+  return value as T
+}
+
+export async function run (argv: string[], { out, note, env }: Io): Promise<void> {
+  const { positionals, values } = parse(argv, {
+    tenant: { type: 'string' },
+    kind: { type: 'string' },
+    mode: { type: 'string' },
+    file: { type: 'string' },
+    templates: { type: 'string' },
+    origin: { type: 'string', multiple: true },
+    expires: { type: 'string' },
+    tier: { type: 'string' },
+    id: { type: 'string' },
+    workload: { type: 'string', multiple: true },
+    any: { type: 'boolean' }
+  })
+  const [command, extra] = positionals
+  if (values.help === true || command === 'help') {
+    out(helpFor(help, positionals))
+    return
+  }
+  if (command === undefined) throw new UsageError('a command is required: create, workloads, revoke or list')
+  if (!['create', 'workloads', 'revoke', 'list'].includes(command)) throw new UsageError(`unknown command ${command}`)
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+  const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE')
+  if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
+  const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
+
+  if (command === 'list') {
+    const file = await readTenantsFile(path)
+    for (const tenant of file.tenants) {
+      for (const key of tenant.keys) {
+        const state = key.revoked === true ? 'revoked' : key.expiresAt !== undefined && Date.parse(key.expiresAt) <= Date.now() ? 'expired' : 'active'
+        out(`${tenant.id}\t${key.id}\t${key.kind}\t${key.mode}\t${state}${key.expiresAt === undefined ? '' : `\texpires ${key.expiresAt}`}${key.workloads === undefined ? '' : `\tworkloads ${key.workloads.join(' ')}`}`)
+      }
+    }
+    if (file.tenants.every((tenant) => tenant.keys.length === 0)) note(`No keys in ${path}.`)
+    return
+  }
+
+  if (command === 'workloads') {
+    const file = await readTenantsFile(path)
+    const tenantId = required(values, 'tenant')
+    const keyId = required(values, 'id')
+    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+    const workloads = (values.workload ?? []) as string[]
+    if (values.any === true && workloads.length > 0) throw new UsageError('--any and --workload exclude each other')
+    if (values.any === true) {
+      delete key.workloads
+    } else if (workloads.length > 0) {
+      key.workloads = workloads
+    } else {
+      out(key.workloads === undefined ? '(any caller)' : key.workloads.join('\n'))
+      return
+    }
+    await writeTenantsFile(path, file, templatesDir)
+    out(`${tenantId}/${keyId}: ${key.workloads === undefined ? 'any caller' : `workloads ${key.workloads.join(' ')}`}`)
+    return
+  }
+
+  if (command === 'revoke') {
+    const file = await readTenantsFile(path)
+    const tenantId = required(values, 'tenant')
+    const keyId = required(values, 'id')
+    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+    key.revoked = true
+    await writeTenantsFile(path, file, templatesDir)
+    out(`revoked ${tenantId}/${keyId}`)
+    return
+  }
+
+  const tenantId = required(values, 'tenant')
+  const kind = oneOf<KeyKind>(values, 'kind', ['secret', 'restricted'])
+  const mode = oneOf<KeyMode>(values, 'mode', ['live', 'test'])
+  const origins = (values.origin ?? []) as string[]
+  if (kind === 'restricted' && origins.length === 0) throw new UsageError('a restricted key needs at least one --origin')
+  if (kind === 'secret' && origins.length > 0) throw new UsageError('--origin is only for restricted keys')
+  let expiresAt: string | undefined
+  const expires = text(values, 'expires')
+  if (expires !== undefined) {
+    const instant = Date.parse(expires)
+    if (Number.isNaN(instant)) throw new UsageError('--expires must be an ISO 8601 date or instant')
+    expiresAt = new Date(instant).toISOString()
+  }
+
+  const file = await readTenantsFile(path)
+  let tenant = file.tenants.find((entry) => entry.id === tenantId)
+  if (tenant === undefined) {
+    const tier = text(values, 'tier') ?? Object.keys(file.tiers)[0]
+    if (tier === undefined || file.tiers[tier] === undefined) throw new UsageError(`--tier must name a tier of ${path}`)
+    tenant = { id: tenantId, tier, keys: [] }
+    file.tenants.push(tenant)
+  }
+  const key = generateKey(kind, mode)
+  const entry: KeyEntry = {
+    id: text(values, 'id') ?? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}`,
+    kind,
+    mode,
+    sha256: hashKey(key),
+    ...(origins.length > 0 ? { origins } : {}),
+    ...(expiresAt === undefined ? {} : { expiresAt }),
+    ...(values.workload === undefined ? {} : { workloads: values.workload as string[] }),
+    createdAt: new Date().toISOString()
+  }
+  tenant.keys.push(entry)
+  await writeTenantsFile(path, file, templatesDir)
+  out(key)
+  note(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.`)
+  note('This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.')
+}

@@ -1,0 +1,69 @@
+import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/template-files.js'
+import { TenantRegistry, TenantsFileError } from '../lib/tenants/registry.js'
+import { TenantsFileSchema } from '../schemas/tenants.js'
+import { CommandError, envValue, helpFor, parse, text, UsageError, type Io } from './program.js'
+
+const checkUsage = '  email-otp tenants check [PATH] [--templates DIR]'
+const schemaUsage = '  email-otp tenants schema'
+
+const help: Record<string, string> = {
+  '': `Usage:
+${checkUsage}
+${schemaUsage}
+  email-otp tenants [COMMAND] --help
+
+check loads the tenants file with the service's own rules (templates included) and lists
+every problem at once, each with its JSON path; it exits 1 when the service would refuse the
+file. PATH defaults to $TENANTS_FILE, else tenants.json; DIR (the tenants' template folders)
+to $TEMPLATES_DIR, else templates/ beside the tenants file.
+schema prints the tenants file's JSON Schema (schemas/tenants.schema.json).`,
+  check: `Usage:\n${checkUsage}\n\nLoads the tenants file with the service's own rules (templates included) and lists every\nproblem at once, each with its JSON path (e.g. /tenants/0/keys/2/sha256); exits 1 when the\nservice would refuse the file. PATH defaults to $TENANTS_FILE, else tenants.json; DIR to\n$TEMPLATES_DIR, else templates/ beside the tenants file.`,
+  schema: `Usage:\n${schemaUsage}\n\nPrints the tenants file's JSON Schema, as published in schemas/tenants.schema.json.`
+}
+
+/** The tenants file's JSON Schema, as published in schemas/tenants.schema.json. */
+export function tenantsJsonSchema (): string {
+  return JSON.stringify({ $schema: 'http://json-schema.org/draft-07/schema#', ...TenantsFileSchema }, null, 2) + '\n'
+}
+
+/** The tenants file would be refused; `problems` says why, each on its own. */
+export class CheckFailed extends CommandError {
+  constructor (readonly problems: readonly string[]) {
+    super(problems.length === 1 ? `the tenants file would be refused: ${problems[0] ?? ''}` : `the tenants file would be refused (${problems.length} problems):\n${problems.map((problem) => `  ${problem}`).join('\n')}`)
+  }
+}
+
+/** Loads the file as the service would: a refusal lists every problem, one a line. */
+export async function loadTenantsFile (path: string, templatesDir: string, env: Io['env']): Promise<TenantRegistry> {
+  const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
+  const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
+  if (problem !== null) throw new CommandError(`the templates folder ${problem}`)
+  try {
+    return await TenantRegistry.fromFile(path, { templatesDir })
+  } catch (error) {
+    if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
+    throw error
+  }
+}
+
+const plural = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`
+
+export async function run (argv: string[], { out, env }: Io): Promise<void> {
+  const { positionals, values } = parse(argv, { templates: { type: 'string' } })
+  const [command, argument, extra] = positionals
+  if (values.help === true || command === 'help') {
+    out(helpFor(help, positionals))
+    return
+  }
+  if (command === 'schema') {
+    if (argument !== undefined) throw new UsageError(`unexpected argument ${argument}`)
+    out(tenantsJsonSchema().trimEnd())
+    return
+  }
+  if (command !== 'check') throw new UsageError(command === undefined ? 'a command is required: check or schema' : `unknown command ${command}`)
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+  const path = argument ?? envValue(env, 'TENANTS_FILE') ?? 'tenants.json'
+  const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
+  const registry = await loadTenantsFile(path, templatesDir, env)
+  out(`${path}: no problems (${plural(registry.tenants.size, 'tenant')})`)
+}

@@ -1,0 +1,82 @@
+/*
+ * `email-otp tenants check [PATH]`: every problem of the tenants file at once, each with its
+ * JSON pointer, exit 1 when the service would refuse the file; a good file exits 0.
+ */
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { writeTenants } from '../helper.js'
+
+const exec = promisify(execFile)
+const root = new URL('../..', import.meta.url).pathname
+
+interface Outcome { code: number, stdout: string, stderr: string }
+
+async function npmTenants (args: string[], env: Record<string, string> = {}): Promise<Outcome> {
+  try {
+    const { stdout, stderr } = await exec('npm', ['run', '-s', 'tenants', '--', ...args], { cwd: root, env: { ...process.env, TENANTS_FILE: '', TEMPLATES_DIR: '', ...env }, timeout: 60_000 })
+    return { code: 0, stdout, stderr }
+  } catch (error) {
+    const failed = error as Outcome
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr }
+  }
+}
+
+t.test('a good file: no problems, exit 0; the path from the argument or TENANTS_FILE', async (t) => {
+  const { path } = writeTenants(t)
+  t.same(await npmTenants(['check', path]), { code: 0, stdout: `${path}: no problems (2 tenants)\n`, stderr: '' })
+  t.same(await npmTenants(['check'], { TENANTS_FILE: path }), { code: 0, stdout: `${path}: no problems (2 tenants)\n`, stderr: '' })
+})
+
+t.test('every problem at once, each with its JSON pointer, exit 1', async (t) => {
+  const { path } = writeTenants(t, (file) => {
+    const [acme, globex] = file.tenants
+    acme!.tier = 'gold'
+    acme!.keys[1]!.origins = ['app.acme.test']
+    acme!.keys[2]!.id = 'acme_live'
+    acme!.webhooks = [{ url: 'http://hooks.acme.test/otp', secret: `whsec_${Buffer.alloc(32).toString('base64')}`, events: ['verification.succeeded'] }]
+    acme!.templates = { en: { subject: 'Your code {{ code }}' } }
+    globex!.captcha = { provider: 'turnstile', secret: 's', minScore: 0.5 }
+    globex!.keys[0]!.requireCaptcha = true
+    // A tenant the schema refuses has only its schema problems listed (the rest reads it as typed).
+    file.tenants.push({ id: 'Initech!', tier: 'standard', keys: [], ttlSeconds: 0 })
+  })
+  const answer = await npmTenants(['check', path])
+  t.equal(answer.code, 1)
+  t.equal(answer.stdout, '')
+  t.same(answer.stderr.split('\n'), [
+    'email-otp tenants: the tenants file would be refused (8 problems):',
+    '  /tenants/2/id Expected string to match \'^[a-z0-9][a-z0-9_-]{0,62}$\'',
+    '  /tenants/2/ttlSeconds Expected integer to be greater or equal to 1',
+    '  /tenants/0/tier names an unknown tier "gold"',
+    '  /tenants/0/webhooks/0/url must be https:// (http:// only on a loopback host, for development)',
+    '  /tenants/0/keys/1/origins: only restricted keys have origins',
+    '  /tenants/0/keys/2/id "acme_live" appears twice in this tenant',
+    '  /tenants/1/captcha/minScore: only reCAPTCHA v3 answers a score',
+    '  /tenants/0/templates/en/subject (tenant acme, locale en, subject): the subject must not contain the code: subjects show in notifications and mailbox lists',
+    ''
+  ])
+})
+
+t.test('a file that cannot be read or parsed: one line, exit 1', async (t) => {
+  const dir = t.testdir({ 'broken.json': '{"tiers": ' })
+  const missing = await npmTenants(['check', join(dir, 'missing.json')])
+  t.same(missing, { code: 1, stdout: '', stderr: `email-otp tenants: the tenants file would be refused: tenants file ${join(dir, 'missing.json')} cannot be read: ENOENT\n` })
+  const broken = await npmTenants(['check', join(dir, 'broken.json')])
+  t.equal(broken.code, 1)
+  t.match(broken.stderr, /^email-otp tenants: the tenants file would be refused: tenants file .*broken\.json is not valid JSON: [^\n]+\n$/)
+  const extra = await npmTenants(['check', 'a.json', 'b.json'])
+  t.same(extra, { code: 2, stdout: '', stderr: 'email-otp tenants: unexpected argument b.json (email-otp tenants --help shows the usage)\n' })
+})
+
+t.test('a flood of schema problems is listed up to a bound', async (t) => {
+  const { path } = writeTenants(t, (file) => {
+    file.tenants[0]!.keys = Array.from({ length: 500 }, (_, index) => ({ id: `k${index}`, kind: 'secret', mode: 'live', sha256: 'not-a-hash' }))
+  })
+  const answer = await npmTenants(['check', path])
+  t.equal(answer.code, 1)
+  const lines = answer.stderr.trimEnd().split('\n')
+  t.equal(lines[0], 'email-otp tenants: the tenants file would be refused (101 problems):')
+  t.match(lines.at(-1), /… and more \(only the first 100 are listed\)$/)
+})
