@@ -3,6 +3,7 @@ import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from './lib/config.js'
+import { withStoreBudget } from './lib/store-errors.js'
 import { requestIdFor, traceIdOf } from './lib/telemetry/correlation.js'
 import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
@@ -127,9 +128,10 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(drainPlugin)
   await fastify.register(helmetPlugin)
   // Synchronous hooks on the hot path: an async one costs a promise and a microtask per request.
+  // Every store call of the request shares one budget: a stalled Redis costs it one timeout.
   fastify.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
-    done()
+    withStoreBudget(options.config.redis === null ? null : options.config.redisCommandTimeoutMs, done)
   })
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)

@@ -54,6 +54,8 @@ export interface Backend {
 export interface BackendOptions {
   /** Cap on live codes per tenant and mode in the in-memory token store. */
   memoryStoreMaxTokens: number
+  /** Redis replicas that must acknowledge a dispatch's or verify's write (none when not given). */
+  replicaAcks?: { count: number, timeoutMs: number }
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
   /** Where a Redis that may evict keys is reported (the service's logger; tools may leave it out). */
@@ -88,7 +90,7 @@ export function createBackend (redis: RedisClient | null, options: BackendOption
   return {
     kind: 'redis',
     tokens,
-    admission: new AdmissionGate(new RedisAdmission(redis), new OverLimitMemory()),
+    admission: new AdmissionGate(new RedisAdmission(redis, options.replicaAcks), new OverLimitMemory()),
     quota: new RedisQuotaStore(redis),
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),

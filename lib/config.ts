@@ -47,6 +47,8 @@ export interface Config {
   /** Null on the embedded (in-memory) default. */
   redis: RedisTopology | null
   redisCommandTimeoutMs: number
+  /** Replicas that must acknowledge a dispatch's or verify's write, and how long to wait for them. */
+  redisReplicaAcks: { count: number, timeoutMs: number }
   hmacKeys: MacKey[]
   /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
   hmacKeyGenerated: boolean
@@ -195,6 +197,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
     redisCommandTimeoutMs: durationMs(valid, 'REDIS_COMMAND_TIMEOUT_MS'),
+    redisReplicaAcks: { count: valid.REDIS_REPLICA_ACKS, timeoutMs: durationMs(valid, 'REDIS_REPLICA_ACK_TIMEOUT_MS') },
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
     otpTtlSeconds: durationSeconds(valid, 'OTP_TTL_SECONDS'),

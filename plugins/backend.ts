@@ -11,7 +11,7 @@ declare module 'fastify' {
 /** The stores, in memory or in Redis as configured (lib/backend.ts chooses), closed on close. */
 export default fp(async function backendPlugin (fastify) {
   const { config } = fastify
-  const backend = createBackend(fastify.redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log: fastify.log })
+  const backend = createBackend(fastify.redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, replicaAcks: config.redisReplicaAcks, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log: fastify.log })
   fastify.decorate('backend', backend)
   // At start-up, so that a Redis allowed to evict keys is logged before the first probe.
   fastify.addHook('onReady', async () => { await backend.ready() })

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto'
 import { Cluster } from 'ioredis'
 import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from '../quota/redis-quota-store.js'
 import type { RedisClient } from '../redis/client.js'
-import { storeCall } from '../store-errors.js'
+import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
+import { ReplicaAcks } from '../redis/replica-acks.js'
+import { storeCall, StoreUnavailableError, storeUndo } from '../store-errors.js'
 import { TOKEN_LUA } from '../tokens/redis-token-store.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from './gate.js'
 import { LOCKOUT_LUA } from './lockout.js'
@@ -22,6 +25,12 @@ const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } a
  * The verify script builds the lockout key from the tag it reads in the token (it cannot be
  * declared beforehand); the prefix it is given carries the same hash tag, so that key lives in
  * the token's slot.
+ */
+
+/*
+ * Every script but the undo starts with the fence (lib/redis/fence.ts): its last argument is
+ * the deadline by which it must start, else it does nothing. Their shebang makes Redis refuse
+ * them whole when it is out of memory; the undo may always run, as it only gives back.
  */
 
 /**
@@ -59,7 +68,7 @@ end
  * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  */
-const DISPATCH_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
+const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
 local quotas = tonumber(ARGV[3])
 local mailboxes = tonumber(ARGV[4])
@@ -111,25 +120,35 @@ return reply
 `
 
 /** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
-const MAILBOX_LUA = `${HIT_LIMIT_LUA}
+const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
 return { hitLimit(KEYS[1], ARGV[2]) }
 `
 
-/** KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each counter. */
-const UNDO_DISPATCH_LUA = `
-redis.call('DEL', KEYS[1])
+/**
+ * KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each
+ * counter, if the token is there (it is only if this dispatch wrote it: its requestId was never
+ * told to anyone).
+ */
+const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}if redis.call('DEL', KEYS[1]) == 0 then return { 0 } end
 for i = 2, #KEYS do
   if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
 end
-return { 0 }
+return { 1 }
+`
+
+/** KEYS: token; ARGV: the verify attempt. Puts back the token that attempt set aside, if it is still there. */
+const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}local aside = KEYS[1] .. ':used:' .. ARGV[1]
+if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', KEYS[1]) == 1 then return { 0 } end
+redis.call('RENAME', aside, KEYS[1])
+return { 1 }
 `
 
 /**
  * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
  * when the requestId has a live code).
  * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
- * of stored forms n, number of own limits o, the n stored forms, then max and window ms per
- * limit.
+ * of stored forms n, number of own limits o, the n stored forms, max and window ms per limit,
+ * then the attempt's id (under which the token is set aside once consumed) and the deadline.
  * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
  * and ms left per limit counted }.
  *
@@ -137,7 +156,7 @@ return { 0 }
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
  * and the token is gone after this one try anyway.
  */
-const VERIFY_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
+const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
 local forms = tonumber(ARGV[6])
 local own = tonumber(ARGV[7])
 local firstLimitArg = forms + 8
@@ -157,7 +176,7 @@ if exceeded > 0 then
   reply[2] = own + exceeded
   return reply
 end
-dropToken(KEYS[1])
+setTokenAside(KEYS[1], ARGV[#ARGV - 1])
 local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
 if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
 reply[1] = ${VERIFY.mismatch}
@@ -183,7 +202,7 @@ return reply
 `
 
 /** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
-const COUNT_LUA = `${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
+const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
 local reply = { 0 }
 reply[1] = hitLimits(1, #KEYS, 1, reply)
 return reply
@@ -196,12 +215,21 @@ return reply
 const MAX_KEYS = 12
 
 const COMMANDS = {
-  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA },
-  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA },
-  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA },
-  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA },
-  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA }
+  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA, fenced: true },
+  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA, fenced: true },
+  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA, fenced: false },
+  restore: { name: 'emailOtpRestoreToken', lua: RESTORE_TOKEN_LUA, fenced: false },
+  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA, fenced: true },
+  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA, fenced: true }
 } as const
+
+/** A verify attempt's id: this process's, and a count. Unique enough for one requestId's attempts. */
+const PROCESS_ID = randomBytes(6).toString('base64url')
+let attempts = 0
+function nextAttempt (): string {
+  attempts = (attempts + 1) % Number.MAX_SAFE_INTEGER
+  return `${PROCESS_ID}${attempts.toString(36)}`
+}
 
 /**
  * The methods defineCommand adds. Arguments go as strings: ioredis encodes a number argument
@@ -246,9 +274,11 @@ function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[])
  */
 export class RedisAdmission implements AdmissionStore {
   readonly #client: RedisClient
+  readonly #clock: RedisClock
   readonly #commands: AdmissionCommands
   /** A Cluster refuses a script whose keys live in different slots. */
   readonly #crossSlot: boolean
+  readonly #acks: ReplicaAcks
 
   /**
    * Each script is defined once per number of keys, with that number fixed: ioredis then takes
@@ -258,13 +288,19 @@ export class RedisAdmission implements AdmissionStore {
    * as ioredis's pipelines only reload (after a restart or failover) the scripts defined when
    * they were created.
    */
-  constructor (client: RedisClient) {
+  /**
+   * `replicaAcks`: replicas that must hold a new code or a used one before the answer (not
+   * applied on a Cluster, where a WAIT would have to follow each key's node).
+   */
+  constructor (client: RedisClient, replicaAcks: { count: number, timeoutMs: number } = { count: 0, timeoutMs: 0 }) {
     for (const { name, lua } of Object.values(COMMANDS)) {
       for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
     }
     this.#client = client
+    this.#clock = redisClock(client)
     this.#commands = client as unknown as AdmissionCommands
     this.#crossSlot = !(client instanceof Cluster)
+    this.#acks = new ReplicaAcks(client, this.#crossSlot ? replicaAcks.count : 0, replicaAcks.timeoutMs)
   }
 
   /**
@@ -274,7 +310,12 @@ export class RedisAdmission implements AdmissionStore {
   async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[], textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
     const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
     if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
-    const raw = await storeCall(`${command} admission`, async () => await run.call(this.#client, ...keys, ...args))
+    const { fenced } = COMMANDS[command]
+    const call = fenced ? storeCall : storeUndo
+    const raw = await call(`${command} admission`, async () => {
+      const deadline = fenced ? [await this.#clock.deadline()] : []
+      return await run.call(this.#client, ...keys, ...args, ...deadline)
+    })
     if (textAt === undefined) return { raw, reply: numbers(raw, command), text: '' }
     const values: unknown[] = Array.isArray(raw) ? raw : []
     const text = values[textAt]
@@ -297,7 +338,13 @@ export class RedisAdmission implements AdmissionStore {
     }
     limitArgs(limits, keys, args)
     keys.push(plan.suppressionKey)
-    const { raw, reply } = await this.#run('dispatch', keys, args)
+    const { raw, reply } = await this.#run('dispatch', keys, args).catch(async (error: unknown) => {
+      // No answer (or an unreadable one): the script may have run all the same, its reply
+      // lost or late. The undo goes on the same connection, so Redis runs it after the
+      // dispatch, and takes back whatever the dispatch did.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw error
+    })
     const verdict = reply[0]
     if (verdict === DISPATCH.collision) return { kind: 'collision' }
     const hits = counts(reply, 4)
@@ -319,16 +366,31 @@ export class RedisAdmission implements AdmissionStore {
       const over = await this.#mailboxOverCap(plan.mailbox, token.key, slots)
       if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
     }
+    if (!await this.#acks.acknowledged()) {
+      // A code only the primary holds could vanish in a failover after its dispatch said 200.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
+    }
     return { kind: 'issued', counts: hits, quota: decision }
   }
 
-  /** On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, the dispatch is undone. */
+  /**
+   * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
+   * not counted (the answer is then 503), the dispatch is undone.
+   */
   async #mailboxOverCap (mailbox: LimitHit, tokenKey: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
-    const { raw, reply } = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
-    const [current, ttlMs] = reply
-    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', raw)
+    const undo = async (): Promise<void> => { await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], []) }
+    let counted: { raw: unknown, reply: number[] }
+    try {
+      counted = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
+    } catch (error) {
+      await undo().catch(() => {})
+      throw error
+    }
+    const [current, ttlMs] = counted.reply
+    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', counted.raw)
     if (current <= mailbox.max) return null
-    await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], [])
+    await undo()
     return { limit: mailbox, count: { current, ttlMs } }
   }
 
@@ -338,9 +400,23 @@ export class RedisAdmission implements AdmissionStore {
     const keys = [plan.tokenKey]
     const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
     limitArgs(limits, keys, args)
-    const { raw, reply, text } = await this.#run('verify', keys, args, 3)
+    const attempt = nextAttempt()
+    args.push(attempt)
+    const { raw, reply, text } = await this.#run('verify', keys, args, 3).catch(async (error: unknown) => {
+      // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
+      // token it may have consumed is put back, by a command Redis runs after it.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw error
+    })
     const hits = counts(reply, 4)
     const addressHash = text === '' ? null : text
+    const consumed = reply[0] === VERIFY.mismatch || reply[0] === VERIFY.locked || reply[0] === VERIFY.verified
+    if (consumed && !await this.#acks.acknowledged()) {
+      // A code used only on the primary would be back on a promoted replica: put it back here
+      // too, and let the caller retry.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the used code')
+    }
     switch (reply[0]) {
       case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'verify', raw) }
       case VERIFY.missing: return { kind: 'missing', counts: hits }

@@ -1,4 +1,6 @@
 import type { RedisClient } from '../redis/client.js'
+import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
+import { storeCall, storeUndo } from '../store-errors.js'
 import {
   assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
 } from './idempotency-store.js'
@@ -10,11 +12,13 @@ import {
  *   lock    <prefix>{<scope>}:l:<key>  exists while an attempt is in flight, expires after lockMs
  * Keeping the lock separate lets Redis expire the claim on its own clock while the record keeps
  * the key bound to its fingerprint for the full ttl.
+ * Begin and complete are fenced (lib/redis/fence.ts: their last argument is the deadline by
+ * which they must start): a claim or an answer the caller gave up on is not recorded later.
+ * Abandon only removes, so it is not, and runs at Redis's memory limit too.
  */
 
 /** KEYS record, lock; ARGV fingerprint, ttlMs, lockMs. Returns { state, response? }. */
-const BEGIN_LUA = `
-local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
+const BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
 if stored[1] then
   if stored[1] ~= ARGV[1] then return { 'mismatch' } end
   if stored[2] then return { 'replay', stored[2] } end
@@ -28,8 +32,7 @@ return { 'started' }
 `
 
 /** KEYS record, lock; ARGV fingerprint, response JSON, ttlMs. First completion wins. */
-const COMPLETE_LUA = `
-local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
+const COMPLETE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
 if (stored[1] and stored[1] ~= ARGV[1]) or stored[2] then return 0 end
 redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'response', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -38,8 +41,7 @@ return 1
 `
 
 /** KEYS record, lock. A completed response is kept: only a claim can be abandoned. */
-const ABANDON_LUA = `
-if redis.call('HEXISTS', KEYS[1], 'response') == 1 then return 0 end
+const ABANDON_LUA = `${UNDO_SHEBANG}if redis.call('HEXISTS', KEYS[1], 'response') == 1 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 `
@@ -51,8 +53,8 @@ const ABANDON_COMMAND = 'emailOtpIdempotencyAbandon'
 
 /** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
 interface IdempotencyCommands {
-  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, ttlMs: number, lockMs: number): Promise<unknown>
-  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, response: string, ttlMs: number): Promise<unknown>
+  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, ttlMs: string, lockMs: string, deadline: string): Promise<unknown>
+  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, response: string, ttlMs: string, deadline: string): Promise<unknown>
   [ABANDON_COMMAND](record: string, lock: string): Promise<unknown>
 }
 
@@ -67,12 +69,14 @@ export interface RedisIdempotencyStoreOptions {
  */
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly #commands: IdempotencyCommands
+  readonly #clock: RedisClock
   readonly #prefix: string
 
   constructor (client: RedisClient, options: RedisIdempotencyStoreOptions = {}) {
     const prefix = options.prefix ?? 'idem:'
     if (/[{}]/.test(prefix)) throw new RangeError(`idempotency key prefix must not contain braces: ${prefix}`)
     this.#prefix = prefix
+    this.#clock = redisClock(client)
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so scripts are sent in full only when needed.
     client.defineCommand(BEGIN_COMMAND, { lua: BEGIN_LUA, numberOfKeys: 2 })
@@ -85,7 +89,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     assertScope(scope)
     assertDurations(ttlMs, lockMs)
     const [record, lock] = this.#keys(scope, key)
-    const reply = await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, ttlMs, lockMs)
+    const reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, String(ttlMs), String(lockMs), await this.#clock.deadline()))
     const [state, stored] = Array.isArray(reply) ? reply as unknown[] : []
     switch (state) {
       case 'started':
@@ -104,13 +108,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     assertDurations(ttlMs)
     const [record, lock] = this.#keys(scope, key)
     const json = JSON.stringify({ statusCode: response.statusCode, body: response.body, headers: response.headers })
-    await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, json, ttlMs)
+    await storeCall('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, json, String(ttlMs), await this.#clock.deadline()))
   }
 
   async abandon (scope: string, key: string): Promise<void> {
     assertScope(scope)
     const [record, lock] = this.#keys(scope, key)
-    await this.#commands[ABANDON_COMMAND](record, lock)
+    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](record, lock))
   }
 
   #keys (scope: string, key: string): [record: string, lock: string] {

@@ -71,8 +71,9 @@ function shapeOf (error: unknown): ErrorShape {
 }
 
 function classify (shape: ErrorShape, name: string | undefined, code: string | undefined, status: number | undefined): DeliveryFailureKind {
-  if (name === 'AbortError' || name === 'TimeoutError' || code === 'ETIMEDOUT') return 'timeout'
+  // The code first: the SDK names a reset connection TimeoutError, for its retry rules.
   if (code !== undefined && CONNECTION_CODES.has(code)) return 'connection'
+  if (name === 'AbortError' || name === 'TimeoutError' || code === 'ETIMEDOUT') return 'timeout'
   if ((name !== undefined && THROTTLING_NAMES.has(name)) || status === 429 || shape.$retryable?.throttling === true) {
     return 'throttled'
   }

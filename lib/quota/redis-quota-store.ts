@@ -1,4 +1,6 @@
 import type { RedisClient } from '../redis/client.js'
+import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
+import { storeCall, storeUndo } from '../store-errors.js'
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from './quota-store.js'
 import { currentWindow, type QuotaWindow } from './window.js'
 
@@ -47,17 +49,18 @@ local function reserveQuotas (first, count, firstArg)
 end
 `
 
-/** KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms). Returns { allowed 0|1, used }. */
-const RESERVE_LUA = `${RESERVE_QUOTA_LUA}
+/** KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms), ARGV[3] the fence's deadline. Returns { allowed 0|1, used }. */
+const RESERVE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${RESERVE_QUOTA_LUA}
 return { reserveQuota(KEYS[1], tonumber(ARGV[1]), ARGV[2]) }
 `
 
 /**
  * KEYS[1] counter. A missing key means the window is over (or never counted anything), and
  * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
+ * Not fenced, and run at Redis's memory limit too: a refund that lands late, or on a full
+ * Redis, only brings the count closer to the mail that left.
  */
-const REFUND_LUA = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+const REFUND_LUA = `${UNDO_SHEBANG}local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 if used > 0 then
   redis.call('DECR', KEYS[1])
 end
@@ -70,7 +73,7 @@ const REFUND_COMMAND = 'emailOtpQuotaRefund'
 
 /** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
 interface QuotaCommands {
-  [RESERVE_COMMAND](key: string, limit: number, expireAtMs: number): Promise<unknown>
+  [RESERVE_COMMAND](key: string, limit: string, expireAtMs: string, deadline: string): Promise<unknown>
   [REFUND_COMMAND](key: string): Promise<unknown>
 }
 
@@ -125,6 +128,7 @@ export interface RedisQuotaStoreOptions {
  */
 export class RedisQuotaStore implements QuotaStore {
   readonly #client: RedisClient
+  readonly #clock: RedisClock
   readonly #commands: QuotaCommands
   readonly #prefix: string
 
@@ -133,6 +137,7 @@ export class RedisQuotaStore implements QuotaStore {
     if (/[{}]/.test(prefix)) throw new RangeError(`quota key prefix must not contain braces: ${prefix}`)
     this.#prefix = prefix
     this.#client = client
+    this.#clock = redisClock(client)
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so scripts are sent in full only when needed.
     client.defineCommand(RESERVE_COMMAND, { lua: RESERVE_LUA, numberOfKeys: 1 })
@@ -143,17 +148,18 @@ export class RedisQuotaStore implements QuotaStore {
   async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
     assertLimit(limit)
     const slot = quotaSlot(scope, window, nowMs, share, this.#prefix)
-    return quotaDecision(await this.#commands[RESERVE_COMMAND](slot.key, limit, slot.expireAtMs), limit, slot)
+    const reply = await storeCall('quota reserve', async () => await this.#commands[RESERVE_COMMAND](slot.key, String(limit), String(slot.expireAtMs), await this.#clock.deadline()))
+    return quotaDecision(reply, limit, slot)
   }
 
   async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
     assertScope(scope)
-    await this.#commands[REFUND_COMMAND](counterKey(this.#prefix, scope, share, windowId))
+    await storeUndo('quota refund', async () => await this.#commands[REFUND_COMMAND](counterKey(this.#prefix, scope, share, windowId)))
   }
 
   async usage (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaUsage> {
     const slot = quotaSlot(scope, window, nowMs, share, this.#prefix)
-    const value = await this.#client.get(slot.key)
+    const value = await storeCall('quota usage', async () => await this.#client.get(slot.key))
     return { used: value === null ? 0 : Number(value), resetMs: slot.resetMs, windowId: slot.windowId }
   }
 }

@@ -1,4 +1,5 @@
 import type { RedisClient } from '../redis/client.js'
+import { FENCE_LUA, redisClock, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
 import { storeCall } from '../store-errors.js'
 import { assertRedemption, epochKey, newEpoch, redemptionKey, type Redemption, type RedemptionStore } from './redemption-store.js'
 
@@ -11,11 +12,11 @@ return ARGV[1]
 `
 
 /**
- * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone).
- * Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
+ * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone),
+ * the fence's deadline (lib/redis/fence.ts): a redemption answered 503 never marks the receipt
+ * later. Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
  */
-const REDEEM_LUA = `
-local current = redis.call('GET', KEYS[1])
+const REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('SET', KEYS[1], ARGV[3])
   current = ARGV[3]
@@ -42,12 +43,14 @@ type Command = (...keysAndArgs: string[]) => Promise<unknown>
 export class RedisRedemptionStore implements RedemptionStore {
   readonly #epochCommand: Command
   readonly #redeemCommand: Command
+  readonly #clock: RedisClock
   readonly #now: () => number
   /** Per scope: the epoch last read and when. As many entries as scopes. */
   readonly #epochs = new Map<string, { epoch: string, readAtMs: number }>()
 
   constructor (client: RedisClient, options: { now?: () => number } = {}) {
     this.#now = options.now ?? Date.now
+    this.#clock = redisClock(client)
     client.defineCommand('emailOtpReceiptEpoch', { lua: EPOCH_LUA, numberOfKeys: 1 })
     client.defineCommand('emailOtpReceiptRedeem', { lua: REDEEM_LUA, numberOfKeys: 2 })
     const methods = client as unknown as Record<string, Command | undefined>
@@ -79,7 +82,7 @@ export class RedisRedemptionStore implements RedemptionStore {
 
   async redeem (scope: string, jti: string, epoch: string | undefined, ttlMs: number): Promise<Redemption> {
     assertRedemption(scope, jti, ttlMs)
-    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(epochKey(scope), redemptionKey(scope, jti), epoch ?? '', String(ttlMs), newEpoch()))
+    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(epochKey(scope), redemptionKey(scope, jti), epoch ?? '', String(ttlMs), newEpoch(), await this.#clock.deadline()))
     const [outcome, current] = Array.isArray(reply) ? reply as [number, string] : []
     if (typeof current === 'string') this.#epochs.set(scope, { epoch: current, readAtMs: this.#now() })
     if (outcome === 1) return 'redeemed'

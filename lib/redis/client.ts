@@ -13,17 +13,48 @@ export interface RedisTimeouts {
   connectTimeoutMs: number
 }
 
+/**
+ * The margin between a fenced script's deadline and its caller's timeout (lib/redis/fence.ts):
+ * the time a script that started just before its deadline has to run and its reply to come back.
+ */
+export function fenceMarginMs (commandTimeoutMs: number): number {
+  return Math.min(100, Math.floor(commandTimeoutMs / 4))
+}
+
+/**
+ * ioredis's own command timeout, a backstop a margin behind the one each request's store calls
+ * keep (withStoreBudget, lib/store-errors.ts), which decides first unless the process is badly
+ * late: a command rejected by ioredis loses a reply that may already be waiting to be read.
+ */
+function backstopTimeoutMs (commandTimeoutMs: number): number {
+  return commandTimeoutMs + fenceMarginMs(commandTimeoutMs)
+}
+
+const commandTimeouts = new WeakMap<RedisClient, number>()
+
+/** REDIS_COMMAND_TIMEOUT_MS of a client made by createRedisClient. */
+export function commandTimeoutOf (client: RedisClient): number | undefined {
+  return commandTimeouts.get(client)
+}
+
 /** Reconnect forever, backing off to one attempt every two seconds. */
 const backoff = (attempt: number): number => Math.min(100 * attempt, 2000)
 
 /**
  * The client for a topology. Every kind fails fast: no offline queue, no retries per command,
- * a command timeout, so an outage becomes a 503 in well under a second instead of a hang.
+ * a command timeout (each request's, and a backstop), so an outage becomes a 503 within
+ * REDIS_COMMAND_TIMEOUT_MS instead of a hang.
  * Commands only ever go to a primary, so a read never sees a replica's stale copy (a token
  * already consumed, a counter behind).
  */
-export function createRedisClient (topology: RedisTopology, { commandTimeoutMs, connectTimeoutMs }: RedisTimeouts): RedisClient {
-  const failFast = { maxRetriesPerRequest: 0, commandTimeout: commandTimeoutMs, connectTimeout: connectTimeoutMs } satisfies RedisOptions
+export function createRedisClient (topology: RedisTopology, timeouts: RedisTimeouts): RedisClient {
+  const client = createClient(topology, timeouts)
+  commandTimeouts.set(client, timeouts.commandTimeoutMs)
+  return client
+}
+
+function createClient (topology: RedisTopology, { commandTimeoutMs, connectTimeoutMs }: RedisTimeouts): RedisClient {
+  const failFast = { maxRetriesPerRequest: 0, commandTimeout: backstopTimeoutMs(commandTimeoutMs), connectTimeout: connectTimeoutMs } satisfies RedisOptions
   switch (topology.kind) {
     case 'single':
       return new Redis(topology.url, {

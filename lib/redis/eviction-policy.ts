@@ -1,4 +1,5 @@
 import { Cluster } from 'ioredis'
+import { storeCall } from '../store-errors.js'
 import type { RedisClient } from './client.js'
 
 /** Where the service reports what it found: pino's logger. */
@@ -7,7 +8,7 @@ export interface EvictionLog {
   info (fields: object, message: string): void
 }
 
-/** Whether Redis may keep what the service writes, and why not. */
+/** Whether Redis may keep what the service writes (it does not evict, and it is not full), and why not. */
 export interface EvictionVerdict {
   ok: boolean
   /** The policy each primary reports (one on a single server or Sentinel). */
@@ -32,6 +33,16 @@ export function policyEvicts (policy: string): boolean {
 /** `maxmemory_policy` from the text of INFO memory. */
 export function maxmemoryPolicy (info: string): string | null {
   return /^maxmemory_policy:(\S+)/m.exec(info)?.[1] ?? null
+}
+
+/**
+ * Whether INFO memory shows Redis past its `maxmemory` (0: no limit). With `noeviction` it then
+ * refuses every script that writes: each dispatch and verify would answer 503.
+ */
+export function overMemoryLimit (info: string): boolean {
+  const used = Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? 0)
+  const limit = Number(/^maxmemory:(\d+)/m.exec(info)?.[1] ?? 0)
+  return limit > 0 && used > limit
 }
 
 /**
@@ -67,19 +78,22 @@ export class EvictionPolicyWatch {
     let infos: string[]
     try {
       const primaries = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
-      infos = await Promise.all(primaries.map(async (primary) => await primary.info('memory')))
+      infos = await storeCall('INFO memory', async () => await Promise.all(primaries.map(async (primary) => await primary.info('memory'))))
     } catch (error) {
       // Not kept: an unreachable Redis is reported by its own check, and read again next time.
       return { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${(error as Error).message}` }
     }
     const policies = infos.map((info) => maxmemoryPolicy(info) ?? 'unknown')
     const evicting = [...new Set(policies.filter(policyEvicts))]
-    const verdict: EvictionVerdict = evicting.length === 0
-      ? { ok: true, policies, reason: null }
-      : { ok: false, policies, reason: `Redis maxmemory-policy is ${evicting.join(', ')}: at its memory limit it evicts keys, which resets velocity and lockout counters and deletes codes; set it to noeviction` }
-    const summary = evicting.length === 0 ? 'noeviction' : evicting.join(',')
+    const full = infos.some(overMemoryLimit)
+    const verdict: EvictionVerdict = evicting.length > 0
+      ? { ok: false, policies, reason: `Redis maxmemory-policy is ${evicting.join(', ')}: at its memory limit it evicts keys, which resets velocity and lockout counters and deletes codes; set it to noeviction` }
+      : full
+        ? { ok: false, policies, reason: 'Redis is past its maxmemory and refuses writes: every dispatch and verify answers 503 until memory is freed or maxmemory raised' }
+        : { ok: true, policies, reason: null }
+    const summary = evicting.length > 0 ? evicting.join(',') : full ? 'full' : 'noeviction'
     if (summary !== this.#logged) {
-      if (verdict.ok) this.#log.info({ maxmemoryPolicy: policies }, 'Redis maxmemory-policy is noeviction again: ready')
+      if (verdict.ok) this.#log.info({ maxmemoryPolicy: policies }, 'Redis maxmemory-policy is noeviction again, within its memory limit: ready')
       else this.#log.error({ maxmemoryPolicy: policies }, verdict.reason ?? '')
       this.#logged = summary
     }

@@ -1,4 +1,5 @@
 import type { RedisClient } from '../redis/client.js'
+import { FENCE_LUA, redisClock, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
 import { storeCall } from '../store-errors.js'
 
 /** A message a sandbox key "sent": kept for the tenant's own tests, never delivered. */
@@ -98,12 +99,32 @@ export class MemorySandboxInbox implements SandboxInbox {
   }
 }
 
+/**
+ * KEYS the address's list; ARGV the message, its cap, the retention ms, the fence's deadline
+ * (lib/redis/fence.ts). A script rather than MULTI: fenced, a message the caller gave up on
+ * (its dispatch answered 503 and refunded) never appears later, and with its shebang Redis
+ * refuses it whole at its memory limit.
+ */
+const ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`
+
+const ADD_COMMAND = 'emailOtpSandboxAdd'
+
+type AddCommand = Record<typeof ADD_COMMAND, (key: string, message: string, cap: string, retentionMs: string, deadline: string) => Promise<unknown>>
+
 /** One capped, expiring list per tenant and address, shared by every instance. */
 export class RedisSandboxInbox implements SandboxInbox {
   readonly #client: RedisClient
+  readonly #clock: RedisClock
 
   constructor (client: RedisClient) {
+    client.defineCommand(ADD_COMMAND, { lua: ADD_LUA, numberOfKeys: 1 })
     this.#client = client
+    this.#clock = redisClock(client)
   }
 
   #key (tenantId: string, address: string): string {
@@ -112,11 +133,8 @@ export class RedisSandboxInbox implements SandboxInbox {
 
   async add (tenantId: string, message: SandboxMessage): Promise<void> {
     const key = this.#key(tenantId, message.to)
-    await storeCall('sandbox inbox write', async () => await this.#client.multi()
-      .lpush(key, JSON.stringify(message))
-      .ltrim(key, 0, SANDBOX_MESSAGES_PER_ADDRESS - 1)
-      .pexpire(key, SANDBOX_RETENTION_MS)
-      .exec())
+    const add = (this.#client as unknown as AddCommand)[ADD_COMMAND]
+    await storeCall('sandbox inbox write', async () => await add.call(this.#client, key, JSON.stringify(message), String(SANDBOX_MESSAGES_PER_ADDRESS), String(SANDBOX_RETENTION_MS), await this.#clock.deadline()))
   }
 
   async list (tenantId: string, address: string): Promise<SandboxMessage[]> {

@@ -1,14 +1,16 @@
 import type { RedisClient } from '../redis/client.js'
-import { storeCall } from '../store-errors.js'
+import { storeCall, storeUndo } from '../store-errors.js'
 import type { TokenStore } from './token-store.js'
 
 /**
  * The token write and take as Lua functions, for the admission scripts that fold them into
  * a dispatch's or a verify's one round trip (lib/admission/redis-admission.ts):
  * `tokenExists` before anything is counted (a taken requestId is a retry with a new one),
- * `writeToken` with its expiry in one SET, `readToken` and `dropToken` in the same script, so
- * a code is consumed atomically by the first verify, right or wrong, and a verify refused
- * between the two (the key's bucket) leaves it in place.
+ * `writeToken` with its expiry in one SET, `readToken` and `setTokenAside` in the same script,
+ * so a code is consumed atomically by the first verify, right or wrong, and a verify refused
+ * between the two (the key's bucket) leaves it in place. A consumed token is renamed, not
+ * deleted: under a name of that verify's own, with the expiry it had, so that a verify whose
+ * answer never reached its caller (who answered 503) can put the code back for the retry.
  */
 export const TOKEN_LUA = `
 local function tokenExists (key)
@@ -20,8 +22,8 @@ end
 local function readToken (key)
   return redis.call('GET', key)
 end
-local function dropToken (key)
-  redis.call('DEL', key)
+local function setTokenAside (key, attempt)
+  redis.call('RENAME', key, key .. ':used:' .. attempt)
 end
 `
 
@@ -45,14 +47,15 @@ export class RedisTokenStore implements TokenStore {
     return await storeCall('token take', async () => await this.#client.getdel(key))
   }
 
+  /** Sent even when this request found Redis stalled: a late deletion only removes a code whose mail did not leave. */
   async delete (key: string): Promise<void> {
-    await storeCall('token delete', async () => await this.#client.del(key))
+    await storeUndo('token delete', async () => await this.#client.del(key))
   }
 
   async ready (): Promise<boolean> {
     if (this.#client.status !== 'ready') return false
     try {
-      return await this.#client.ping() === 'PONG'
+      return await storeCall('token store ping', async () => await this.#client.ping()) === 'PONG'
     } catch {
       return false
     }

@@ -31,8 +31,11 @@ export async function waitFor (what: string, timeoutMs: number, check: () => Pro
 
 /** Every server of a test, killed when the process exits even if a test never reached its teardown. */
 const running = new Set<ChildProcess>()
+/** Each server's own working directory, removed when the process exits. */
+const directories: string[] = []
 process.once('exit', () => {
   for (const child of running) child.kill('SIGKILL')
+  for (const directory of directories) rmSync(directory, { recursive: true, force: true })
 })
 
 export interface Server {
@@ -57,6 +60,11 @@ async function spawnRedis (port: number, extraArgs: string[], sentinelConf?: str
     ...extraArgs
   ]
   const readyLine = sentinelConf === undefined ? 'Ready to accept connections' : '+monitor master'
+  // A directory of its own: a replica writes the snapshot it receives where it runs, and a
+  // server loads the snapshot it finds there at start-up (saving is off, loading is not), so
+  // a shared one would carry one test's keys into the next server started.
+  const directory = mkdtempSync(join(tmpdir(), 'email-otp-redis-'))
+  directories.push(directory)
   let child: ChildProcess | null = null
   let output = ''
 
@@ -70,8 +78,7 @@ async function spawnRedis (port: number, extraArgs: string[], sentinelConf?: str
   }
 
   async function start (): Promise<void> {
-    // A replica writes the snapshot it receives from its primary into its working directory.
-    const current = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: tmpdir() })
+    const current = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: directory })
     child = current
     running.add(current)
     current.once('exit', () => running.delete(current))

@@ -51,6 +51,10 @@ export interface RedisServer {
   stop(): Promise<void>
   /** Starts it again on the same port, empty. */
   start(): Promise<void>
+  /** Freezes it (SIGSTOP): connections stay open, commands wait unanswered. */
+  freeze(): void
+  /** Lets a frozen server run again (SIGCONT): it then runs what it was sent meanwhile. */
+  thaw(): void
 }
 
 /** Starts a private, non-persistent redis-server on a free loopback port. */
@@ -82,8 +86,12 @@ export async function startRedis (extraArgs: string[] = []): Promise<RedisServer
     await exited
   }
 
+  function signal (name: NodeJS.Signals): void {
+    if (child === null || !child.kill(name)) throw new Error(`redis-server on ${port} is not running`)
+  }
+
   await start()
-  return { port, url: `redis://127.0.0.1:${port}`, stop, start }
+  return { port, url: `redis://127.0.0.1:${port}`, stop, start, freeze: () => { signal('SIGSTOP') }, thaw: () => { signal('SIGCONT') } }
 }
 
 /**

@@ -2,6 +2,7 @@ import t from 'tap'
 import * as sesModel from '@aws-sdk/client-sesv2'
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
+import { createServer as createNetServer } from 'node:net'
 import { freePort } from '../../support/redis.js'
 import { deliveryFailure, startSesLocal, startSilentPeer, type StoredEmail } from '../../support/mail-peers.js'
 import { SesTransport } from '../../../lib/mail/ses-transport.js'
@@ -252,6 +253,21 @@ t.test('a closed port fails fast as a connection error', async (t) => {
   t.equal(error.kind, 'connection')
   t.ok(elapsed < TIMEOUT_MS + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)
   t.notMatch(error.message, 'person@example.com')
+})
+
+t.test('a peer that resets the connection is a connection failure, not a timeout', async (t) => {
+  // The SDK names a reset TimeoutError (so that it retries it); its code says what happened.
+  const peer = createNetServer((socket) => { socket.once('data', () => { socket.resetAndDestroy() }) })
+  peer.listen(0, '127.0.0.1')
+  await once(peer, 'listening')
+  t.teardown(() => { peer.close() })
+  const address = peer.address()
+  if (address === null || typeof address === 'string') throw new Error('no port')
+  const transport = transportFor(`http://127.0.0.1:${address.port}`)
+  t.teardown(() => transport.close())
+  const { error } = await deliveryFailure(() => transport.send(message()))
+  t.equal(error.kind, 'connection')
+  t.match(error.message, 'ECONNRESET')
 })
 
 t.test('a peer that accepts and never answers times out within the bound', async (t) => {
