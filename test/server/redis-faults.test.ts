@@ -1,5 +1,5 @@
 import t from 'tap'
-import { buildApp, readiness, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { FaultLoad } from '../support/faults.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { until } from '../support/wait.js'
@@ -79,4 +79,23 @@ t.test('Redis at its memory limit: a dispatch is done whole or not at all, and r
   await admin.config('SET', 'maxmemory', '0')
   await live.check(t, redis.url)
   await sandbox.check(t, redis.url)
+})
+
+t.test('a frozen Redis costs an account route one timeout: its rate-limit count spends the request\'s budget, and the route does not wait again', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  const { path, keys } = writeTenants(t)
+  const app = await buildApp(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_COMMAND_TIMEOUT_MS: String(TIMEOUT_MS) })
+  await until('the app connected to Redis', () => app.app.redis?.status === 'ready')
+  t.equal((await app.app.inject({ method: 'GET', url: '/usage', headers: bearer(keys.acmeLive) })).statusCode, 200, 'usage answers while Redis does')
+
+  redis.freeze()
+  let thawed = false
+  t.teardown(() => { if (!thawed) redis.thaw() })
+  const usage = await app.app.inject({ method: 'GET', url: '/usage', headers: bearer(keys.acmeLive) })
+  redis.thaw()
+  thawed = true
+  t.same([usage.statusCode, usage.json().code], [503, 'UNAVAILABLE'], 'usage answers 503 while Redis is frozen')
+  const budgetSpent = app.logs.lines.filter((line) => line.includes('not tried: the store did not answer in time earlier in this request'))
+  t.ok(budgetSpent.length > 0, 'the route\'s own store call was not tried: the rate-limit count had spent the request\'s one timeout')
 })
