@@ -2,7 +2,10 @@
  * Where the Redis-backed service spends its CPU under load. Run after `npm run bench` (or
  * any build of dist/ and .bench-build/):
  *
- *   node .bench-build/bench/profile.js [--memory]
+ *   node .bench-build/bench/profile.js [--memory] [--transport ses|smtp]
+ *
+ * `--transport` profiles a dispatch that leaves through SES (against `aws-ses-v2-local`) or
+ * SMTP (nodemailer's pool against the bench's `smtp-server` sink) instead of the log.
  *
  * Starts a private redis-server and, once per endpoint, `node --cpu-prof dist/server.js`;
  * drives 50 connections of dispatch (fresh addresses) or verify (half right, half wrong
@@ -14,20 +17,31 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { createBackend } from '../lib/backend.js'
-import { startRedis } from '../test/support/redis.js'
-import { Resources } from './support/children.js'
+import { freePort, startRedis } from '../test/support/redis.js'
+import { Resources, startNodeChild } from './support/children.js'
 import { CodeSeeder } from './support/seed.js'
 import { runLoad, type LoadResult } from './support/load.js'
-import { ROOT, benchTenant, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
+import { BASE_ENV, ROOT, benchTenant, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
 
 const CONNECTIONS = 50
 /** `--memory`: the embedded default (in-process stores) instead of Redis. */
 const IN_MEMORY = process.argv.includes('--memory')
+/** `--transport ses|smtp`: dispatch through a real mail peer instead of the log. */
+const TRANSPORT = ((): 'ses' | 'smtp' | null => {
+  const index = process.argv.indexOf('--transport')
+  if (index < 0) return null
+  const value = process.argv[index + 1]
+  if (value !== 'ses' && value !== 'smtp') throw new Error('--transport takes ses or smtp')
+  return value
+})()
 const SECONDS = 10
 /** Verify warms up on this many codes; its rate sizes the measured pool to at least SECONDS. */
 const WARMUP_CODES = 10_000
+/** Codes minted at once for the verify pool. */
+const SEED_BATCH = 500
 const TOP_AREAS = 15
 const TOP_FUNCTIONS = 25
 
@@ -109,6 +123,22 @@ function analyse (profile: CpuProfile, from: number, to: number): string[] {
 
 const monotonicMicros = (): number => Number(process.hrtime.bigint() / 1000n)
 
+/** The SES emulator or the SMTP sink, started as `npm run bench` starts them; the service's mail settings. */
+async function startMailPeer (resources: Resources, transport: 'ses' | 'smtp'): Promise<Record<string, string>> {
+  const port = await freePort()
+  const mailFrom = { MAIL_FROM: 'Bench <no-reply@bench.example>' }
+  if (transport === 'ses') {
+    const ses = await startNodeChild({
+      name: 'SES emulator', args: [join(ROOT, 'node_modules', 'aws-ses-v2-local', 'dist', 'cli.js'), '--host', '127.0.0.1', '--port', String(port)], cwd: ROOT, env: BASE_ENV, port, stdout: 'ignore', readyPath: '/health-check'
+    })
+    resources.add(ses.stop)
+    return { ...mailFrom, MAIL_TRANSPORT: 'ses', AWS_REGION: 'eu-west-1', AWS_ENDPOINT_URL_SESV2: ses.url, AWS_ACCESS_KEY_ID: 'bench', AWS_SECRET_ACCESS_KEY: 'bench' }
+  }
+  const smtp = await startNodeChild({ name: 'SMTP sink', args: [fileURLToPath(new URL('./smtp-sink.js', import.meta.url))], cwd: ROOT, env: { ...BASE_ENV, PORT: String(port) }, port, stdout: 'ignore', readyPath: null })
+  resources.add(smtp.stop)
+  return { ...mailFrom, MAIL_TRANSPORT: 'smtp', SMTP_URL: `smtp://127.0.0.1:${port}?tls=off` }
+}
+
 async function main (resources: Resources): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'email-otp-profile-'))
   resources.add(async () => { rmSync(dir, { recursive: true, force: true }) })
@@ -118,14 +148,17 @@ async function main (resources: Resources): Promise<void> {
   resources.add(async () => { client.disconnect() })
   const tenant = benchTenant(dir)
   const headers = { authorization: `Bearer ${tenant.liveKey}` }
+  const mailEnv = TRANSPORT === null ? {} : await startMailPeer(resources, TRANSPORT)
 
-  // The memory store's verify pool could only come from its mail log: dispatch alone there.
-  for (const endpoint of IN_MEMORY ? ['dispatch'] as const : ['dispatch', 'verify'] as const) {
+  // The memory store's verify pool could only come from its mail log: dispatch alone there,
+  // as with a mail peer, whose cost is the dispatch's.
+  for (const endpoint of IN_MEMORY || TRANSPORT !== null ? ['dispatch'] as const : ['dispatch', 'verify'] as const) {
     const profileDir = join(dir, endpoint)
     const service = await startService(resources, {
       name: `email-otp (${IN_MEMORY ? 'memory' : 'Redis'}, ${endpoint})`,
       dir,
-      env: IN_MEMORY ? tenant.env : { ...tenant.env, REDIS_URL: redis.url },
+      // No drain: the profile is written when the process exits, before the stop gives up on it.
+      env: { ...tenant.env, ...mailEnv, SHUTDOWN_DRAIN_MS: '0', ...(IN_MEMORY ? {} : { REDIS_URL: redis.url }) },
       nodeArgs: ['--cpu-prof', '--cpu-prof-dir', profileDir]
     })
     let result: LoadResult
@@ -137,9 +170,15 @@ async function main (resources: Resources): Promise<void> {
       result = await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: SECONDS, next: dispatchRequest })
     } else {
       const seeder = new CodeSeeder(createBackend(client, { memoryStoreMaxTokens: 1 }), tenant.liveKey, tenant.hmacSecret)
-      const seed = async (count: number): Promise<Token[]> => await Promise.all(
-        Array.from({ length: count }, async () => await seeder.mint(nextAddress()))
-      )
+      // In batches: each admission script carries a deadline (lib/redis/fence.ts), and ten
+      // thousand at once queue in Redis past it.
+      const seed = async (count: number): Promise<Token[]> => {
+        const tokens: Token[] = []
+        for (let start = 0; start < count; start += SEED_BATCH) {
+          tokens.push(...await Promise.all(Array.from({ length: Math.min(SEED_BATCH, count - start) }, async () => await seeder.mint(nextAddress()))))
+        }
+        return tokens
+      }
       const verify = async (tokens: Token[]): Promise<LoadResult> => await runLoad({
         url: service.child.url, path: '/otp/verify', headers, connections: CONNECTIONS, amount: tokens.length, next: verifyRequests(tokens)
       })
