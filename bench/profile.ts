@@ -2,7 +2,11 @@
  * Where the Redis-backed service spends its CPU under load. Run after `npm run bench` (or
  * any build of dist/ and .bench-build/):
  *
- *   node .bench-build/bench/profile.js [--memory] [--transport ses|smtp]
+ *   node .bench-build/bench/profile.js [--memory] [--transport ses|smtp] [--refusals]
+ *
+ * `--refusals` profiles the floods of refused dispatches that depend on the source, as
+ * `npm run bench` measures them: 403 from a blocked source, then 429 from a source past its
+ * limit, each analysed over its own window of one profile.
  *
  * `--transport` profiles a dispatch that leaves through SES (against `aws-ses-v2-local`) or
  * SMTP (nodemailer's pool against the bench's `smtp-server` sink) instead of the log.
@@ -14,7 +18,7 @@
  * minted in Redis by the benchmark's own OtpService with the service's HMAC key, so the
  * verify profile holds no dispatch traffic.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -24,7 +28,8 @@ import { freePort, startRedis } from '../test/support/redis.js'
 import { Resources, startNodeChild } from './support/children.js'
 import { CodeSeeder } from './support/seed.js'
 import { runLoad, type LoadResult } from './support/load.js'
-import { BASE_ENV, ROOT, benchTenant, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
+import { runLoadFrom } from './support/source-load.js'
+import { BASE_ENV, NO_LIMIT, ROOT, benchTenant, benchTenantsDocument, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
 
 const CONNECTIONS = 50
 /** `--memory`: the embedded default (in-process stores) instead of Redis. */
@@ -40,6 +45,10 @@ const TRANSPORT = ((): 'ses' | 'smtp' | null => {
 const SECONDS = 10
 /** Verify warms up on this many codes; its rate sizes the measured pool to at least SECONDS. */
 const WARMUP_CODES = 10_000
+/** `--refusals`: the 403 and 429 floods instead of dispatch and verify. */
+const REFUSALS = process.argv.includes('--refusals')
+const BLOCKED_SOURCE = '127.0.0.2'
+const LIMITED_SOURCE = '127.0.0.3'
 /** Codes minted at once for the verify pool. */
 const SEED_BATCH = 500
 const TOP_AREAS = 15
@@ -123,6 +132,43 @@ function analyse (profile: CpuProfile, from: number, to: number): string[] {
 
 const monotonicMicros = (): number => Number(process.hrtime.bigint() / 1000n)
 
+/** One service, two floods from loopback sources, one profile analysed per flood. */
+async function profileRefusals (resources: Resources, dir: string, tenant: ReturnType<typeof benchTenant>, redisUrl: string): Promise<void> {
+  const tenantsFile = join(dir, 'tenants-refusals.json')
+  writeFileSync(tenantsFile, JSON.stringify(benchTenantsDocument(tenant.liveKey, { recipient: NO_LIMIT, source: '100/1h', key: NO_LIMIT })))
+  const blockList = join(dir, 'blocked.txt')
+  writeFileSync(blockList, `${BLOCKED_SOURCE}/32\n`)
+  const profileDir = join(dir, 'refusals')
+  const service = await startService(resources, {
+    name: 'email-otp (Redis, refusals)',
+    dir,
+    env: { ...tenant.env, REDIS_URL: redisUrl, TENANTS_FILE: tenantsFile, IP_BLOCKLISTS: blockList, SHUTDOWN_DRAIN_MS: '0' },
+    nodeArgs: ['--cpu-prof', '--cpu-prof-dir', profileDir]
+  })
+  const headers = { authorization: `Bearer ${tenant.liveKey}` }
+  const windows: Array<{ name: string, result: LoadResult, from: number, to: number }> = []
+  for (const [name, localAddress, expected] of [['403 blocked source', BLOCKED_SOURCE, 403], ['429 over the per-source limit', LIMITED_SOURCE, 429]] as const) {
+    const flood = async (seconds: number): Promise<LoadResult> => await runLoadFrom({
+      url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds, localAddress, next: () => ({ body: JSON.stringify({ email: nextAddress() }), expected })
+    })
+    await flood(2)
+    const from = monotonicMicros()
+    const result = await flood(SECONDS)
+    windows.push({ name, result, from, to: monotonicMicros() })
+  }
+  await service.child.stop()
+  const [file] = readdirSync(profileDir).filter((name) => name.endsWith('.cpuprofile'))
+  if (file === undefined) throw new Error(`${service.child.name} wrote no profile`)
+  const profile = JSON.parse(readFileSync(join(profileDir, file), 'utf8')) as CpuProfile
+  for (const { name, result, from, to } of windows) {
+    process.stdout.write([
+      '',
+      `${name}: ${Math.round(result.rps).toLocaleString('en')} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms at ${CONNECTIONS} connections (statuses ${JSON.stringify(result.statuses)})`,
+      ...analyse(profile, from, to)
+    ].join('\n') + '\n')
+  }
+}
+
 /** The SES emulator or the SMTP sink, started as `npm run bench` starts them; the service's mail settings. */
 async function startMailPeer (resources: Resources, transport: 'ses' | 'smtp'): Promise<Record<string, string>> {
   const port = await freePort()
@@ -149,6 +195,10 @@ async function main (resources: Resources): Promise<void> {
   const tenant = benchTenant(dir)
   const headers = { authorization: `Bearer ${tenant.liveKey}` }
   const mailEnv = TRANSPORT === null ? {} : await startMailPeer(resources, TRANSPORT)
+  if (REFUSALS) {
+    await profileRefusals(resources, dir, tenant, redis.url)
+    return
+  }
 
   // The memory store's verify pool could only come from its mail log: dispatch alone there,
   // as with a mail peer, whose cost is the dispatch's.
