@@ -1,7 +1,6 @@
-import { isIPv4 } from 'node:net'
 import fp from 'fastify-plugin'
 import { apiError } from '../lib/errors.js'
-import { normalizeAddress } from '../lib/net/source-address.js'
+import { fromTrustedProxy } from '../lib/net/client-address.js'
 import { workloadIdentity } from '../lib/net/workload-identity.js'
 import { trustedProxies } from './client-address.js'
 
@@ -28,9 +27,7 @@ export default fp(async function workloadIdentityPlugin (fastify) {
   const proxies = trustedProxies(fastify.config.trustProxy)
   if (header === null || proxies === null) return
   fastify.addHook('onRequest', (request, _reply, done) => {
-    const peer = request.socket.remoteAddress
-    const canonical = peer === undefined ? null : isIPv4(peer) ? peer : normalizeAddress(peer)
-    if (canonical === null || !proxies.has(canonical)) {
+    if (!fromTrustedProxy(request.socket.remoteAddress, proxies)) {
       done()
       return
     }

@@ -54,9 +54,7 @@ export function parseForwardedEntry (raw: string): string | null {
  * passed as an unlisted source.
  */
 export function clientAddress (socketAddress: string | undefined, forwardedFor: string | undefined, trustedProxies: IpRangeSet | null): string | null {
-  if (socketAddress === undefined) return null
-  // A socket reports IPv4 peers in canonical form already: the common case costs no parse.
-  let client = isIPv4(socketAddress) ? socketAddress : normalizeAddress(socketAddress)
+  let client = peerAddress(socketAddress)
   if (client === null || trustedProxies === null || !trustedProxies.has(client)) return client
   if (forwardedFor === undefined || forwardedFor.trim() === '') return client
   let end = forwardedFor.length
@@ -68,4 +66,17 @@ export function clientAddress (socketAddress: string | undefined, forwardedFor: 
     end = start - 1
   }
   return null
+}
+
+/** The socket peer's canonical address; a socket reports IPv4 peers canonically already, so the common case costs no parse. */
+export function peerAddress (socketAddress: string | undefined): string | null {
+  if (socketAddress === undefined) return null
+  return isIPv4(socketAddress) ? socketAddress : normalizeAddress(socketAddress)
+}
+
+/** Whether the socket peer is a proxy in TRUST_PROXY: only such a peer's headers speak for the caller. */
+export function fromTrustedProxy (socketAddress: string | undefined, trustedProxies: IpRangeSet | null): boolean {
+  if (trustedProxies === null) return false
+  const peer = peerAddress(socketAddress)
+  return peer !== null && trustedProxies.has(peer)
 }

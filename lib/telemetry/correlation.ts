@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import { isIPv4 } from 'node:net'
+import { fromTrustedProxy } from '../net/client-address.js'
 import type { IpRangeSet } from '../net/ip-ranges.js'
-import { normalizeAddress } from '../net/source-address.js'
 
 /**
  * What lets a request's log lines be matched with the mesh's access logs and the trace: the
@@ -21,11 +20,7 @@ const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.
  * operator's logs file its requests under.
  */
 export function requestIdFor (header: string | string[] | undefined, peer: string | undefined, proxies: IpRangeSet | null): string {
-  if (typeof header === 'string' && proxies !== null && peer !== undefined && REQUEST_ID.test(header)) {
-    const address = isIPv4(peer) ? peer : normalizeAddress(peer)
-    if (address !== null && proxies.has(address)) return header
-  }
-  return randomUUID()
+  return typeof header === 'string' && REQUEST_ID.test(header) && fromTrustedProxy(peer, proxies) ? header : randomUUID()
 }
 
 /** The trace id of a valid W3C `traceparent`, or null. */
