@@ -1,11 +1,10 @@
-import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { readFileSync, writeFileSync } from 'node:fs'
 import t from 'tap'
 import { run as keysCli } from '../../cli/keys.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { writeTenants } from '../helper.js'
-import { post, serverArgs, startServer } from '../support/service-process.js'
+import { post, refusedStart, startServer } from '../support/service-process.js'
 
 /** The tenants file with two problems in two tenants. */
 function twoProblems (text: string): TenantsFile {
@@ -66,26 +65,14 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
 })
 
 t.test('a configuration error stops start-up with one line', async (t) => {
-  const child = spawn(process.execPath, serverArgs, {
-    env: { PATH: process.env.PATH ?? '', OTP_TTL_SECONDS: 'soon' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stderr = ''
-  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await once(child, 'exit')
+  const { exitCode, stderr } = await refusedStart({ OTP_TTL_SECONDS: 'soon' })
   t.equal(exitCode, 1)
   t.equal(stderr.trim(), 'email-otp: Invalid configuration: OTP_TTL_SECONDS must be a duration from 1s to 1d, such as 500ms, 30s, 15m, 24h or 30d (a plain number is seconds) (got "soon")')
 })
 
 t.test('a bad tenants file stops start-up with one line naming the problem', async (t) => {
   const { path } = writeTenants(t, (file) => { file.tenants[0]!.tier = 'gold' })
-  const child = spawn(process.execPath, serverArgs, {
-    env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stderr = ''
-  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await once(child, 'exit')
+  const { exitCode, stderr } = await refusedStart({ TENANTS_FILE: path, PORT: '0' })
   t.equal(exitCode, 1)
   t.match(stderr.trim(), /^email-otp: tenants file: \/tenants\/0\/tier names an unknown tier "gold"$/)
 })
@@ -93,13 +80,7 @@ t.test('a bad tenants file stops start-up with one line naming the problem', asy
 t.test('a tenants file with several problems stops start-up listing each, one a line', async (t) => {
   const { path } = writeTenants(t)
   writeFileSync(path, JSON.stringify(twoProblems(readFileSync(path, 'utf8'))))
-  const child = spawn(process.execPath, serverArgs, {
-    env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stderr = ''
-  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await once(child, 'exit')
+  const { exitCode, stderr } = await refusedStart({ TENANTS_FILE: path, PORT: '0' })
   t.equal(exitCode, 1)
   t.equal(stderr, 'email-otp: tenants file: 2 problems:\n  /tenants/0/tier names an unknown tier "gold"\n  /tenants/1/keys/0/origins: only restricted keys have origins\n')
 })

@@ -1,11 +1,10 @@
-import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { randomBytes } from 'node:crypto'
 import { linkSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { writeTenants } from '../helper.js'
-import { post, serverArgs, startServer } from '../support/service-process.js'
+import { post, refusedStart, startServer } from '../support/service-process.js'
 
 t.test('a real process: SIGHUP loads changed templates, and keeps the last good ones when a template is refused', async (t) => {
   t.testdir({ templates: { acme: { mail: { 'en.txt.liquid': 'First wording: {{ code }}\n' } } } })
@@ -51,13 +50,7 @@ t.test('a real process: SIGHUP loads changed templates, and keeps the last good 
 
 t.test('a refused template stops start-up with one line naming it', async (t) => {
   const { path } = writeTenants(t, (file) => { file.tenants[1]!.templates = { fr: { subject: 'Votre code : {{ code }}' } } })
-  const child = spawn(process.execPath, serverArgs, {
-    env: { PATH: process.env.PATH ?? '', TENANTS_FILE: path, PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stderr = ''
-  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await once(child, 'exit')
+  const { exitCode, stderr } = await refusedStart({ TENANTS_FILE: path, PORT: '0' })
   t.equal(exitCode, 1)
   t.equal(stderr.trim(), 'email-otp: tenants file: /tenants/1/templates/fr/subject (tenant globex, locale fr, subject): the subject must not contain the code: subjects show in notifications and mailbox lists')
 })

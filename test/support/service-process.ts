@@ -35,6 +35,15 @@ export function spawnForTest (t: Test, args: readonly string[], env: Record<stri
   return { child, output: () => output }
 }
 
+/** Starts the service with `env` alone, expecting it to refuse to start: its exit code and stderr. */
+export async function refusedStart (env: Record<string, string>): Promise<{ exitCode: number | null, stderr: string }> {
+  const child = spawn(process.execPath, serverArgs, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [exitCode] = await once(child, 'exit') as [number | null]
+  return { exitCode, stderr }
+}
+
 /** Runs the service as a real process on a free loopback port. */
 export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
   const port = await freePort()
