@@ -27,6 +27,7 @@ import openapiPlugin from './plugins/openapi.js'
 import otpPlugin from './plugins/otp.js'
 import receiptsPlugin from './plugins/receipts.js'
 import redisPlugin from './plugins/redis.js'
+import refusalPacingPlugin from './plugins/refusal-pacing.js'
 import refusalsPlugin from './plugins/refusals.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import tenantsPlugin from './plugins/tenants.js'
@@ -141,6 +142,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(tenantsPlugin)
   await fastify.register(blocklistsPlugin)
   await fastify.register(metricsPlugin)
+  await fastify.register(refusalPacingPlugin)
   await fastify.register(rateLimitPlugin)
   // Before any route: a route keeps the error handler in force when it is added.
   await fastify.register(errorsPlugin)

@@ -214,6 +214,9 @@ function deployment (dir: string, hooks: string[]): Deployment {
     // The calm tenant's flows come from one address at 200 a second.
     MAX_CONNECTIONS_PER_SOURCE: '0',
     WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true',
+    // Stopped at once: a drain would outlast the five seconds before SIGKILL, and a profile
+    // is only written by a process that exits.
+    SHUTDOWN_DRAIN_MS: '0',
     SHUTDOWN_GRACE_MS: '2000'
   }
   return { env, calmKey, noisy }

@@ -87,6 +87,8 @@ export interface Config {
   captchaTimeoutMs: number
   keepAliveTimeoutMs: number
   maxConnectionsPerSource: number
+  /** How refusals to one source are paced (lib/net/refusal-pacing.ts); null when off. */
+  refusalPace: { perSecond: number, burst: number, maxDelayMs: number } | null
   receipts: {
     /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
     signingKeys: ReceiptKeyMaterial[] | null
@@ -236,6 +238,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     captchaTimeoutMs: durationMs(valid, 'CAPTCHA_TIMEOUT_MS'),
     keepAliveTimeoutMs: durationMs(valid, 'KEEP_ALIVE_TIMEOUT_MS'),
     maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
+    refusalPace: valid.REFUSAL_PACE_PER_SECOND === 0 ? null : { perSecond: valid.REFUSAL_PACE_PER_SECOND, burst: valid.REFUSAL_PACE_BURST, maxDelayMs: durationMs(valid, 'REFUSAL_PACE_MAX_DELAY_MS') },
     receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: durationSeconds(valid, 'RECEIPT_TTL_SECONDS') },
     webhooks: {
       timeoutMs: durationMs(valid, 'WEBHOOK_TIMEOUT_MS'),

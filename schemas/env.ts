@@ -96,6 +96,9 @@ export const EnvSchema = Type.Object({
   CAPTCHA_TIMEOUT_MS: Duration('3000', 'ms', '100ms', '30s', 'Upper bound for one CAPTCHA check at the provider; a slower provider answers 503 UNAVAILABLE (fails closed).'),
   REQUEST_TIMEOUT_MS: Duration('10000', 'ms', '100ms', '5m', 'Headers and body of a request must arrive within this time; a slower client gets 408 and is disconnected.'),
   MAX_CONNECTIONS_PER_SOURCE: PositiveInt(128, 0, 1_000_000, 'Open connections one source address (IPv6: one IPV6_BUCKET_PREFIX) may hold; more are answered 429 and closed. Proxies in TRUST_PROXY are exempt. 0: no limit.'),
+  REFUSAL_PACE_PER_SECOND: PositiveInt(20, 0, 1_000_000, 'Refusals (401, 403, 429) a second one source address (IPv6: one IPV6_BUCKET_PREFIX; behind TRUST_PROXY, the forwarded client) is answered at once, past REFUSAL_PACE_BURST; later ones are held up to REFUSAL_PACE_MAX_DELAY_MS before they are sent, so a client that keeps asking after a refusal waits instead of taking the event loop from everyone else. 0: no pace.'),
+  REFUSAL_PACE_BURST: PositiveInt(40, 1, 1_000_000, 'Refusals one source is answered at once before REFUSAL_PACE_PER_SECOND applies.'),
+  REFUSAL_PACE_MAX_DELAY_MS: Duration('1000', 'ms', '1ms', '30s', 'The longest a paced refusal is held.'),
   KEEP_ALIVE_TIMEOUT_MS: Duration('72000', 'ms', '100ms', '65m', 'An idle keep-alive connection is closed after this time; keep it above the idle timeout of every proxy and load balancer in front (72 s: above the 60 s of common load balancers and of the DestinationRule docs/mesh.md recommends; Envoy\'s own default is 1 h).'),
   SHUTDOWN_GRACE_MS: Duration('10000', 'ms', '0ms', '2m', 'After the drain (SHUTDOWN_DRAIN_MS), time allowed for in-flight requests before the process exits.'),
 

@@ -1,0 +1,50 @@
+import fp from 'fastify-plugin'
+import { Counter, Gauge } from 'prom-client'
+import { RefusalPacer } from '../lib/net/refusal-pacing.js'
+import { sourceBucket } from '../lib/net/source-address.js'
+
+/** Sources whose pace is remembered at once (a few MB at most). */
+const PACED_SOURCES = 100_000
+/** Refusals held at once in the process: past it they are answered at once, as without a pace. */
+const HELD_REFUSALS = 10_000
+
+/** The answers a caller gets for asking what it may not: these are paced. */
+function isRefusal (status: number): boolean {
+  return status === 429 || status === 401 || status === 403
+}
+
+/**
+ * Paces the refusals of each client (REFUSAL_PACE_*, lib/net/refusal-pacing.ts): past its
+ * burst, a source that keeps being refused gets its answers held, up to the maximum delay.
+ * The source is the client address (behind TRUST_PROXY, the forwarded one, so a proxy's
+ * other clients are not held), per IPV6_BUCKET_PREFIX as the per-source buckets count it. A
+ * partner's backend is the source of its secret key's requests, not the End-User-IP it names:
+ * it is the one that keeps asking. Admitted answers are never held.
+ */
+export default fp(async function refusalPacingPlugin (fastify) {
+  const { refusalPace, ipv6BucketPrefix } = fastify.config
+  if (refusalPace === null) return
+  const pacer = new RefusalPacer({ ...refusalPace, maxSources: PACED_SOURCES, maxHeld: HELD_REFUSALS })
+  const { registry } = fastify.metrics
+  const paced = new Counter({ name: 'email_otp_refusals_paced_total', help: 'Refusals held before they were sent (REFUSAL_PACE_*): their sources kept asking past the pace.', registers: [registry] })
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_refusals_held',
+    help: 'Refusals being held now.',
+    registers: [],
+    collect () { this.set(pacer.held) }
+  }))
+  // Synchronous, like the other hooks on the hot path: most answers pass straight through.
+  fastify.addHook('onSend', (request, reply, payload, done) => {
+    if (!isRefusal(reply.statusCode)) {
+      done(null, payload)
+      return
+    }
+    const client = request.clientAddress === '' ? request.ip : request.clientAddress
+    if (pacer.hold(sourceBucket(client, ipv6BucketPrefix) ?? client, () => { done(null, payload) })) paced.inc()
+  })
+  // A shutdown answers what is held at once rather than wait for it.
+  fastify.addHook('preClose', (done) => {
+    pacer.release()
+    done()
+  })
+}, { name: 'refusal-pacing', dependencies: ['config', 'client-address', 'metrics'], fastify: '5.x' })
