@@ -50,10 +50,10 @@ export function renderVerificationParts (input: VerificationPartsInput): Rendere
 }
 
 /**
- * The same parts for a preview: rendered afresh, part by part, with other work running in
- * between (TenantTemplates.preview), never touching what dispatches reuse.
+ * The same parts for a preview: rendered afresh in the preview thread (TenantTemplates.preview),
+ * never touching what dispatches reuse; `renderMs` is the CPU time the tenant's parts took.
  */
-export async function previewVerificationParts (input: VerificationPartsInput): Promise<RenderedMessage> {
+export async function previewVerificationParts (input: VerificationPartsInput): Promise<RenderedMessage & { renderMs: number }> {
   const { templates, render } = renderInput(input)
   const { fallback, ...rendered } = await templates.preview(input.locale, render)
   if (fallback !== null) input.onTemplateFallback?.(fallback)
