@@ -7,6 +7,7 @@ import { MemoryFeedbackDedupe, RedisFeedbackDedupe } from './feedback/dedupe.js'
 import { SesFeedback } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
+import { TemplatePreviews } from './mail/preview.js'
 import { loadBlocklists, type Blocklists } from './net/blocklist.js'
 import { IpRangeSet } from './net/ip-ranges.js'
 import { OtpService, type OtpObserver } from './otp/service.js'
@@ -70,6 +71,7 @@ export interface Services {
   readonly feedback: SesFeedback
   readonly usage: UsageService
   readonly sandbox: SandboxMessages
+  readonly previews: TemplatePreviews
   /** Webhook deliveries queued per tenant of the tenants file. */
   webhookBacklogs (): Promise<Array<[string, Backlog]>>
   /** Checks the stores (a Redis allowed to evict keys is logged) and starts delivering webhooks. */
@@ -282,6 +284,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       feedback,
       usage: new UsageService(backend.quota),
       sandbox: new SandboxMessages(backend.sandboxInbox),
+      previews: new TemplatePreviews(config.otpTtlSeconds),
       async webhookBacklogs () {
         return await Promise.all(
           [...tenants.current.tenants.keys()].map(async (tenant): Promise<[string, Backlog]> => [tenant, await queue.backlog(tenant)])

@@ -6,6 +6,7 @@ import { createServices } from '../lib/compose.js'
 import { apiError } from '../lib/errors.js'
 import type { SesFeedback } from '../lib/feedback/ses-feedback.js'
 import type { Mailer } from '../lib/mail/mailer.js'
+import type { TemplatePreviews } from '../lib/mail/preview.js'
 import type { Blocklists } from '../lib/net/blocklist.js'
 import type { Caller, OtpService } from '../lib/otp/service.js'
 import type { UsageService } from '../lib/quota/usage.js'
@@ -32,6 +33,7 @@ declare module 'fastify' {
     feedback: SesFeedback
     usage: UsageService
     sandbox: SandboxMessages
+    previews: TemplatePreviews
   }
 }
 
@@ -75,6 +77,7 @@ export default fp<ServicesPluginOptions>(async function servicesPlugin (fastify,
   fastify.decorate('feedback', services.feedback)
   fastify.decorate('usage', services.usage)
   fastify.decorate('sandbox', services.sandbox)
+  fastify.decorate('previews', services.previews)
   observeServices(fastify.metrics, services)
   fastify.addHook('onReady', async () => { await services.start() })
 }, { name: 'services', dependencies: ['config', 'metrics'], fastify: '5.x' })

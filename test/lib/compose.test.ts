@@ -62,6 +62,9 @@ async function roundTrip (t: Test, env: Record<string, string>): Promise<Service
   const usage = await services.usage.report(live.key.tenant, Date.now())
   t.match(usage, { tenant: 'acme', tier: 'standard', live: { used: 1, limit: 1000 }, sandbox: { used: 0 } }, 'the usage report counts the dispatch')
 
+  const preview = await services.previews.render(live.key.tenant, { code: '654321' }, { admit: async () => {}, onTemplateFallback () {} })
+  t.match(preview, { locale: 'en', text: /654321/ }, 'a preview renders with the code given')
+
   const sandbox = callerFor(services, keys.acmeTest)
   const sent = await services.otp.dispatch(sandbox, { email: 'bob@example.com' })
   t.match(await services.sandbox.list(sandbox.key, 'bob@example.com', sent.requestId), [{ requestId: sent.requestId }], 'the sandbox message is read back')
