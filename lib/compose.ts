@@ -146,16 +146,27 @@ const NO_OTP_OBSERVER: OtpObserver = { dispatched () {}, checked () {}, locked (
 
 /**
  * The composition root: every domain object of the service, built from the configuration, with
- * one close(). The server (plugins/services.ts), the benchmarks and the tools call it; what
- * only a host has (its logger, its metrics, a Redis connection of its own) comes in `options`.
- * Rejects when the tenants file does not load, having closed what it had built.
+ * one close(). The server (plugins/services.ts) and the benchmarks call it; what only a host
+ * has (its logger, its metrics, a Redis connection of its own) comes in `options`. Rejects when
+ * a part cannot be built (a tenants file that does not load, say), having closed what it had
+ * built.
  */
 export async function createServices (config: Config, options: ServicesOptions): Promise<Services> {
   const { log } = options
   const observers = options.observers ?? {}
   const stops: Array<() => Promise<void> | void> = []
+  // Newest first, each one whatever the others did: a mailer that fails to close must not
+  // leave the stores or the Redis connection open.
   const stopAll = async (): Promise<void> => {
-    for (const stop of stops.reverse()) await stop()
+    const failures: unknown[] = []
+    for (const stop of [...stops].reverse()) {
+      try {
+        await stop()
+      } catch (error) {
+        failures.push(error)
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, 'closing the services failed')
   }
   try {
     let redis: RedisClient | null
@@ -302,7 +313,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       }
     }
   } catch (error) {
-    await stopAll()
+    // The error that stopped the build is the one to report.
+    await stopAll().catch(() => {})
     throw error
   }
 }
