@@ -10,8 +10,6 @@ import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
 import authPlugin from './plugins/auth.js'
 import captchaPlugin from './plugins/captcha.js'
-import backendPlugin from './plugins/backend.js'
-import blocklistsPlugin from './plugins/blocklists.js'
 import clientAddressPlugin, { clientAddressOf, trustedProxies } from './plugins/client-address.js'
 import configPlugin from './plugins/config.js'
 import corsPlugin from './plugins/external/cors.js'
@@ -20,18 +18,12 @@ import rateLimitPlugin from './plugins/external/rate-limit.js'
 import connectionsPlugin from './plugins/connections.js'
 import drainPlugin from './plugins/drain.js'
 import errorsPlugin, { answerClientError, answerErrorsInContractShape, answerFrameworkError } from './plugins/errors.js'
-import feedbackPlugin from './plugins/feedback.js'
-import mailerPlugin from './plugins/mailer.js'
 import metricsPlugin from './plugins/metrics.js'
 import openapiPlugin from './plugins/openapi.js'
-import otpPlugin from './plugins/otp.js'
-import receiptsPlugin from './plugins/receipts.js'
-import redisPlugin from './plugins/redis.js'
 import refusalPacingPlugin from './plugins/refusal-pacing.js'
 import refusalsPlugin from './plugins/refusals.js'
+import servicesPlugin from './plugins/services.js'
 import idempotencyPlugin from './plugins/idempotency.js'
-import tenantsPlugin from './plugins/tenants.js'
-import webhooksPlugin from './plugins/webhooks.js'
 import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
 import feedbackRoutes from './routes/feedback.js'
@@ -137,21 +129,13 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)
   await fastify.register(workloadIdentityPlugin)
-  await fastify.register(redisPlugin)
-  await fastify.register(backendPlugin)
-  await fastify.register(tenantsPlugin)
-  await fastify.register(blocklistsPlugin)
   await fastify.register(metricsPlugin)
+  await fastify.register(servicesPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(refusalPacingPlugin)
   await fastify.register(rateLimitPlugin)
   // Before any route: a route keeps the error handler in force when it is added.
   await fastify.register(errorsPlugin)
   await fastify.register(corsPlugin)
-  await fastify.register(mailerPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
-  await fastify.register(receiptsPlugin)
-  await fastify.register(webhooksPlugin)
-  await fastify.register(otpPlugin)
-  await fastify.register(feedbackPlugin)
   await fastify.register(openapiPlugin)
 
   await fastify.register(healthRoutes, { details: 'token' })

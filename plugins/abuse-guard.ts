@@ -73,4 +73,4 @@ export default fp(async function abuseGuardPlugin (fastify) {
     const networks = key.tenant.blockedNetworks
     done(networks !== null && networks.has(request.endUserAddress ?? request.clientAddress) ? apiError('SOURCE_BLOCKED') : undefined)
   })
-}, { name: 'abuse-guard', dependencies: ['config', 'blocklists', 'client-address'], fastify: '5.x' })
+}, { name: 'abuse-guard', dependencies: ['config', 'services', 'client-address'], fastify: '5.x' })

@@ -49,4 +49,4 @@ export default fp(async function authPlugin (fastify) {
     if (refusal === null) request.auth = key
     done(refusal ?? undefined)
   })
-}, { name: 'auth', dependencies: ['tenants', 'workload-identity'], fastify: '5.x' })
+}, { name: 'auth', dependencies: ['services', 'workload-identity'], fastify: '5.x' })

@@ -5,7 +5,7 @@ import { apiError, type ApiError } from '../lib/errors.js'
 import { ShareLru } from '../lib/memory/share-lru.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import { tenantScope } from '../lib/tenants/scope.js'
-import { callerOf } from './otp.js'
+import { callerOf } from './services.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -89,7 +89,7 @@ export default fp(async function captchaPlugin (fastify) {
     if (route.config?.captcha !== true) return
     route.preHandler = [...toArray(route.preHandler), checkCaptcha]
   })
-}, { name: 'captcha', dependencies: ['config', 'otp', 'idempotency', 'abuse-guard'], fastify: '5.x' })
+}, { name: 'captcha', dependencies: ['config', 'services', 'idempotency', 'abuse-guard'], fastify: '5.x' })
 
 function alreadyCounted (refusal: ApiError): ApiError {
   refusal.counted = true

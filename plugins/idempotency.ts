@@ -104,4 +104,4 @@ export default fp(async function idempotencyPlugin (fastify) {
     route.preHandler = [...toArray(route.preHandler), claimIdempotencyKey]
     route.onSend = [...toArray(route.onSend), recordIdempotentAnswer]
   })
-}, { name: 'idempotency', dependencies: ['config', 'backend'], fastify: '5.x' })
+}, { name: 'idempotency', dependencies: ['config', 'services'], fastify: '5.x' })

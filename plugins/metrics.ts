@@ -2,8 +2,10 @@ import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { createHash, timingSafeEqual } from 'node:crypto'
+import type { Services, ServicesObservers } from '../lib/compose.js'
 import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
+import type { Backlog } from '../lib/webhooks/queue.js'
 
 export interface Metrics {
   readonly registry: Registry
@@ -17,6 +19,8 @@ export interface Metrics {
   readonly reviewUses: Counter<'mode'>
   readonly lockouts: Counter<'mode'>
   readonly errors: Counter<'code'>
+  readonly webhookAttempts: Counter<'outcome'>
+  readonly webhookOverflow: Counter
   /** Time to hand one live message to its transport, by transport and result (`sent` or the failure kind). */
   readonly mailSendSeconds: Histogram<'transport' | 'result'>
   /**
@@ -71,6 +75,17 @@ export default fp(async function metricsPlugin (fastify) {
     sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'SNS messages at POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, unavailable, or the refusal code (SNS_SIGNATURE_INVALID…).', labelNames: ['outcome'] as const, registers: [registry] }),
     reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
+    webhookAttempts: new Counter({
+      name: 'email_otp_webhook_attempts_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retry, dead (given up), dropped (endpoint removed).',
+      labelNames: ['outcome'] as const,
+      registers: [registry]
+    }),
+    webhookOverflow: new Counter({
+      name: 'email_otp_webhook_overflow_total',
+      help: 'Webhook deliveries moved to their tenant\'s dead letters because the tenant\'s queue was full (WEBHOOK_MAX_QUEUED_PER_TENANT).',
+      registers: [registry]
+    }),
     mailSendSeconds: new Histogram({
       name: 'email_otp_mail_send_duration_seconds',
       help: 'Time to hand one live message to the mail transport, by transport and result (sent, or timeout, connection, throttled, rejected, unknown).',
@@ -91,8 +106,57 @@ export default fp(async function metricsPlugin (fastify) {
     labelNames: ['version', 'node_version'] as const,
     registers: [registry]
   }).set({ version: readManifest().version, node_version: process.versions.node }, 1)
-  // Gauges read their value at scrape time, so the request path pays nothing for them.
-  const { redis } = fastify
+  fastify.decorate('metrics', metrics)
+  fastify.addHook('onResponse', (request, reply, done) => {
+    // The route pattern, never the raw URL: label values must stay few.
+    const route = request.routeOptions.url ?? 'unmatched'
+    requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    done()
+  })
+}, { name: 'metrics', dependencies: ['config'], fastify: '5.x' })
+
+/** What the services count, as this app's metrics count it. */
+export function servicesObservers (metrics: Metrics): ServicesObservers {
+  return {
+    otp: {
+      dispatched (key, result) {
+        if ('sentBy' in result) {
+          metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
+          metrics.mailSent.inc({ transport: result.sentBy })
+          return
+        }
+        metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
+        metrics.deliveryFailures.inc({ kind: result.deliveryFailed })
+      },
+      checked (key, result) {
+        metrics.verifications.inc({ mode: key.mode, result })
+      },
+      locked (key) {
+        metrics.lockouts.inc({ mode: key.mode })
+      },
+      reviewed (key) {
+        metrics.reviewUses.inc({ mode: key.mode })
+      }
+    },
+    mailFailover: {
+      failedOver (from, kind) { metrics.mailFailovers.inc({ from, kind }) },
+      skipped (transport) { metrics.mailCircuitSkips.inc({ transport }) }
+    },
+    mailSend (transport, seconds, result) {
+      metrics.mailSendSeconds.observe({ transport, result }, seconds)
+    },
+    webhookAttempted (outcome) { metrics.webhookAttempts.inc({ outcome }) },
+    webhookOverflowed (count) { metrics.webhookOverflow.inc(count) }
+  }
+}
+
+/**
+ * The services' state as gauges: the Redis connection, the block lists, the tenants file, the
+ * webhook queues. Gauges read their value at scrape time, so the request path pays nothing for them.
+ */
+export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
+  const { registry } = metrics
+  const { redis, blocklists, tenants } = services
   if (redis !== null) {
     registry.registerMetric(new Gauge({
       name: 'email_otp_redis_up',
@@ -107,7 +171,7 @@ export default fp(async function metricsPlugin (fastify) {
     labelNames: ['list'] as const,
     registers: [],
     collect () {
-      for (const list of fastify.blocklists.status()) if (list.ageSeconds !== null) this.set({ list: list.name }, list.ageSeconds)
+      for (const list of blocklists.status()) if (list.ageSeconds !== null) this.set({ list: list.name }, list.ageSeconds)
     }
   }))
   registry.registerMetric(new Gauge({
@@ -116,11 +180,10 @@ export default fp(async function metricsPlugin (fastify) {
     labelNames: ['list'] as const,
     registers: [],
     collect () {
-      for (const list of fastify.blocklists.status()) this.set({ list: list.name }, list.entries)
+      for (const list of blocklists.status()) this.set({ list: list.name }, list.entries)
     }
   }))
 
-  const { tenants } = fastify
   registry.registerMetric(new Gauge({
     name: 'email_otp_tenants_file_info',
     help: 'The tenants file in force: its version (first 16 hex digits of its SHA-256) as a label, value 1.',
@@ -153,11 +216,33 @@ export default fp(async function metricsPlugin (fastify) {
     }
   }))
 
-  fastify.decorate('metrics', metrics)
-  fastify.addHook('onResponse', (request, reply, done) => {
-    // The route pattern, never the raw URL: label values must stay few.
-    const route = request.routeOptions.url ?? 'unmatched'
-    requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000)
-    done()
-  })
-}, { name: 'metrics', dependencies: ['config', 'redis', 'blocklists', 'tenants'], fastify: '5.x' })
+  // Read at scrape time, per tenant of the tenants file. A Redis that does not answer leaves
+  // them out of that scrape; email_otp_redis_up says why.
+  let scraped: Promise<Array<[string, Backlog]>> | null = null
+  /** One read for both gauges of a scrape. */
+  const latest = async (): Promise<Array<[string, Backlog]>> => {
+    scraped ??= services.webhookBacklogs().finally(() => { scraped = null })
+    return await scraped.catch(() => [])
+  }
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_webhook_queue_depth',
+    help: 'Webhook deliveries queued per tenant: waiting, in flight or due for a retry.',
+    labelNames: ['tenant'] as const,
+    registers: [],
+    async collect () {
+      this.reset()
+      for (const [tenant, backlog] of await latest()) this.set({ tenant }, backlog.depth)
+    }
+  }))
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_webhook_queue_oldest_age_seconds',
+    help: 'Age of the longest-waiting queued webhook delivery per tenant, since its event (0 when none waits).',
+    labelNames: ['tenant'] as const,
+    registers: [],
+    async collect () {
+      this.reset()
+      const now = Date.now()
+      for (const [tenant, backlog] of await latest()) this.set({ tenant }, backlog.oldestCreatedAtMs === null ? 0 : Math.max(0, now - backlog.oldestCreatedAtMs) / 1000)
+    }
+  }))
+}

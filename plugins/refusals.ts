@@ -2,7 +2,7 @@ import type { FastifyError } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ErrorCode } from '../schemas/error-catalog.js'
 import { toApiError } from './errors.js'
-import { callerOf } from './otp.js'
+import { callerOf } from './services.js'
 
 /** Answers that come out of the admission step, which has counted the request already. */
 const COUNTED_BY_ADMISSION: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -22,4 +22,4 @@ export default fp(async function refusalsPlugin (fastify) {
     if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || refusal.counted === true || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
     throw await fastify.otp.countRefused(callerOf(request), refusal)
   })
-}, { name: 'refusals', dependencies: ['otp', 'errors'], fastify: '5.x' })
+}, { name: 'refusals', dependencies: ['services', 'errors'], fastify: '5.x' })

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { callerOf } from '../plugins/otp.js'
+import { callerOf } from '../plugins/services.js'
 import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
 import { DispatchBody, DispatchReply, DispatchHeaders, VerifyBody, VerifyHeaders, VerifyReply } from '../schemas/otp.js'
 import { ref } from '../schemas/ref.js'

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perKey } from '../plugins/external/rate-limit.js'
-import { callerOf } from '../plugins/otp.js'
+import { callerOf } from '../plugins/services.js'
 import { bodyErrors, commonErrors, errorResponses } from '../schemas/errors.js'
 import { SuppressBody, SuppressReply, UnlockBody, UnlockReply, UnsuppressReply } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'

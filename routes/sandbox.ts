@@ -1,6 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perKey } from '../plugins/external/rate-limit.js'
-import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
 import { apiError } from '../lib/errors.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
@@ -28,13 +27,7 @@ const sandboxRoutes: FastifyPluginAsyncTypebox = async function sandboxRoutes (f
   }, async function listSandboxMessages (request) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    // A live key has no sandbox: the resource does not exist for it.
-    if (key.mode !== 'test') throw apiError('NOT_FOUND', 'The sandbox inbox is only available to sandbox (test) keys')
-    const checked = validateEmail(request.query.email)
-    if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    const messages = await fastify.backend.sandboxInbox.list(key.tenant.id, checked.email.address)
-    const { requestId } = request.query
-    return { success: true as const, data: { messages: requestId === undefined ? messages : messages.filter((message) => message.requestId === requestId) } }
+    return { success: true as const, data: { messages: await fastify.sandbox.list(key, request.query.email, request.query.requestId) } }
   })
 }
 

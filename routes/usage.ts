@@ -2,8 +2,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perKey } from '../plugins/external/rate-limit.js'
 import { UsageReply } from '../schemas/usage.js'
 import { apiError } from '../lib/errors.js'
-import { usageReport } from '../lib/quota/allowance.js'
-import { storeCall } from '../lib/store-errors.js'
 import { commonErrors, errorResponses } from '../schemas/errors.js'
 import { ref } from '../schemas/ref.js'
 
@@ -24,12 +22,7 @@ const usageRoutes: FastifyPluginAsyncTypebox = async function usageRoutes (fasti
   }, async function usage (request) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    const now = Date.now()
-    const [live, sandbox] = await storeCall('quota', async () => await Promise.all([
-      usageReport(fastify.backend.quota, key.tenant, 'live', now),
-      usageReport(fastify.backend.quota, key.tenant, 'test', now)
-    ]))
-    return { success: true as const, data: { tenant: key.tenant.id, tier: key.tenant.tier.name, live, sandbox } }
+    return { success: true as const, data: await fastify.usage.report(key.tenant, Date.now()) }
   })
 }
 

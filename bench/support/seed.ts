@@ -1,53 +1,94 @@
-import { admissionPolicy } from '../../lib/admission/plan.js'
-import type { Backend } from '../../lib/backend.js'
-import { CodeSigner } from '../../lib/otp/signer.js'
-import { OtpService, type Caller } from '../../lib/otp/service.js'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import { createServices, type Services } from '../../lib/compose.js'
 import { parseConfig } from '../../lib/config.js'
-import { TenantRegistry } from '../../lib/tenants/registry.js'
-import { AddressHasher } from '../../lib/receipts/address-hash.js'
+import type { Caller } from '../../lib/otp/service.js'
+import type { RedisClient } from '../../lib/redis/client.js'
 import { NO_LIMIT, benchTenantsDocument, type Token } from './service.js'
 
-const quiet = { info () {}, warn () {}, error () {} }
+const quiet = { info () {}, warn () {}, error () {}, child () { return quiet } }
+
+/** What the log mailer prints, read for the newest code sent to each address. */
+class CodeCatcher extends Writable {
+  readonly codes = new Map<string, string>()
+
+  override _write (chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
+    // One write may carry several messages: the log transport batches a turn's messages.
+    for (const message of chunk.toString().split('----- email-otp log mailer').slice(1)) {
+      const to = /^To: (.+)$/m.exec(message)?.[1]
+      const code = /\b(\d{6})\b/.exec(message)?.[1]
+      if (to !== undefined && code !== undefined) this.codes.set(to, code)
+    }
+    callback()
+  }
+}
+
+/** Where the seeder keeps the codes: the embedded store (this process) or a Redis a service reads. */
+export type SeedStore = { memoryStoreMaxTokens: number } | { redis: RedisClient }
 
 /**
- * Mints codes with the service's own OtpService over `backend` (admission, signing, token
- * write: the records and keys a running service would store), for the bench tenant and its
- * HMAC key. The mail is caught here instead of sent, which is how the codes are known.
+ * Mints codes with the service's own graph (createServices: admission, signing, token write,
+ * the records and keys a running service would store), for the bench tenant and its HMAC key.
+ * The log mailer's output is caught here, which is how the codes are known.
  */
 export class CodeSeeder {
-  readonly #service: OtpService
+  readonly #services: Services
   readonly #caller: Caller
-  readonly #codes = new Map<string, string>()
+  readonly #catcher: CodeCatcher
+  readonly #dir: string
 
-  constructor (backend: Backend, liveKey: string, hmacSecret: Buffer) {
-    const registry = TenantRegistry.fromJson(benchTenantsDocument(liveKey))
-    const key = registry.authenticate(liveKey, Date.now())
-    if (key === null) throw new Error('the bench key does not authenticate')
-    const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, RATE_LIMIT_MAILBOX: 'off', LOCKOUT_THRESHOLD: '100000000' })
-    this.#caller = { key, address: '127.0.0.1', log: quiet }
-    const hmacKeys = [{ id: 'k1', secret: hmacSecret }]
-    const hasher = new AddressHasher(hmacKeys)
-    this.#service = new OtpService({
-      policy: admissionPolicy(config),
-      signer: new CodeSigner(hmacKeys),
-      backend,
-      mailer: { send: async (_message, context) => { this.#codes.set(context.requestId, context.code); return 'bench' } },
-      defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
-      suppressionMs: config.suppressionMs,
-      ipv6BucketPrefix: config.ipv6BucketPrefix,
-      observer: { dispatched () {}, checked () {}, locked () {}, reviewed () {} },
-      // The address hash goes into every record, as the service stores it; the seeder verifies nothing.
-      receipts: { addressHash: (tenant, address) => hasher.hash(tenant, address), issue: async () => { throw new Error('the seeder only dispatches') } },
-      events: { emit () {} }
+  private constructor (services: Services, caller: Caller, catcher: CodeCatcher, dir: string) {
+    this.#services = services
+    this.#caller = caller
+    this.#catcher = catcher
+    this.#dir = dir
+  }
+
+  static async open (liveKey: string, hmacSecret: Buffer, store: SeedStore): Promise<CodeSeeder> {
+    const dir = mkdtempSync(join(tmpdir(), 'email-otp-seed-'))
+    const tenantsFile = join(dir, 'tenants.json')
+    writeFileSync(tenantsFile, JSON.stringify(benchTenantsDocument(liveKey)))
+    const config = parseConfig({
+      TENANTS_FILE: tenantsFile,
+      OTP_HMAC_KEYS: `k1:${hmacSecret.toString('base64')}`,
+      RATE_LIMIT_RECIPIENT: NO_LIMIT,
+      RATE_LIMIT_SOURCE: NO_LIMIT,
+      RATE_LIMIT_KEY: NO_LIMIT,
+      RATE_LIMIT_MAILBOX: 'off',
+      LOCKOUT_THRESHOLD: '100000000',
+      ...('memoryStoreMaxTokens' in store ? { MEMORY_STORE_MAX_TOKENS: String(store.memoryStoreMaxTokens) } : {})
     })
+    const catcher = new CodeCatcher()
+    let services: Services
+    try {
+      services = await createServices(config, { log: quiet, mailLog: catcher, redis: 'redis' in store ? store.redis : null })
+    } catch (error) {
+      rmSync(dir, { recursive: true, force: true })
+      throw error
+    }
+    const key = services.tenants.current.authenticate(liveKey, Date.now())
+    if (key === null) {
+      await services.close()
+      rmSync(dir, { recursive: true, force: true })
+      throw new Error('the bench key does not authenticate')
+    }
+    return new CodeSeeder(services, { key, address: '127.0.0.1', log: quiet }, catcher, dir)
   }
 
   /** One code sent to `email`: its requestId and the code the mail carried. */
   async mint (email: string): Promise<Token> {
-    const { requestId } = await this.#service.dispatch(this.#caller, { email })
-    const code = this.#codes.get(requestId)
+    const { requestId } = await this.#services.otp.dispatch(this.#caller, { email })
+    const code = this.#catcher.codes.get(email)
     if (code === undefined) throw new Error(`no mail caught for ${requestId}`)
-    this.#codes.delete(requestId)
+    this.#catcher.codes.delete(email)
     return { requestId, code }
+  }
+
+  /** Closes the services (the embedded store with them; a Redis connection stays its owner's). */
+  async close (): Promise<void> {
+    await this.#services.close()
+    rmSync(this.#dir, { recursive: true, force: true })
   }
 }

@@ -29,7 +29,7 @@ export default fp(async function rateLimitPlugin (fastify) {
     keyGenerator: sourceKey,
     errorResponseBuilder: (_request, context) => apiError('RATE_LIMITED', `Too many requests; retry in ${Math.max(1, Math.ceil(context.ttl / 1000))} s`)
   })
-}, { name: 'rate-limit', dependencies: ['config', 'redis', 'client-address', 'workload-identity'], fastify: '5.x' })
+}, { name: 'rate-limit', dependencies: ['config', 'services', 'client-address', 'workload-identity'], fastify: '5.x' })
 
 type Callback = (error: Error | null, result: unknown) => void
 

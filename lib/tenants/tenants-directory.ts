@@ -1,8 +1,8 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
-import fp from 'fastify-plugin'
-import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from '../lib/tenants/registry.js'
+import type { Logger } from 'pino'
+import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from './registry.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -26,10 +26,10 @@ export interface TenantDirectory {
   status (): TenantsFileStatus
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    tenants: TenantDirectory
-  }
+export interface TenantsSource {
+  /** TENANTS_FILE; null serves the built-in demo tenant. */
+  tenantsFile: string | null
+  templatesDir: string | null
 }
 
 /**
@@ -40,22 +40,23 @@ declare module 'fastify' {
 const WATCH_DEBOUNCE_MS = 300
 
 /**
- * The tenants file (TENANTS_FILE), reloaded on SIGHUP (server.ts) and whenever its folder
- * changes. The folder is watched rather than the file: a mounted ConfigMap or Secret is a
- * symlink through `..data`, which Kubernetes swaps atomically, and a watch on the file would
- * keep following the old inode. A change whose bytes hash to the version in force is
- * ignored; any other goes through the same validation as SIGHUP, and a file that does not
- * validate keeps the previous tenants (logged, and counted in the metrics).
+ * The tenants file (TENANTS_FILE), reloaded on request (SIGHUP, server.ts) and whenever its
+ * folder changes, until `close`. The folder is watched rather than the file: a mounted
+ * ConfigMap or Secret is a symlink through `..data`, which Kubernetes swaps atomically, and a
+ * watch on the file would keep following the old inode. A change whose bytes hash to the
+ * version in force is ignored; any other goes through the same validation as SIGHUP, and a
+ * file that does not validate keeps the previous tenants (logged, and counted in the metrics).
+ * A file that does not load at start rejects (TenantsFileError): the service does not start.
  */
-export default fp(async function tenantsPlugin (fastify) {
-  const path = fastify.config.tenantsFile
-  const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
+export async function openTenantDirectory (source: TenantsSource, log: Pick<Logger, 'info' | 'warn' | 'error'>): Promise<TenantDirectory & { close: () => void }> {
+  const path = source.tenantsFile
+  const options = source.templatesDir === null ? {} : { templatesDir: source.templatesDir }
   let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
-  for (const warning of current.warnings) fastify.log.warn(warning)
+  for (const warning of current.warnings) log.warn(warning)
   if (path === null) {
-    fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
+    log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
-    fastify.log.info({ tenants: current.tenants.size, version: current.version }, 'tenants file loaded')
+    log.info({ tenants: current.tenants.size, version: current.version }, 'tenants file loaded')
   }
   const reloads = { ok: 0, failed: 0 }
   let lastReloadOk = true
@@ -65,10 +66,10 @@ export default fp(async function tenantsPlugin (fastify) {
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
     try {
       current = await TenantRegistry.fromFile(file, options)
-      for (const warning of current.warnings) fastify.log.warn(warning)
+      for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true
-      fastify.log.info({ tenants: current.tenants.size, version: current.version, trigger }, 'tenants file reloaded')
+      log.info({ tenants: current.tenants.size, version: current.version, trigger }, 'tenants file reloaded')
       return { ok: true, tenants: current.tenants.size }
     } catch (error) {
       const message = (error as Error).message
@@ -76,27 +77,31 @@ export default fp(async function tenantsPlugin (fastify) {
       lastReloadOk = false
       // Every problem of the file, so that one reload shows all there is to fix.
       const problems = error instanceof TenantsFileError ? error.problems : [message]
-      fastify.log.error({ reason: message, problems, version: current.version, trigger }, 'tenants file reload failed; keeping the previous tenants')
+      log.error({ reason: message, problems, version: current.version, trigger }, 'tenants file reload failed; keeping the previous tenants')
       return { ok: false, error: message }
     }
   }
 
-  const directory: TenantDirectory = {
+  let timer: NodeJS.Timeout | undefined
+  let watcher: FSWatcher | null = null
+  const directory = {
     get current () { return current },
-    async reload (trigger = 'signal') {
+    async reload (trigger: ReloadTrigger = 'signal'): Promise<ReloadResult> {
       if (path === null) return { ok: true, tenants: current.tenants.size }
       const next = queue.then(async () => await reloadNow(path, trigger))
       queue = next
       return await next
     },
-    status () {
+    status (): TenantsFileStatus {
       return { version: current.version, reloads: { ...reloads }, lastReloadOk }
+    },
+    close (): void {
+      clearTimeout(timer)
+      watcher?.close()
     }
   }
-  fastify.decorate('tenants', directory)
 
-  if (path === null) return
-  let timer: NodeJS.Timeout | undefined
+  if (path === null) return directory
   const changed = async (): Promise<void> => {
     let text: string
     try {
@@ -108,22 +113,17 @@ export default fp(async function tenantsPlugin (fastify) {
     }
     if (tenantsFileVersion(text) !== current.version) await directory.reload('watch')
   }
-  let watcher: FSWatcher | null = null
   try {
     watcher = watch(dirname(path), { persistent: false }, () => {
       clearTimeout(timer)
       timer = setTimeout(() => { void changed() }, WATCH_DEBOUNCE_MS)
     })
     watcher.on('error', (error) => {
-      fastify.log.warn({ reason: error.message }, 'tenants file watch stopped; reload with SIGHUP')
+      log.warn({ reason: error.message }, 'tenants file watch stopped; reload with SIGHUP')
       watcher?.close()
     })
   } catch (error) {
-    fastify.log.warn({ reason: (error as Error).message }, 'tenants file cannot be watched; reload with SIGHUP')
+    log.warn({ reason: (error as Error).message }, 'tenants file cannot be watched; reload with SIGHUP')
   }
-  fastify.addHook('onClose', (_instance, done) => {
-    clearTimeout(timer)
-    watcher?.close()
-    done()
-  })
-}, { name: 'tenants', dependencies: ['config'], fastify: '5.x' })
+  return directory
+}

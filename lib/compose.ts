@@ -1,0 +1,320 @@
+import type { Writable } from 'node:stream'
+import type { Logger } from 'pino'
+import { admissionPolicy } from './admission/plan.js'
+import { createBackend, type Backend } from './backend.js'
+import type { Config } from './config.js'
+import { MemoryFeedbackDedupe, RedisFeedbackDedupe } from './feedback/dedupe.js'
+import { SesFeedback } from './feedback/ses-feedback.js'
+import type { FailoverObserver } from './mail/failover.js'
+import { Mailer, type MailSendObserver } from './mail/mailer.js'
+import { TemplatePreviews } from './mail/preview.js'
+import { loadBlocklists, type Blocklists } from './net/blocklist.js'
+import { IpRangeSet } from './net/ip-ranges.js'
+import { OtpService, type OtpObserver } from './otp/service.js'
+import { CodeSigner } from './otp/signer.js'
+import { UsageService } from './quota/usage.js'
+import { AddressHasher } from './receipts/address-hash.js'
+import { ReceiptIssuer } from './receipts/receipt-issuer.js'
+import { Receipts } from './receipts/receipts.js'
+import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
+import { createRedisClient, type RedisClient } from './redis/client.js'
+import { SandboxMessages } from './sandbox/messages.js'
+import type { TenantRegistry } from './tenants/registry.js'
+import { openTenantDirectory, type TenantDirectory } from './tenants/tenants-directory.js'
+import { AddressPolicy } from './webhooks/address-policy.js'
+import { EventSink, OverflowReporter } from './webhooks/events.js'
+import type { Backlog } from './webhooks/queue.js'
+import { sendWebhook } from './webhooks/sender.js'
+import { WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
+
+type LogLines = Pick<Logger, 'info' | 'warn' | 'error'>
+
+/** Where the services log: the server's logger, or a tool's quiet one. */
+export type ServicesLog = LogLines & { child: (bindings: Record<string, unknown>) => LogLines }
+
+/** What the host counts (the server's Prometheus metrics); lib never sees the metrics library. */
+export interface ServicesObservers {
+  otp?: OtpObserver
+  /** A mail provider failed over to the next one, or was skipped (its circuit open). */
+  mailFailover?: FailoverObserver
+  mailSend?: MailSendObserver
+  webhookAttempted?: (outcome: AttemptOutcome) => void
+  /** Deliveries moved to dead letters because their tenant's queue was full. */
+  webhookOverflowed?: (count: number) => void
+}
+
+export interface ServicesOptions {
+  log: ServicesLog
+  /** Where the log mail transport prints (stdout when not given). */
+  mailLog?: Writable
+  /**
+   * The Redis connection, when the caller has one (and closes it itself). Not given: one is
+   * made from the configuration's topology (none on the in-memory default) and closed by close().
+   */
+  redis?: RedisClient | null
+  observers?: ServicesObservers
+}
+
+/** The whole service graph, built from the configuration in one place. */
+export interface Services {
+  /** The shared Redis connection, or null on the in-memory default. */
+  readonly redis: RedisClient | null
+  /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox, webhook queue. */
+  readonly backend: Backend
+  readonly tenants: TenantDirectory
+  readonly blocklists: Blocklists
+  readonly mailer: Mailer
+  readonly receipts: Receipts
+  /** Reports events to the tenants' webhook endpoints; this process's worker delivers them once started. */
+  readonly webhooks: EventSink
+  readonly otp: OtpService
+  readonly feedback: SesFeedback
+  readonly usage: UsageService
+  readonly sandbox: SandboxMessages
+  readonly previews: TemplatePreviews
+  /** Webhook deliveries queued per tenant of the tenants file. */
+  webhookBacklogs (): Promise<Array<[string, Backlog]>>
+  /** Checks the stores (a Redis allowed to evict keys is logged) and starts delivering webhooks. */
+  start (): Promise<void>
+  /** Stops everything started, in order (the webhook worker settles its attempts first); idempotent. */
+  close (): Promise<void>
+}
+
+/** How often each instance looks for deliveries another instance queued or a retry that fell due. */
+const WEBHOOK_POLL_MS = 1000
+/** Webhook attempts in flight per process, all tenants together (each tenant at most WEBHOOK_MAX_IN_FLIGHT_PER_TENANT of them). */
+const WEBHOOK_MAX_IN_FLIGHT = 64
+/** Past an attempt's timeout by this much, a held delivery is taken to be lost with its process. */
+const WEBHOOK_STUCK_MARGIN_MS = 30_000
+
+const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
+
+/**
+ * The one Redis connection of the process (lib/redis/client.ts builds it for the configured
+ * topology), shared by every store. The client reconnects forever in the background (and
+ * follows failovers), so the service recovers by itself. This waits one connect timeout at
+ * most: a process started during an outage serves 503 and reports not-ready until Redis
+ * answers (which is why the service does not use @fastify/redis, whose registration waits for
+ * the first connection and fails boot while Redis is down).
+ */
+async function connectRedis (config: Config, log: LogLines): Promise<RedisClient | null> {
+  const { redis: topology, redisCommandTimeoutMs } = config
+  if (topology === null) return null
+  const connectTimeoutMs = Math.max(1000, redisCommandTimeoutMs * 2)
+  const client = createRedisClient(topology, { commandTimeoutMs: redisCommandTimeoutMs, connectTimeoutMs })
+  let healthy = true
+  client.on('ready', () => {
+    if (!healthy) log.info('redis connection restored')
+    healthy = true
+  })
+  // Without a listener, ioredis would turn every reconnect failure into an uncaught error.
+  client.on('error', (error: NodeJS.ErrnoException) => {
+    if (healthy) log.error({ err: { code: error.code, message: error.message }, topology: topology.kind }, 'redis connection lost')
+    healthy = false
+  })
+  // A healthy Redis is connected before the first request (commands are not queued while
+  // connecting); an unreachable one delays start-up by one connect timeout, no more.
+  // (events.once would reject on the first connection error; only 'ready' matters here.)
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, connectTimeoutMs)
+    client.once('ready', () => {
+      clearTimeout(timer)
+      resolve()
+    })
+  })
+  return client
+}
+
+/**
+ * Verification receipts' issuer: signing keys from RECEIPT_SIGNING_KEYS, else derived from
+ * OTP_HMAC_KEYS so that every instance publishes and signs with the same keys.
+ */
+async function receiptIssuer (config: Config, log: LogLines): Promise<ReceiptIssuer> {
+  let material = config.receipts.signingKeys
+  if (material === null) {
+    material = await deriveReceiptSigningKeys(config.hmacKeys)
+    if (config.hmacKeyGenerated) {
+      log.warn('RECEIPT_SIGNING_KEYS is not set: receipts are signed with a per-process key, which changes on every restart (set RECEIPT_SIGNING_KEYS, or OTP_HMAC_KEYS)')
+    } else {
+      log.info('RECEIPT_SIGNING_KEYS is not set: receipts are signed with keys derived from OTP_HMAC_KEYS')
+    }
+  }
+  return new ReceiptIssuer({ keys: await prepareSigningKeys(material), issuer: config.receipts.issuer, ttlSeconds: config.receipts.ttlSeconds })
+}
+
+const NO_OTP_OBSERVER: OtpObserver = { dispatched () {}, checked () {}, locked () {}, reviewed () {} }
+
+/**
+ * The composition root: every domain object of the service, built from the configuration, with
+ * one close(). The server (plugins/services.ts) and the benchmarks call it; what only a host
+ * has (its logger, its metrics, a Redis connection of its own) comes in `options`. Rejects when
+ * a part cannot be built (a tenants file that does not load, say), having closed what it had
+ * built.
+ */
+export async function createServices (config: Config, options: ServicesOptions): Promise<Services> {
+  const { log } = options
+  const observers = options.observers ?? {}
+  const stops: Array<() => Promise<void> | void> = []
+  // Newest first, each one whatever the others did: a mailer that fails to close must not
+  // leave the stores or the Redis connection open.
+  const stopAll = async (): Promise<void> => {
+    const failures: unknown[] = []
+    for (const stop of [...stops].reverse()) {
+      try {
+        await stop()
+      } catch (error) {
+        failures.push(error)
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, 'closing the services failed')
+  }
+  try {
+    let redis: RedisClient | null
+    if (options.redis === undefined) {
+      redis = await connectRedis(config, log)
+      const owned = redis
+      if (owned !== null) stops.push(() => { owned.disconnect() })
+    } else {
+      redis = options.redis
+    }
+
+    const backend = createBackend(redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, replicaAcks: config.redisReplicaAcks, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log })
+    stops.push(async () => { await backend.close() })
+    const tenants = await openTenantDirectory(config, log)
+    stops.push(() => { tenants.close() })
+    const blocklists = await loadBlocklists(config.blocklists, log)
+    stops.push(() => { blocklists.stop() })
+
+    const mailer = new Mailer(config, backend.sandboxInbox, options.mailLog ?? process.stdout, {
+      failedOver (from, kind) {
+        observers.mailFailover?.failedOver(from, kind)
+        log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+      },
+      skipped (transport) {
+        observers.mailFailover?.skipped(transport)
+      }
+    }, observers.mailSend)
+    stops.push(async () => { await mailer.close() })
+    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.hmacKeys), backend.redemptions)
+
+    const queue = backend.webhookQueue
+    const policy = new AddressPolicy({
+      allowLoopback: config.webhooks.allowHttpLoopback,
+      allowedNetworks: config.webhooks.allowedNetworks.length === 0 ? null : IpRangeSet.fromEntries(config.webhooks.allowedNetworks).set
+    })
+    const webhookLog = log.child({ component: 'webhooks' })
+    const overflow = new OverflowReporter(webhookLog, (count) => { observers.webhookOverflowed?.(count) })
+    const worker = new WebhookWorker({
+      queue,
+      endpoint: (tenantId, url) => tenants.current.tenants.get(tenantId)?.webhooks.find((endpoint) => endpoint.url === url) ?? null,
+      active () {
+        const registry = tenants.current
+        let active = hasEndpoints.get(registry)
+        if (active === undefined) {
+          active = [...registry.tenants.values()].some((tenant) => tenant.webhooks.length > 0)
+          hasEndpoints.set(registry, active)
+        }
+        return active
+      },
+      send: async (endpoint, delivery, signal) => await sendWebhook(endpoint, delivery, { policy, timeoutMs: config.webhooks.timeoutMs, userAgent: 'email-otp-webhooks' }, signal),
+      schedule: config.webhooks.retry,
+      perEndpoint: config.webhooks.concurrencyPerEndpoint,
+      perTenant: config.webhooks.maxInFlightPerTenant,
+      maxInFlight: WEBHOOK_MAX_IN_FLIGHT,
+      pollMs: Math.min(WEBHOOK_POLL_MS, config.webhooks.retry.baseMs),
+      stuckMs: config.webhooks.timeoutMs + WEBHOOK_STUCK_MARGIN_MS,
+      log: webhookLog,
+      attempted: (outcome) => { observers.webhookAttempted?.(outcome) },
+      overflowed: overflow.report
+    })
+    // Stopped before the stores its queue lives in, its attempts settled.
+    stops.push(async () => { await worker.close() })
+    if (backend.kind === 'memory') {
+      webhookLog.info('webhook queue in memory: deliveries waiting or dead are lost when the process stops (set REDIS_URL for a durable queue)')
+    }
+    const webhooks = new EventSink(queue, { log: webhookLog, queued: () => { worker.wake() }, overflowed: overflow.report })
+
+    if (config.hmacKeyGenerated) {
+      log.warn('OTP_HMAC_KEYS is not set: codes are signed with a key generated for this process only; set it in production')
+    }
+    const otp = new OtpService({
+      policy: admissionPolicy(config),
+      signer: new CodeSigner(config.hmacKeys),
+      backend,
+      mailer,
+      defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
+      suppressionMs: config.suppressionMs,
+      ipv6BucketPrefix: config.ipv6BucketPrefix,
+      receipts,
+      events: webhooks,
+      observer: observers.otp ?? NO_OTP_OBSERVER
+    })
+
+    // SES feedback: events become the tenant's `delivery.*` webhooks, permanent bounces and
+    // complaints suppress the mailbox. MessageIds are remembered in Redis when there is one,
+    // so every instance handles a message once.
+    const feedback = new SesFeedback({
+      topicArns: config.sesFeedback.topicArns,
+      certUrlPattern: config.sesFeedback.certUrlPattern,
+      dedupe: redis === null ? new MemoryFeedbackDedupe() : new RedisFeedbackDedupe(redis),
+      tenant: (id) => tenants.current.tenants.get(id),
+      async apply ({ tenant, mode, requestId, address, type, bounceType, suppress }) {
+        const addressHash = receipts.addressHash(tenant, address)
+        if (suppress) {
+          let tag: string | null = null
+          try {
+            tag = otp.mailboxTag(address)
+          } catch {
+            // An address SES reports that our own validation refuses: nothing we would send to.
+          }
+          if (tag !== null) {
+            await otp.suppressMailbox(tenant.id, mode, tag)
+            log.info({ tenant: tenant.id, mode, requestId, type }, 'recipient suppressed by provider feedback')
+          }
+        }
+        switch (type) {
+          case 'delivered': webhooks.emit(tenant, mode, 'delivery.delivered', { requestId, addressHash }); break
+          case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break
+          case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
+          case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
+        }
+      }
+    })
+
+    let started = false
+    let closing: Promise<void> | null = null
+    return {
+      redis,
+      backend,
+      tenants,
+      blocklists,
+      mailer,
+      receipts,
+      webhooks,
+      otp,
+      feedback,
+      usage: new UsageService(backend.quota),
+      sandbox: new SandboxMessages(backend.sandboxInbox),
+      previews: new TemplatePreviews(config.otpTtlSeconds),
+      async webhookBacklogs () {
+        return await Promise.all(
+          [...tenants.current.tenants.keys()].map(async (tenant): Promise<[string, Backlog]> => [tenant, await queue.backlog(tenant)])
+        )
+      },
+      async start () {
+        if (started || closing !== null) return
+        started = true
+        await backend.ready()
+        worker.start()
+      },
+      async close () {
+        closing ??= stopAll()
+        await closing
+      }
+    }
+  } catch (error) {
+    // The error that stopped the build is the one to report.
+    await stopAll().catch(() => {})
+    throw error
+  }
+}
