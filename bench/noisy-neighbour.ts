@@ -237,7 +237,10 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     setup.env.REDIS_URL = redis.url
     redisPid = Number(execFileSync('redis-cli', ['-p', String(redis.port), 'info', 'server'], { encoding: 'utf8' }).match(/process_id:(\d+)/)?.[1])
   }
-  const nodeArgs = profileDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `service-${store}.cpuprofile`]
+  // One profile per thread (the event loop's and the preview thread's): Node's own names keep
+  // the thread id apart (CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile; thread 0 is the event
+  // loop), which a name of our own would not. Each store's service has its own pid.
+  const nodeArgs = profileDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profileDir]
   const port = await freePort()
   // The log transport's output (every mail of the noisy tenant, its text part up to 64 KiB)
   // goes to /dev/null: on a file each is a synchronous write that stalls the event loop as
