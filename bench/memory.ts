@@ -6,9 +6,9 @@ import { randomBytes } from 'node:crypto'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { createBackend, type Backend } from '../lib/backend.js'
+import { createState, type State } from '../lib/state/index.js'
 import { generateKey } from '../lib/tenants/api-keys.js'
-import { MemoryTokenStore } from '../lib/tokens/memory-token-store.js'
+import { MemoryTokenStore } from '../lib/state/memory/token-store.js'
 import { startRedis } from '../test/support/redis.js'
 import { Resources } from './support/children.js'
 import { CodeSeeder } from './support/seed.js'
@@ -42,7 +42,7 @@ async function heapPerToken (fill: (store: MemoryTokenStore) => Promise<void>): 
 
 /** Heap bytes per live code of an embedded backend, each code dispatched by the OTP service. */
 async function heapPerDispatchedCode (): Promise<number> {
-  const backend: Backend = createBackend(null, { memoryStoreMaxTokens: 2_000_000 })
+  const backend: State = createState(null, { memoryStoreMaxTokens: 2_000_000 })
   const seeder = new CodeSeeder(backend, generateKey('secret', 'live'), randomBytes(32))
   const before = await heapUsed()
   for (let i = 0; i < TOKENS; i++) await seeder.mint('bench.user@example.com')

@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
-import { createBackend } from '../lib/backend.js'
+import { createState } from '../lib/state/index.js'
 import { freePort, startRedis } from '../test/support/redis.js'
 import { Resources, startNodeChild } from './support/children.js'
 import { CodeSeeder } from './support/seed.js'
@@ -219,8 +219,8 @@ async function main (resources: Resources): Promise<void> {
       from = monotonicMicros()
       result = await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: SECONDS, next: dispatchRequest })
     } else {
-      const seeder = new CodeSeeder(createBackend(client, { memoryStoreMaxTokens: 1 }), tenant.liveKey, tenant.hmacSecret)
-      // In batches: each admission script carries a deadline (lib/redis/fence.ts), and ten
+      const seeder = new CodeSeeder(createState(client, { memoryStoreMaxTokens: 1 }), tenant.liveKey, tenant.hmacSecret)
+      // In batches: each admission script carries a deadline (lib/state/redis/fence.ts), and ten
       // thousand at once queue in Redis past it.
       const seed = async (count: number): Promise<Token[]> => {
         const tokens: Token[] = []

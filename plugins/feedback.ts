@@ -1,5 +1,4 @@
 import fp from 'fastify-plugin'
-import { MemoryFeedbackDedupe, RedisFeedbackDedupe } from '../lib/feedback/dedupe.js'
 import { SesFeedback } from '../lib/feedback/ses-feedback.js'
 
 declare module 'fastify' {
@@ -14,11 +13,11 @@ declare module 'fastify' {
  * Redis when there is one, so every instance handles a message once.
  */
 export default fp(async function feedbackPlugin (fastify) {
-  const { config, redis, tenants, otp, receipts, webhooks, log } = fastify
+  const { config, backend, tenants, otp, receipts, webhooks, log } = fastify
   fastify.decorate('feedback', new SesFeedback({
     topicArns: config.sesFeedback.topicArns,
     certUrlPattern: config.sesFeedback.certUrlPattern,
-    dedupe: redis === null ? new MemoryFeedbackDedupe() : new RedisFeedbackDedupe(redis),
+    dedupe: backend.feedbackDedupe,
     tenant: (id) => tenants.current.tenants.get(id),
     async apply ({ tenant, mode, requestId, address, type, bounceType, suppress }) {
       const addressHash = receipts.addressHash(tenant, address)
@@ -42,4 +41,4 @@ export default fp(async function feedbackPlugin (fastify) {
       }
     }
   }))
-}, { name: 'feedback', dependencies: ['config', 'redis', 'tenants', 'otp', 'receipts', 'webhooks'], fastify: '5.x' })
+}, { name: 'feedback', dependencies: ['config', 'backend', 'tenants', 'otp', 'receipts', 'webhooks'], fastify: '5.x' })

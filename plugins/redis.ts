@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import { createRedisClient, type RedisClient } from '../lib/redis/client.js'
+import { createRedisClient, type RedisClient } from '../lib/state/redis/client.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -9,7 +9,7 @@ declare module 'fastify' {
 }
 
 /**
- * The one Redis connection of the process (lib/redis/client.ts builds it for the configured
+ * The one Redis connection of the process (lib/state/redis/client.ts builds it for the configured
  * topology), shared by every store. The client reconnects forever in the background (and
  * follows failovers), so the service recovers by itself. Boot waits one connect timeout at
  * most: a process started during an outage serves 503 and reports not-ready until Redis

@@ -5,7 +5,7 @@ import type { TenantRegistry } from '../lib/tenants/registry.js'
 import { AddressPolicy } from '../lib/webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from '../lib/webhooks/events.js'
 import { sendWebhook } from '../lib/webhooks/sender.js'
-import type { Backlog } from '../lib/webhooks/queue.js'
+import type { Backlog } from '../lib/state/webhook-queue.js'
 import { WebhookWorker } from '../lib/webhooks/worker.js'
 
 declare module 'fastify' {

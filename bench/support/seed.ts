@@ -1,5 +1,5 @@
 import { admissionPolicy } from '../../lib/admission/plan.js'
-import type { Backend } from '../../lib/backend.js'
+import type { State } from '../../lib/state/index.js'
 import { CodeSigner } from '../../lib/otp/signer.js'
 import { OtpService, type Caller } from '../../lib/otp/service.js'
 import { parseConfig } from '../../lib/config.js'
@@ -19,7 +19,7 @@ export class CodeSeeder {
   readonly #caller: Caller
   readonly #codes = new Map<string, string>()
 
-  constructor (backend: Backend, liveKey: string, hmacSecret: Buffer) {
+  constructor (backend: State, liveKey: string, hmacSecret: Buffer) {
     const registry = TenantRegistry.fromJson(benchTenantsDocument(liveKey))
     const key = registry.authenticate(liveKey, Date.now())
     if (key === null) throw new Error('the bench key does not authenticate')

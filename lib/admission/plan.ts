@@ -28,7 +28,7 @@ export interface LimitHit {
   max: number
   windowMs: number
   /**
-   * The share of the in-process counters the bucket lives in (memory-admission.ts): one per
+   * The share of the in-process counters the bucket lives in (lib/state/memory/admission.ts): one per
    * kind of limit and tenant scope, the service-wide mailbox cap one per mode. New buckets
    * only ever displace old ones of their own share, so a flood through one tenant never
    * resets another's counters. Redis keeps every bucket and ignores it.

@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
 import { apiError } from '../../lib/errors.js'
-import type { RedisClient } from '../../lib/redis/client.js'
+import type { RedisClient } from '../../lib/state/redis/client.js'
 import { storeCall } from '../../lib/store-errors.js'
 import { workloadBucket } from '../../lib/net/workload-identity.js'
 

@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
-import { RedisWebhookQueue } from '../../lib/webhooks/redis-queue.js'
+import { RedisWebhookQueue } from '../../lib/state/redis/webhook-queue.js'
 import { connectFailFast, freePort, redisTestOptions, startRedis } from '../support/redis.js'
 
 const exec = promisify(execFile)
