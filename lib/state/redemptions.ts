@@ -31,16 +31,6 @@ export function assertRedemption (scope: string, jti: string, ttlMs: number): vo
   if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0) throw new RangeError(`redemption ttlMs must be a positive integer, got ${ttlMs}`)
 }
 
-/** The store key: the scope is the Cluster hash tag, as for every per-tenant key. */
-export function redemptionKey (scope: string, jti: string): string {
-  return `receipt:{${scope}}:${jti}`
-}
-
-/** Where a scope's epoch lives, in the slot of its redemptions. */
-export function epochKey (scope: string): string {
-  return `receipt-epoch:{${scope}}`
-}
-
 /** A new epoch: 128 random bits, base64url. */
 export function newEpoch (): string {
   return randomBytes(16).toString('base64url')

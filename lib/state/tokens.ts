@@ -1,6 +1,3 @@
-import type { KeyMode } from '../tenants/api-keys.js'
-import { scopeTag } from '../tenants/scope.js'
-
 /**
  * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a
  * recipient tag), never a plaintext code. Both implementations pass
@@ -15,15 +12,6 @@ export interface TokenStore {
   /** Removes the record, if any (a code whose mail did not leave). */
   delete (key: string): Promise<void>
   ready (): Promise<boolean>
-}
-
-/**
- * Tokens of different tenants and modes live under different keys and can never meet. The
- * tenant and mode are the Redis Cluster hash tag: a token shares its slot with the counters
- * its dispatch and verify touch, so each runs as one script (see lib/admission).
- */
-export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): string {
-  return `otp:${scopeTag(tenantId, mode)}:${requestId}`
 }
 
 /**
@@ -46,9 +34,4 @@ export function tokenRecord (storedForm: string, laneSubject: string, addressHas
 export function splitRecord (record: string): { storedForm: string, laneSubject: string, addressHash: string | null } {
   const [storedForm = '', laneSubject = '', addressHash = null] = record.split('|', 3)
   return { storedForm, laneSubject, addressHash }
-}
-
-/** The tenant scope (`{acme:live}`) of a token's key: what the in-process store caps tokens per. */
-export function tokenScope (key: string): string {
-  return key.slice(0, key.indexOf('}') + 1)
 }

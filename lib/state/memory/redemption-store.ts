@@ -1,5 +1,5 @@
 import { StoreFullError } from '../../store-errors.js'
-import { assertRedemption, newEpoch, redemptionKey, type Redemption, type RedemptionStore } from '../redemptions.js'
+import { assertRedemption, newEpoch, type Redemption, type RedemptionStore } from '../redemptions.js'
 
 export interface MemoryRedemptionStoreOptions {
   /** Past this many unexpired entries, redeem fails (503) rather than grow without bound. */
@@ -39,7 +39,8 @@ export class MemoryRedemptionStore implements RedemptionStore {
   async redeem (scope: string, jti: string, epoch: string | undefined, ttlMs: number): Promise<Redemption> {
     assertRedemption(scope, jti, ttlMs)
     if (epoch !== this.#epoch) return 'other_epoch'
-    const key = redemptionKey(scope, jti)
+    // Length-prefixed so no scope/jti pair can collide with another whatever characters they hold.
+    const key = `${scope.length}:${scope}:${jti}`
     const now = this.#now()
     const expiresAt = this.#expiries.get(key)
     if (expiresAt !== undefined && expiresAt > now) return 'already_redeemed'

@@ -1,5 +1,6 @@
 import { StoreFullError } from '../../store-errors.js'
-import { tokenScope, type TokenStore } from '../tokens.js'
+import { scopeTagOf } from '../redis/keys.js'
+import type { TokenStore } from '../tokens.js'
 
 export interface MemoryTokenStoreOptions {
   /** Cap on live codes per tenant scope (tenant and mode). */
@@ -68,7 +69,7 @@ export class MemoryTokenStore implements TokenStore {
 
   /** The record of a live token, left in place (admission counts the key's bucket only for live codes). */
   peek (key: string): string | null {
-    const entry = this.#scopes.get(tokenScope(key))?.entries.get(key)
+    const entry = this.#scopes.get(scopeTagOf(key))?.entries.get(key)
     if (entry === undefined) return null
     const separator = entry.indexOf('|')
     return Number(entry.slice(0, separator)) > this.#now() ? entry.slice(separator + 1) : null
@@ -86,7 +87,7 @@ export class MemoryTokenStore implements TokenStore {
 
   /** Removes the token at once (admission consumes a peeked code in the same synchronous step). */
   discard (key: string): void {
-    this.#scopes.get(tokenScope(key))?.entries.delete(key)
+    this.#scopes.get(scopeTagOf(key))?.entries.delete(key)
   }
 
   /** Drops expired entries from each scope's oldest on, until `liveBudget` live ones of it were passed. */
@@ -109,7 +110,7 @@ export class MemoryTokenStore implements TokenStore {
   }
 
   #scope (key: string): Scope {
-    const name = tokenScope(key)
+    const name = scopeTagOf(key)
     let scope = this.#scopes.get(name)
     if (scope === undefined) {
       scope = { entries: new Map(), nextFullSweepMs: 0 }

@@ -1,23 +1,18 @@
 import { randomBytes } from 'node:crypto'
 import { Cluster } from 'ioredis'
-import { quotaDecision, quotaSlot, RESERVE_QUOTA_LUA, type QuotaSlot } from './quota-store.js'
+import { quotaDecision, quotaSlot, type QuotaSlot } from './quota-store.js'
 import type { RedisClient } from './client.js'
-import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from './fence.js'
+import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
-import { TOKEN_LUA } from './token-store.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
 import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from '../../admission/plan.js'
 import type { WindowCount } from '../../admission/velocity.js'
-import { HIT_LIMIT_LUA, LOCKOUT_LUA } from './scripts.js'
-
-const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5, suppressed: 6 } as const
-const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } as const
+import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
 
 /*
- * The scripts are assembled from the Lua functions of the concerns they decide: velocity
- * (scripts.ts: velocity and lockout), quota reservation (lib/state/redis/quota-store.ts) and
- * the token write and take (lib/state/redis/token-store.ts). The keys of a tenant's request
+ * The scripts (scripts.ts) are assembled from the Lua functions of the concerns they decide:
+ * velocity, lockout, quota reservation and the token write and take. The keys of a tenant's request
  * carry its `{tenant:mode}` hash tag, so on a Cluster each script runs on one slot. The
  * service-wide mailbox bucket is tagged by the mailbox instead; on a single server or
  * Sentinel it is part of the dispatch script, on a Cluster it is counted by a second command
@@ -32,181 +27,6 @@ const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } a
  * the deadline by which it must start, else it does nothing. Their shebang makes Redis refuse
  * them whole when it is out of memory; the undo may always run, as it only gives back.
  */
-
-/**
- * Counts KEYS[first..last] with max and window ms in ARGV[firstArg + 2(i - first)] and the
- * next, in order, up to the first one exceeded; appends count and ms left of each to `reply`.
- * Returns the 1-based position of the exceeded limit (0: none).
- */
-const HIT_LIMITS_LUA = `
-local function hitLimits (first, last, firstArg, reply)
-  for i = first, last do
-    local arg = firstArg + 2 * (i - first)
-    local current, ttl = hitLimit(KEYS[i], ARGV[arg + 1])
-    reply[#reply + 1] = current
-    reply[#reply + 1] = ttl
-    if current > tonumber(ARGV[arg]) then return i - first + 1 end
-  end
-  return 0
-end
-`
-
-/** Whether a mailbox's suppression key is set (it expires with the suppression). */
-const SUPPRESSION_LUA = `
-local function suppressed (key)
-  return redis.call('EXISTS', key) == 1
-end
-`
-
-/**
- * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
- * when counted here, one bucket per limit (the caller's own, then the shared ones), then the
- * mailbox's suppression.
- * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
- * number of own limits o, limit and expiry (epoch ms) per quota counter, max and window ms of
- * the mailbox bucket, then max and window ms per limit.
- * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
- * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
- */
-const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
-if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
-local quotas = tonumber(ARGV[3])
-local mailboxes = tonumber(ARGV[4])
-local own = tonumber(ARGV[5])
-local firstLimit = 3 + quotas + mailboxes
-local firstLimitArg = 6 + 2 * (quotas + mailboxes)
-local reply = { ${DISPATCH.issued}, 0, 0, 0 }
-local exceeded = hitLimits(firstLimit, firstLimit + own - 1, firstLimitArg, reply)
-if exceeded > 0 then
-  reply[1] = ${DISPATCH.limited}
-  reply[2] = exceeded
-  return reply
-end
-local lockedMs = lockedFor(KEYS[2], lockoutNow())
-if lockedMs > 0 then
-  reply[1] = ${DISPATCH.locked}
-  reply[2] = lockedMs
-  return reply
-end
-if suppressed(KEYS[#KEYS]) then
-  reply[1] = ${DISPATCH.suppressed}
-  return reply
-end
-exceeded = hitLimits(firstLimit + own, #KEYS - 1, firstLimitArg + 2 * own, reply)
-if exceeded > 0 then
-  reply[1] = ${DISPATCH.limited}
-  reply[2] = own + exceeded
-  return reply
-end
-if mailboxes == 1 then
-  local arg = 6 + 2 * quotas
-  local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
-  if current > tonumber(ARGV[arg]) then
-    reply[1] = ${DISPATCH.mailboxLimited}
-    reply[2] = current
-    reply[3] = ttl
-    return reply
-  end
-end
-local allowed, used = reserveQuotas(3, quotas, 6)
-reply[3] = allowed
-reply[4] = used
-if allowed == 0 then
-  reply[1] = ${DISPATCH.quotaExceeded}
-  return reply
-end
-writeToken(KEYS[1], ARGV[1], ARGV[2])
-return reply
-`
-
-/** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
-const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
-return { hitLimit(KEYS[1], ARGV[2]) }
-`
-
-/**
- * KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each
- * counter, if the token is there (it is only if this dispatch wrote it: its requestId was never
- * told to anyone).
- */
-const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}if redis.call('DEL', KEYS[1]) == 0 then return { 0 } end
-for i = 2, #KEYS do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
-end
-return { 1 }
-`
-
-/** KEYS: token; ARGV: the verify attempt. Puts back the token that attempt set aside, if it is still there. */
-const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}local aside = KEYS[1] .. ':used:' .. ARGV[1]
-if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', KEYS[1]) == 1 then return { 0 } end
-redis.call('RENAME', aside, KEYS[1])
-return { 1 }
-`
-
-/**
- * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
- * when the requestId has a live code).
- * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
- * of stored forms n, number of own limits o, the n stored forms, max and window ms per limit,
- * then the attempt's id (under which the token is set aside once consumed) and the deadline.
- * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
- * and ms left per limit counted }.
- *
- * The comparison is plain string equality on keyed hashes: its timing could only tell how
- * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
- * and the token is gone after this one try anyway.
- */
-const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
-local forms = tonumber(ARGV[6])
-local own = tonumber(ARGV[7])
-local firstLimitArg = forms + 8
-local reply = { ${VERIFY.limited}, 0, 0, '' }
-local exceeded = hitLimits(2, 1 + own, firstLimitArg, reply)
-if exceeded > 0 then
-  reply[2] = exceeded
-  return reply
-end
-local record = readToken(KEYS[1])
-if not record then
-  reply[1] = ${VERIFY.missing}
-  return reply
-end
-exceeded = hitLimits(2 + own, #KEYS, firstLimitArg + 2 * own, reply)
-if exceeded > 0 then
-  reply[2] = own + exceeded
-  return reply
-end
-setTokenAside(KEYS[1], ARGV[#ARGV - 1])
-local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
-if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
-reply[1] = ${VERIFY.mismatch}
-if tag == nil then return reply end
-reply[4] = hash or ''
-local lockoutKey = ARGV[1] .. tag
-local now = lockoutNow()
-if lockedFor(lockoutKey, now) > 0 then
-  reply[1] = ${VERIFY.locked}
-  return reply
-end
-local verified = false
-for f = 1, forms do
-  if ARGV[7 + f] == stored then verified = true end
-end
-if verified then
-  clearLockout(lockoutKey)
-  reply[1] = ${VERIFY.verified}
-else
-  reply[3] = recordFailure(lockoutKey, now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
-end
-return reply
-`
-
-/** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
-const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
-local reply = { 0 }
-reply[1] = hitLimits(1, #KEYS, 1, reply)
-return reply
-`
 
 /**
  * The most keys a script takes: a dispatch's token, lockout, two quota counters, the mailbox

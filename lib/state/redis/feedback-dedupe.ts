@@ -1,4 +1,5 @@
 import type { RedisClient } from './client.js'
+import { feedbackKey } from './keys.js'
 import { storeCall } from '../../store-errors.js'
 import { DEDUPE_TTL_MS } from '../../feedback/ses-feedback.js'
 import type { FeedbackDedupe } from '../feedback-dedupe.js'
@@ -12,10 +13,10 @@ export class RedisFeedbackDedupe implements FeedbackDedupe {
   }
 
   async claim (messageId: string): Promise<boolean> {
-    return await storeCall('feedback dedupe', async () => await this.#client.set(`feedback:sns:${messageId}`, '1', 'PX', DEDUPE_TTL_MS, 'NX')) === 'OK'
+    return await storeCall('feedback dedupe', async () => await this.#client.set(feedbackKey(messageId), '1', 'PX', DEDUPE_TTL_MS, 'NX')) === 'OK'
   }
 
   async release (messageId: string): Promise<void> {
-    await storeCall('feedback dedupe', async () => await this.#client.del(`feedback:sns:${messageId}`))
+    await storeCall('feedback dedupe', async () => await this.#client.del(feedbackKey(messageId)))
   }
 }

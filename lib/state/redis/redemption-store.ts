@@ -1,30 +1,9 @@
 import type { RedisClient } from './client.js'
-import { FENCE_LUA, redisClock, WRITES_SHEBANG, type RedisClock } from './fence.js'
+import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
-import { assertRedemption, epochKey, newEpoch, redemptionKey, type Redemption, type RedemptionStore } from '../redemptions.js'
-
-/** The scope's epoch, made once (SET NX, by whoever asks first) and read back. KEYS epoch. ARGV a new epoch. */
-const EPOCH_LUA = `
-local current = redis.call('GET', KEYS[1])
-if current then return current end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
-`
-
-/**
- * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone),
- * the fence's deadline (lib/state/redis/fence.ts): a redemption answered 503 never marks the receipt
- * later. Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
- */
-const REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local current = redis.call('GET', KEYS[1])
-if not current then
-  redis.call('SET', KEYS[1], ARGV[3])
-  current = ARGV[3]
-end
-if current ~= ARGV[1] then return { 0, current } end
-if redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return { 1, current } end
-return { 2, current }
-`
+import { assertRedemption, newEpoch, type Redemption, type RedemptionStore } from '../redemptions.js'
+import { epochKey, redemptionKey } from './keys.js'
+import { RECEIPT_EPOCH_LUA, RECEIPT_REDEEM_LUA } from './scripts.js'
 
 /** How long an instance trusts the epoch it read (it only changes when Redis lost its data). */
 const EPOCH_CACHE_MS = 1000
@@ -51,8 +30,8 @@ export class RedisRedemptionStore implements RedemptionStore {
   constructor (client: RedisClient, options: { now?: () => number } = {}) {
     this.#now = options.now ?? Date.now
     this.#clock = redisClock(client)
-    client.defineCommand('emailOtpReceiptEpoch', { lua: EPOCH_LUA, numberOfKeys: 1 })
-    client.defineCommand('emailOtpReceiptRedeem', { lua: REDEEM_LUA, numberOfKeys: 2 })
+    client.defineCommand('emailOtpReceiptEpoch', { lua: RECEIPT_EPOCH_LUA, numberOfKeys: 1 })
+    client.defineCommand('emailOtpReceiptRedeem', { lua: RECEIPT_REDEEM_LUA, numberOfKeys: 2 })
     const methods = client as unknown as Record<string, Command | undefined>
     const epoch = methods.emailOtpReceiptEpoch
     const redeem = methods.emailOtpReceiptRedeem

@@ -1,8 +1,10 @@
 import type { RedisClient } from './client.js'
+import { WEBHOOK_INDEX, WEBHOOK_LEGACY, webhookTenantKeys } from './keys.js'
 import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, parseDelivery, revived, tenantOf,
   type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
 } from '../webhook-queue.js'
+import { WEBHOOK_ADD_DEAD_LUA, WEBHOOK_BACKLOG_LUA, WEBHOOK_BURY_LUA, WEBHOOK_CLAIM_LUA, WEBHOOK_COMPLETE_LUA, WEBHOOK_ENQUEUE_LUA, WEBHOOK_INDEX_LUA, WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_REPLAY_LUA, WEBHOOK_REQUEUE_LUA, WEBHOOK_RETRY_LUA, WEBHOOK_UNINDEX_LUA } from './scripts.js'
 
 /*
  * Keys. Each tenant's queue has keys of its own, with the tenant in the hash tag, so that every
@@ -27,15 +29,12 @@ import {
  * its queue empty, on condition that its version did not change meanwhile: work added after
  * that claim comes with a newer version, so it is never left unindexed.
  */
-const ROOT = 'webhooks:{webhooks}:'
-const INDEX = `${ROOT}tenants`
-const VERSION = `${ROOT}version`
-const DEAD_INDEX = `${ROOT}dead-tenants`
-const LEGACY = { stream: `${ROOT}stream`, retry: `${ROOT}retry`, dead: `${ROOT}dead`, lock: `${ROOT}legacy-lock` }
+const INDEX = WEBHOOK_INDEX.tenants
+const VERSION = WEBHOOK_INDEX.version
+const DEAD_INDEX = WEBHOOK_INDEX.deadTenants
+const LEGACY = WEBHOOK_LEGACY
 const GROUP = 'workers'
 const STREAM_ID = /^[0-9]{1,20}-[0-9]{1,20}$/
-/** Due retries moved back to the stream per claim. */
-const PROMOTE_BATCH = 100
 /** Deliveries drained from the old layout per claim. */
 const LEGACY_BATCH = 500
 /** How long the instance draining the old layout keeps the others off. */
@@ -43,254 +42,21 @@ const LEGACY_LOCK_MS = 30_000
 /** Once the old layout was found empty, how long before looking again (an older instance may still queue there). */
 const LEGACY_RECHECK_MS = 60_000
 
-interface TenantKeys {
-  stream: string
-  retry: string
-  dead: string
-  once: (key: string) => string
-}
-
-function keysOf (tenant: string): TenantKeys {
-  const prefix = `webhooks:{webhooks:${tenant}}:`
-  return { stream: `${prefix}stream`, retry: `${prefix}retry`, dead: `${prefix}dead`, once: (key) => `${prefix}once:${key}` }
-}
-
-/** Creates the consumer group with the stream, so that nothing queued is read past. */
-const ENSURE_GROUP_LUA = `
-local function ensureGroup (stream, group)
-  if redis.call('EXISTS', stream) == 0 then redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM') end
-end
-`
-
-/**
- * Moves a tenant's longest-waiting deliveries to its dead letters until stream and retries hold
- * at most `cap`: retries first (due last first: they failed most), then the oldest entries no
- * consumer holds (those after the last held one, which every settled entry before it left).
- */
-const MAKE_ROOM_LUA = `
-local function makeRoom (stream, retry, dead, group, cap)
-  local over = redis.call('XLEN', stream) + redis.call('ZCARD', retry) - cap
-  if over <= 0 then return 0 end
-  local moved = 0
-  for _, member in ipairs(redis.call('ZRANGE', retry, 0, over - 1, 'REV')) do
-    redis.call('ZREM', retry, member)
-    redis.call('XADD', dead, 'MAXLEN', cap, '*', 'd', member, 'why', 'overflow')
-    moved = moved + 1
-  end
-  if moved < over then
-    local from = '-'
-    local pending = redis.pcall('XPENDING', stream, group)
-    if type(pending) == 'table' and not pending.err and pending[1] > 0 then from = '(' .. pending[3] end
-    for _, entry in ipairs(redis.call('XRANGE', stream, from, '+', 'COUNT', over - moved)) do
-      redis.call('XDEL', stream, entry[1])
-      redis.call('XADD', dead, 'MAXLEN', cap, '*', 'd', entry[2][2], 'why', 'overflow')
-      moved = moved + 1
-    end
-  end
-  return moved
-end
-`
-
-/** KEYS stream, retry, dead, once key. ARGV group, once ttl ms ('0': none), cap, then the deliveries. Reply { queued, overflowed }. */
-const ENQUEUE_LUA = `${ENSURE_GROUP_LUA}${MAKE_ROOM_LUA}
-if ARGV[2] ~= '0' and not redis.call('SET', KEYS[4], '1', 'PX', ARGV[2], 'NX') then return { 0, 0 } end
-ensureGroup(KEYS[1], ARGV[1])
-for i = 4, #ARGV do redis.call('XADD', KEYS[1], '*', 'd', ARGV[i]) end
-return { 1, makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[3])) }
-`
-
-/** KEYS stream, retry, dead. ARGV group, cap, then due ms and delivery pairs. Reply: how many overflowed. */
-const REQUEUE_LUA = `${ENSURE_GROUP_LUA}${MAKE_ROOM_LUA}
-ensureGroup(KEYS[1], ARGV[1])
-for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1]) end
-return makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]))
-`
-
-/**
- * KEYS stream, retry. ARGV group, consumer, now ms, max, stuck ms, autoclaim cursor.
- * Reply { next cursor, stream length, first retry's due ms or '', then { id, { 'd', delivery } } per
- * claimed entry }. A queue left with nothing waiting, held or due later is deleted.
- */
-const CLAIM_LUA = `${ENSURE_GROUP_LUA}
-ensureGroup(KEYS[1], ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, ${PROMOTE_BATCH})
-for _, member in ipairs(due) do
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('XADD', KEYS[1], '*', 'd', member)
-end
-local max = tonumber(ARGV[4])
-local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], 'COUNT', max)
-local reply = { taken[1], 0, '' }
-for _, entry in ipairs(taken[2]) do
-  if entry[2] then reply[#reply + 1] = entry end
-end
-if #reply - 3 < max then
-  local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', max - #reply + 3, 'STREAMS', KEYS[1], '>')
-  if fresh then
-    for _, entry in ipairs(fresh[1][2]) do reply[#reply + 1] = entry end
-  end
-end
-reply[2] = redis.call('XLEN', KEYS[1])
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first[2] then reply[3] = first[2] end
-if reply[2] == 0 and not first[2] then redis.call('DEL', KEYS[1]) end
-return reply
-`
-
-/** Settling a delivery the consumer holds: the check every settle script starts with. */
-const HELD_LUA = `
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[3])
-if #held == 0 then return 0 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-`
-
-/** KEYS stream. ARGV group, entry id, consumer. */
-const COMPLETE_LUA = `${HELD_LUA}
-return 1
-`
-
-/** KEYS stream, retry. ARGV group, entry id, consumer, delivery, due ms. */
-const RETRY_LUA = `${HELD_LUA}
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
-return 1
-`
-
-/** KEYS stream, dead. ARGV group, entry id, consumer, delivery, cap. */
-const BURY_LUA = `${HELD_LUA}
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], '*', 'd', ARGV[4], 'why', 'failed')
-return 1
-`
-
-/** KEYS dead. ARGV cap, then deliveries given up. */
-const ADD_DEAD_LUA = `
-for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', 'd', ARGV[i], 'why', 'failed') end
-return 1
-`
-
-/**
- * KEYS dead, stream, retry. ARGV dead letter id, group, cap, delivery. Moves it once, however many
- * replay it, and only into a queue below its cap. Reply 1 moved, 0 no such letter, 2 queue full.
- */
-const REPLAY_LUA = `${ENSURE_GROUP_LUA}
-if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
-if redis.call('XLEN', KEYS[2]) + redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 2 end
-redis.call('XDEL', KEYS[1], ARGV[1])
-ensureGroup(KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[2], '*', 'd', ARGV[4])
-return 1
-`
-
-/** KEYS index, version, dead index. ARGV tenant, '1' when work was added, '1' when dead letters were. */
-const INDEX_LUA = `
-if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1]) end
-if ARGV[3] == '1' then redis.call('SADD', KEYS[3], ARGV[1]) end
-return 1
-`
-
-/** KEYS index. ARGV tenant, the version its queue was found empty at. */
-const UNINDEX_LUA = `
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 1
-`
-
-/**
- * KEYS old stream, retry, dead, lock. ARGV group, consumer, stuck ms, count, lock ms.
- * Reply { 0 } nothing left, { 1 } another instance drains, or { 2, stream entries (held by the
- * consumer from now on), retries (member, score…), dead letters }.
- */
-const LEGACY_TAKE_LUA = `
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then return { 0 } end
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[2] then return { 1 } end
-redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
-local count = tonumber(ARGV[4])
-local entries = {}
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
-  local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', count)
-  for _, entry in ipairs(taken[2]) do
-    if entry[2] then entries[#entries + 1] = entry end
-  end
-  if #entries < count then
-    local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count - #entries, 'STREAMS', KEYS[1], '>')
-    if fresh then
-      for _, entry in ipairs(fresh[1][2]) do entries[#entries + 1] = entry end
-    end
-  end
-  if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
-end
-return { 2, entries, redis.call('ZRANGE', KEYS[2], 0, count - 1, 'WITHSCORES'), redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', count) }
-`
-
-/**
- * KEYS old stream, retry, dead. ARGV group, consumer, then three lists, each its length first:
- * stream entry ids (acknowledged and deleted if the consumer still holds them), retry members,
- * dead letter ids. Emptied keys are deleted.
- */
-const LEGACY_DONE_LUA = `
-local at = 3
-local count = tonumber(ARGV[at])
-for i = at + 1, at + count do
-  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-    redis.call('XDEL', KEYS[1], ARGV[i])
-  end
-end
-at = at + count + 1
-count = tonumber(ARGV[at])
-for i = at + 1, at + count do redis.call('ZREM', KEYS[2], ARGV[i]) end
-at = at + count + 1
-count = tonumber(ARGV[at])
-for i = at + 1, at + count do redis.call('XDEL', KEYS[3], ARGV[i]) end
-if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) == 0 then redis.call('DEL', KEYS[3]) end
-return 1
-`
-
-/**
- * A tenant's depth and the earliest `createdAtMs` among its stream (waiting and held) and its
- * retries: one pass over at most WEBHOOK_MAX_QUEUED_PER_TENANT entries, run at scrape time only.
- * The field is read by pattern, not decoded: the body inside is a JSON string whose quotes are
- * escaped, so its own fields never match.
- */
-const BACKLOG_LUA = `
-local oldest = nil
-local function consider (text)
-  local at = tonumber(string.match(text, '"createdAtMs":(%d+)'))
-  if at ~= nil and (oldest == nil or at < oldest) then oldest = at end
-end
-local depth = 0
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
-    local fields = entry[2]
-    for i = 1, #fields, 2 do if fields[i] == 'd' then consider(fields[i + 1]) end end
-    depth = depth + 1
-  end
-end
-for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  consider(member)
-  depth = depth + 1
-end
-if oldest == nil then return { depth, false } end
-return { depth, tostring(oldest) }
-`
-
 /** Names are specific to this service (and to this layout): defineCommand adds methods to a client others share. */
 const COMMANDS = {
-  enqueue: ['emailOtpTenantWebhookEnqueue', ENQUEUE_LUA, 4],
-  requeue: ['emailOtpTenantWebhookRequeue', REQUEUE_LUA, 3],
-  claim: ['emailOtpTenantWebhookClaim', CLAIM_LUA, 2],
-  complete: ['emailOtpTenantWebhookComplete', COMPLETE_LUA, 1],
-  retry: ['emailOtpTenantWebhookRetry', RETRY_LUA, 2],
-  bury: ['emailOtpTenantWebhookBury', BURY_LUA, 2],
-  addDead: ['emailOtpTenantWebhookAddDead', ADD_DEAD_LUA, 1],
-  replay: ['emailOtpTenantWebhookReplay', REPLAY_LUA, 3],
-  index: ['emailOtpWebhookIndex', INDEX_LUA, 3],
-  unindex: ['emailOtpWebhookUnindex', UNINDEX_LUA, 1],
-  legacyTake: ['emailOtpWebhookLegacyTake', LEGACY_TAKE_LUA, 4],
-  legacyDone: ['emailOtpWebhookLegacyDone', LEGACY_DONE_LUA, 3],
-  backlog: ['emailOtpTenantWebhookBacklog', BACKLOG_LUA, 2]
+  enqueue: ['emailOtpTenantWebhookEnqueue', WEBHOOK_ENQUEUE_LUA, 4],
+  requeue: ['emailOtpTenantWebhookRequeue', WEBHOOK_REQUEUE_LUA, 3],
+  claim: ['emailOtpTenantWebhookClaim', WEBHOOK_CLAIM_LUA, 2],
+  complete: ['emailOtpTenantWebhookComplete', WEBHOOK_COMPLETE_LUA, 1],
+  retry: ['emailOtpTenantWebhookRetry', WEBHOOK_RETRY_LUA, 2],
+  bury: ['emailOtpTenantWebhookBury', WEBHOOK_BURY_LUA, 2],
+  addDead: ['emailOtpTenantWebhookAddDead', WEBHOOK_ADD_DEAD_LUA, 1],
+  replay: ['emailOtpTenantWebhookReplay', WEBHOOK_REPLAY_LUA, 3],
+  index: ['emailOtpWebhookIndex', WEBHOOK_INDEX_LUA, 3],
+  unindex: ['emailOtpWebhookUnindex', WEBHOOK_UNINDEX_LUA, 1],
+  legacyTake: ['emailOtpWebhookLegacyTake', WEBHOOK_LEGACY_TAKE_LUA, 4],
+  legacyDone: ['emailOtpWebhookLegacyDone', WEBHOOK_LEGACY_DONE_LUA, 3],
+  backlog: ['emailOtpTenantWebhookBacklog', WEBHOOK_BACKLOG_LUA, 2]
 } as const
 
 type Command = (...keysAndArgs: string[]) => Promise<unknown>
@@ -365,7 +131,7 @@ export class RedisWebhookQueue implements WebhookQueue {
   async enqueue (deliveries: readonly Delivery[], once?: OnceKey): Promise<EnqueueResult> {
     const tenant = tenantOf(deliveries)
     if (tenant === null) return { queued: false, overflowed: 0 }
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     const ttl = once === undefined ? '0' : String(Math.max(1, Math.ceil(once.ttlMs)))
     const reply = await this.#commands.enqueue(keys.stream, keys.retry, keys.dead, once === undefined ? keys.stream : keys.once(once.key),
       GROUP, ttl, String(this.#perTenant), ...deliveries.map((delivery) => JSON.stringify(delivery)))
@@ -392,17 +158,17 @@ export class RedisWebhookQueue implements WebhookQueue {
   }
 
   async complete (consumer: string, claimed: ClaimedDelivery): Promise<void> {
-    await this.#commands.complete(keysOf(claimed.delivery.tenant).stream, GROUP, claimed.entryId, consumer)
+    await this.#commands.complete(webhookTenantKeys(claimed.delivery.tenant).stream, GROUP, claimed.entryId, consumer)
   }
 
   async retry (consumer: string, claimed: ClaimedDelivery, delivery: Delivery, dueMs: number): Promise<void> {
-    const keys = keysOf(claimed.delivery.tenant)
+    const keys = webhookTenantKeys(claimed.delivery.tenant)
     await this.#commands.retry(keys.stream, keys.retry, GROUP, claimed.entryId, consumer, JSON.stringify(delivery), String(Math.floor(dueMs)))
   }
 
   async bury (consumer: string, claimed: ClaimedDelivery, delivery: Delivery): Promise<void> {
     const { tenant } = claimed.delivery
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     if (await this.#commands.bury(keys.stream, keys.dead, GROUP, claimed.entryId, consumer, JSON.stringify(delivery), String(this.#perTenant)) === 1) {
       await this.#index(tenant, false, true)
     }
@@ -412,7 +178,7 @@ export class RedisWebhookQueue implements WebhookQueue {
     const tenants = tenant === null ? (await this.#client.smembers(DEAD_INDEX)).sort() : [tenant]
     const letters: DeadLetter[] = []
     for (const name of tenants) {
-      for (const entry of entries(await this.#client.xrevrange(keysOf(name).dead, '+', '-', 'COUNT', limit))) {
+      for (const entry of entries(await this.#client.xrevrange(webhookTenantKeys(name).dead, '+', '-', 'COUNT', limit))) {
         const letter = deadLetterOf(name, entry)
         if (letter !== null) letters.push(letter)
       }
@@ -430,7 +196,7 @@ export class RedisWebhookQueue implements WebhookQueue {
           result.unknown.push(id)
           continue
         }
-        const [entry] = entries(await this.#client.xrange(keysOf(parsed.tenant).dead, parsed.localId, parsed.localId))
+        const [entry] = entries(await this.#client.xrange(webhookTenantKeys(parsed.tenant).dead, parsed.localId, parsed.localId))
         const outcome = entry === undefined ? 0 : await this.#move(parsed.tenant, entry)
         if (outcome === 1) result.replayed++
         else if (outcome === 2) result.full++
@@ -439,7 +205,7 @@ export class RedisWebhookQueue implements WebhookQueue {
       return result
     }
     for (const name of tenant === null ? (await this.#client.smembers(DEAD_INDEX)).sort() : [tenant]) {
-      const dead = keysOf(name).dead
+      const dead = webhookTenantKeys(name).dead
       // Everything that is dead now, a page at a time; letters buried meanwhile stay.
       let remaining = await this.#client.xlen(dead)
       let from = '-'
@@ -465,13 +231,13 @@ export class RedisWebhookQueue implements WebhookQueue {
   }
 
   async depth (tenant: string): Promise<number> {
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     const [waiting, retries] = await Promise.all([this.#client.xlen(keys.stream), this.#client.zcard(keys.retry)])
     return waiting + retries
   }
 
   async backlog (tenant: string): Promise<Backlog> {
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     const reply = await this.#commands.backlog(keys.stream, keys.retry)
     if (!Array.isArray(reply) || typeof reply[0] !== 'number') throw new Error(`unexpected reply from the webhook backlog script: ${JSON.stringify(reply)}`)
     return { depth: reply[0], oldestCreatedAtMs: typeof reply[1] === 'string' ? Number(reply[1]) : null }
@@ -521,7 +287,7 @@ export class RedisWebhookQueue implements WebhookQueue {
     }
     const tenants = new Set([...fresh.keys(), ...retries.keys(), ...dead.keys()])
     for (const tenant of tenants) {
-      const keys = keysOf(tenant)
+      const keys = webhookTenantKeys(tenant)
       let moved = 0
       const queued = fresh.get(tenant) ?? []
       if (queued.length > 0) {
@@ -545,7 +311,7 @@ export class RedisWebhookQueue implements WebhookQueue {
   async close (): Promise<void> {}
 
   async #take (tenant: string, version: string, consumer: string, want: number, stuckMs: number, now: number): Promise<ClaimedDelivery[]> {
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     const reply = await this.#commands.claim(keys.stream, keys.retry, GROUP, consumer, String(now), String(want), String(stuckMs), this.#cursors.get(tenant) ?? '0-0')
     if (!Array.isArray(reply) || typeof reply[0] !== 'string') throw new Error(`unexpected reply from the webhook claim script: ${JSON.stringify(reply)}`)
     this.#cursors.set(tenant, reply[0])
@@ -574,7 +340,7 @@ export class RedisWebhookQueue implements WebhookQueue {
   async #move (tenant: string, entry: StreamEntry): Promise<number> {
     const delivery = deliveryOf(entry)
     if (delivery === null) return 0
-    const keys = keysOf(tenant)
+    const keys = webhookTenantKeys(tenant)
     const outcome = Number(await this.#commands.replay(keys.dead, keys.stream, keys.retry, entry[0], GROUP, String(this.#perTenant), JSON.stringify(revived(delivery, this.#now()))))
     if (outcome === 1) await this.#index(tenant, true, false)
     return outcome

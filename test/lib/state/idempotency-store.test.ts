@@ -178,17 +178,17 @@ t.test('RedisIdempotencyStore', redisTestOptions(), async (t) => {
   idempotencyStoreSuite(t, () => new RedisIdempotencyStore(client))
 
   t.test('both keys carry the scope as hash tag and expire', async (t) => {
-    const idem = new RedisIdempotencyStore(client, { prefix: 'i:' })
+    const idem = new RedisIdempotencyStore(client)
     const key = freshKey()
     await idem.begin('acme:live', key, 'fp', TTL, LOCK)
-    const stored = (await client.keys('i:*')).sort()
-    t.strictSame(stored, [`i:{acme:live}:l:${key}`, `i:{acme:live}:r:${key}`])
+    const stored = (await client.keys(`idem:{acme:live}:?:${key}`)).sort()
+    t.strictSame(stored, [`idem:{acme:live}:l:${key}`, `idem:{acme:live}:r:${key}`])
     for (const name of stored) {
       const ttl = await client.pttl(name)
       t.ok(ttl > 0 && ttl <= (name.includes(':l:') ? LOCK : TTL), `${name} expires in ${ttl} ms`)
     }
     await idem.complete('acme:live', key, 'fp', accepted, TTL)
-    t.strictSame(await client.keys('i:*'), [`i:{acme:live}:r:${key}`], 'completion releases the lock')
+    t.strictSame(await client.keys(`idem:{acme:live}:?:${key}`), [`idem:{acme:live}:r:${key}`], 'completion releases the lock')
   })
 
   t.test('two instances on one server: exactly one claim', async (t) => {
