@@ -14,7 +14,8 @@ import { RedisQuotaStore } from './redis/quota-store.js'
 import { MemoryRedemptionStore } from './memory/redemption-store.js'
 import type { RedemptionStore } from './redemptions.js'
 import { RedisRedemptionStore } from './redis/redemption-store.js'
-import type { RedisClient } from './redis/client.js'
+import type { RedisTopology } from '../config.js'
+import { createToolRedisClient, type RedisClient } from './redis/client.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
 import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
@@ -112,4 +113,14 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     },
     close: async () => {}
   }
+}
+
+/**
+ * The webhook queue in Redis for a command-line tool, on a short-lived connection of its own:
+ * `close` ends it. Its errors surface as the queue's rejections, not as events.
+ */
+export function openRedisWebhookQueue (topology: RedisTopology, limits: WebhookQueueLimits): { queue: WebhookQueue, close: () => void } {
+  const client = createToolRedisClient(topology)
+  client.on('error', () => {})
+  return { queue: new RedisWebhookQueue(client, limits), close: () => { client.disconnect() } }
 }

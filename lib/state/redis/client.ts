@@ -110,3 +110,28 @@ function createClient (topology: RedisTopology, { commandTimeoutMs, connectTimeo
       })
   }
 }
+
+/** A short-lived client for one command of a command-line tool: a few retries, then a clear failure. */
+export function createToolRedisClient (topology: RedisTopology): RedisClient {
+  const options = { maxRetriesPerRequest: 2, connectTimeout: 5000, retryStrategy: (attempt: number) => attempt > 3 ? null : 200 * attempt }
+  switch (topology.kind) {
+    case 'single':
+      return new Redis(topology.url, options)
+    case 'sentinel':
+      return new Redis({
+        ...options,
+        sentinels: topology.sentinels,
+        name: topology.name,
+        role: 'master',
+        username: topology.username ?? undefined,
+        password: topology.password ?? undefined,
+        tls: topology.tls ? {} : undefined,
+        enableTLSForSentinelMode: topology.tls
+      })
+    case 'cluster':
+      return new Cluster(topology.nodes, {
+        scaleReads: 'master',
+        redisOptions: { ...options, username: topology.username ?? undefined, password: topology.password ?? undefined, tls: topology.tls ? {} : undefined }
+      })
+  }
+}
