@@ -118,10 +118,9 @@ export interface WebhookQueue {
    * its queue is below its cap.
    */
   replay (tenant: string | null, ids: readonly string[] | null): Promise<ReplayResult>
-  /** Deliveries of `tenant` queued: waiting, held or due for a retry. */
-  depth (tenant: string): Promise<number>
   /**
-   * What an operator watches (/metrics): the deliveries of `tenant` queued (as `depth`), and
+   * What an operator watches (/metrics): the deliveries of `tenant` queued (`depth`: waiting,
+   * held or due for a retry), and
    * when the longest-waiting of them was queued (its `createdAtMs`; null when none is).
    */
   backlog (tenant: string): Promise<Backlog>

@@ -91,5 +91,5 @@ t.test('on a real Redis, with only REDIS_URL set (no OTP_HMAC_KEYS: the CLI sign
 
   const replayed = await npmWebhooks(['dead-letters', 'replay', '--id', letter.id], env)
   t.same([replayed.code, replayed.stdout], [0, 'replayed 1 dead letter\n'])
-  t.equal(await queue.depth('acme'), 1, 'queued again')
+  t.equal((await queue.backlog('acme')).depth, 1, 'queued again')
 })

@@ -127,10 +127,6 @@ export class MemoryWebhookQueue implements WebhookQueue {
     return result
   }
 
-  async depth (tenant: string): Promise<number> {
-    return this.#tenants.get(tenant)?.queued ?? 0
-  }
-
   async backlog (tenant: string): Promise<Backlog> {
     const queue = this.#tenants.get(tenant)
     if (queue === undefined) return { depth: 0, oldestCreatedAtMs: null }

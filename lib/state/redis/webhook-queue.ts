@@ -230,12 +230,6 @@ export class RedisWebhookQueue implements WebhookQueue {
     return result
   }
 
-  async depth (tenant: string): Promise<number> {
-    const keys = webhookTenantKeys(tenant)
-    const [waiting, retries] = await Promise.all([this.#client.xlen(keys.stream), this.#client.zcard(keys.retry)])
-    return waiting + retries
-  }
-
   async backlog (tenant: string): Promise<Backlog> {
     const keys = webhookTenantKeys(tenant)
     const reply = await this.#commands.backlog(keys.stream, keys.retry)
