@@ -26,7 +26,7 @@ export function scopeTag (tenantId: string, mode: KeyMode): string {
   return `{${tenantScope(tenantId, mode)}}`
 }
 
-/** The tenant scope (`{acme:live}`) of a key built with scopeTag: what the in-process token store caps tokens per. */
+/** A key up to its tenant hash tag (`otp:{acme:live}`): what the in-process token store caps tokens per. */
 export function scopeTagOf (key: string): string {
   return key.slice(0, key.indexOf('}') + 1)
 }

@@ -6,6 +6,7 @@
  */
 import t from 'tap'
 import { Redis } from 'ioredis'
+import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/redis/keys.js'
 import { hashKey, generateKey } from '../../../../lib/tenants/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../../../helper.js'
 import { redisTestOptions, startRedis } from '../../../support/redis.js'
@@ -121,4 +122,12 @@ t.test('the flows leave the key names deployed instances use', { ...redisTestOpt
     cursor = next
   } while (cursor !== '0')
   t.same([...found].sort(), MAIN_KEY_PATTERNS, 'the key patterns of main')
+})
+
+t.test('the keys a script derives share the slot of the key they derive from', async (t) => {
+  const tag = (key: string): string | undefined => /\{[^}]*\}/.exec(key)?.[0]
+  // The verify script builds the lockout key from this prefix and the lane subject it reads in the token.
+  t.equal(tag(lockoutKeyPrefix('acme', 'live') + 'browser:tag'), tag(tokenKey('acme', 'live', 'request')))
+  t.equal(tag(lockoutKey('acme', 'live', 'tag')), tag(tokenKey('acme', 'live', 'request')))
+  t.not(tag(lockoutKeyPrefix('acme', 'live')), tag(tokenKey('acme', 'test', 'request')), 'the sandbox is another slot')
 })
