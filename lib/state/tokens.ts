@@ -14,6 +14,9 @@ export interface TokenStore {
   ready (): Promise<boolean>
 }
 
+/** Between the parts of a token's record; the verify script splits records on it too. */
+export const TOKEN_RECORD_SEPARATOR = '|'
+
 /**
  * What a token holds: the code's stored form (`keyId.mac`), the mailbox as its lane counts it
  * (the keyed tag of the recipient's mailbox, prefixed by `browser:` for a code a restricted
@@ -23,7 +26,7 @@ export interface TokenStore {
  * the address.
  */
 export function tokenRecord (storedForm: string, laneSubject: string, addressHash: string): string {
-  return `${storedForm}|${laneSubject}|${addressHash}`
+  return [storedForm, laneSubject, addressHash].join(TOKEN_RECORD_SEPARATOR)
 }
 
 /**
@@ -32,6 +35,6 @@ export function tokenRecord (storedForm: string, laneSubject: string, addressHas
  * lane's subject.
  */
 export function splitRecord (record: string): { storedForm: string, laneSubject: string, addressHash: string | null } {
-  const [storedForm = '', laneSubject = '', addressHash = null] = record.split('|', 3)
+  const [storedForm = '', laneSubject = '', addressHash = null] = record.split(TOKEN_RECORD_SEPARATOR, 3)
   return { storedForm, laneSubject, addressHash }
 }

@@ -1,3 +1,4 @@
+import { TOKEN_RECORD_SEPARATOR } from '../tokens.js'
 import { FENCE_LUA, UNDO_SHEBANG, WRITES_SHEBANG } from './fence.js'
 
 /*
@@ -287,8 +288,8 @@ if exceeded > 0 then
   return reply
 end
 setTokenAside(KEYS[1], ARGV[#ARGV - 1])
-local stored, tag, hash = string.match(record, '^([^|]*)|([^|]*)|([^|]*)$')
-if stored == nil then stored, tag = string.match(record, '^([^|]*)|([^|]*)$') end
+local stored, tag, hash = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$')
+if stored == nil then stored, tag = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$') end
 reply[1] = ${VERIFY.mismatch}
 if tag == nil then return reply end
 reply[4] = hash or ''
@@ -387,6 +388,9 @@ return 1
 
 /* Webhook queues (lib/state/redis/webhook-queue.ts). */
 
+/** The fields of a webhook stream entry: the delivery (JSON) and, in the dead letters, why it is there. */
+export const WEBHOOK_ENTRY = { delivery: 'd', reason: 'why' } as const
+
 /** Due retries moved back to the stream per claim. */
 const PROMOTE_BATCH = 100
 
@@ -408,7 +412,7 @@ local function makeRoom (stream, retry, dead, group, cap)
   local moved = 0
   for _, member in ipairs(redis.call('ZRANGE', retry, 0, over - 1, 'REV')) do
     redis.call('ZREM', retry, member)
-    redis.call('XADD', dead, 'MAXLEN', cap, '*', 'd', member, 'why', 'overflow')
+    redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', member, '${WEBHOOK_ENTRY.reason}', 'overflow')
     moved = moved + 1
   end
   if moved < over then
@@ -417,7 +421,7 @@ local function makeRoom (stream, retry, dead, group, cap)
     if type(pending) == 'table' and not pending.err and pending[1] > 0 then from = '(' .. pending[3] end
     for _, entry in ipairs(redis.call('XRANGE', stream, from, '+', 'COUNT', over - moved)) do
       redis.call('XDEL', stream, entry[1])
-      redis.call('XADD', dead, 'MAXLEN', cap, '*', 'd', entry[2][2], 'why', 'overflow')
+      redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', entry[2][2], '${WEBHOOK_ENTRY.reason}', 'overflow')
       moved = moved + 1
     end
   end
@@ -428,7 +432,7 @@ end
 export const WEBHOOK_ENQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}
 if ARGV[2] ~= '0' and not redis.call('SET', KEYS[4], '1', 'PX', ARGV[2], 'NX') then return { 0, 0 } end
 ensureGroup(KEYS[1], ARGV[1])
-for i = 4, #ARGV do redis.call('XADD', KEYS[1], '*', 'd', ARGV[i]) end
+for i = 4, #ARGV do redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i]) end
 return { 1, makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[3])) }
 `
 /** KEYS stream, retry, dead. ARGV group, cap, then due ms and delivery pairs. Reply: how many overflowed. */
@@ -447,7 +451,7 @@ ensureGroup(KEYS[1], ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, ${PROMOTE_BATCH})
 for _, member in ipairs(due) do
   redis.call('ZREM', KEYS[2], member)
-  redis.call('XADD', KEYS[1], '*', 'd', member)
+  redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', member)
 end
 local max = tonumber(ARGV[4])
 local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], 'COUNT', max)
@@ -485,12 +489,12 @@ return 1
 `
 /** KEYS stream, dead. ARGV group, entry id, consumer, delivery, cap. */
 export const WEBHOOK_BURY_LUA = `${WEBHOOK_HELD_LUA}
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], '*', 'd', ARGV[4], 'why', 'failed')
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4], '${WEBHOOK_ENTRY.reason}', 'failed')
 return 1
 `
 /** KEYS dead. ARGV cap, then deliveries given up. */
 export const WEBHOOK_ADD_DEAD_LUA = `
-for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', 'd', ARGV[i], 'why', 'failed') end
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i], '${WEBHOOK_ENTRY.reason}', 'failed') end
 return 1
 `
 /**
@@ -502,7 +506,7 @@ if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
 if redis.call('XLEN', KEYS[2]) + redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 2 end
 redis.call('XDEL', KEYS[1], ARGV[1])
 ensureGroup(KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[2], '*', 'd', ARGV[4])
+redis.call('XADD', KEYS[2], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4])
 return 1
 `
 /** KEYS index, version, dead index. ARGV tenant, '1' when work was added, '1' when dead letters were. */
@@ -584,7 +588,7 @@ local depth = 0
 if redis.call('EXISTS', KEYS[1]) == 1 then
   for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
     local fields = entry[2]
-    for i = 1, #fields, 2 do if fields[i] == 'd' then consider(fields[i + 1]) end end
+    for i = 1, #fields, 2 do if fields[i] == '${WEBHOOK_ENTRY.delivery}' then consider(fields[i + 1]) end end
     depth = depth + 1
   end
 end

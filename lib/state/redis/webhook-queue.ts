@@ -4,7 +4,7 @@ import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, parseDelivery, revived, tenantOf,
   type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
 } from '../webhook-queue.js'
-import { WEBHOOK_ADD_DEAD_LUA, WEBHOOK_BACKLOG_LUA, WEBHOOK_BURY_LUA, WEBHOOK_CLAIM_LUA, WEBHOOK_COMPLETE_LUA, WEBHOOK_ENQUEUE_LUA, WEBHOOK_INDEX_LUA, WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_REPLAY_LUA, WEBHOOK_REQUEUE_LUA, WEBHOOK_RETRY_LUA, WEBHOOK_UNINDEX_LUA } from './scripts.js'
+import { WEBHOOK_ADD_DEAD_LUA, WEBHOOK_BACKLOG_LUA, WEBHOOK_BURY_LUA, WEBHOOK_CLAIM_LUA, WEBHOOK_COMPLETE_LUA, WEBHOOK_ENQUEUE_LUA, WEBHOOK_ENTRY, WEBHOOK_INDEX_LUA, WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_REPLAY_LUA, WEBHOOK_REQUEUE_LUA, WEBHOOK_RETRY_LUA, WEBHOOK_UNINDEX_LUA } from './scripts.js'
 
 /*
  * Keys. Each tenant's queue has keys of its own, with the tenant in the hash tag, so that every
@@ -76,14 +76,14 @@ function field (entry: StreamEntry, name: string): string | undefined {
 
 /** The delivery in a stream entry's `d` field; null for an entry that holds none. */
 function deliveryOf (entry: StreamEntry): Delivery | null {
-  const text = field(entry, 'd')
+  const text = field(entry, WEBHOOK_ENTRY.delivery)
   return text === undefined ? null : parseDelivery(text)
 }
 
 function deadLetterOf (tenant: string, entry: StreamEntry): DeadLetter | null {
   const delivery = deliveryOf(entry)
   if (delivery === null) return null
-  const reason: DeadReason = field(entry, 'why') === 'overflow' ? 'overflow' : 'failed'
+  const reason: DeadReason = field(entry, WEBHOOK_ENTRY.reason) === 'overflow' ? 'overflow' : 'failed'
   return { id: deadLetterId(tenant, entry[0]), deadAtMs: Number(entry[0].split('-')[0]), reason, delivery }
 }
 
@@ -277,7 +277,7 @@ export class RedisWebhookQueue implements WebhookQueue {
     for (const entry of entries(deadReply)) {
       deadIds.push(entry[0])
       const delivery = deliveryOf(entry)
-      if (delivery !== null) add(dead, delivery.tenant, field(entry, 'd') as string)
+      if (delivery !== null) add(dead, delivery.tenant, field(entry, WEBHOOK_ENTRY.delivery) as string)
     }
     const tenants = new Set([...fresh.keys(), ...retries.keys(), ...dead.keys()])
     for (const tenant of tenants) {
