@@ -1,7 +1,5 @@
-import { Cluster, Redis } from 'ioredis'
-import { ConfigError, parseRedisToolConfig, type RedisTopology } from '../lib/config.js'
-import type { RedisClient } from '../lib/redis/client.js'
-import { RedisWebhookQueue } from '../lib/webhooks/redis-queue.js'
+import { ConfigError, parseRedisToolConfig } from '../lib/config.js'
+import { openRedisWebhookQueue } from '../lib/state/index.js'
 import { TENANT_ID_PATTERN } from '../schemas/tenants.js'
 import { WebhookPayloadsDocument } from '../schemas/webhooks.js'
 import { CommandError, helpFor, parse, text, UsageError, type Io } from './program.js'
@@ -38,31 +36,6 @@ schema prints the JSON Schema of the webhook payloads (schemas/webhooks.schema.j
 /** The JSON Schema document of every webhook body, as published in schemas/webhooks.schema.json. */
 export function webhooksJsonSchema (): string {
   return JSON.stringify({ $schema: 'http://json-schema.org/draft-07/schema#', ...WebhookPayloadsDocument }, null, 2) + '\n'
-}
-
-/** A short-lived client for one command: a few retries, then a clear failure. */
-function connect (topology: RedisTopology): RedisClient {
-  const options = { maxRetriesPerRequest: 2, connectTimeout: 5000, retryStrategy: (attempt: number) => attempt > 3 ? null : 200 * attempt }
-  switch (topology.kind) {
-    case 'single':
-      return new Redis(topology.url, options)
-    case 'sentinel':
-      return new Redis({
-        ...options,
-        sentinels: topology.sentinels,
-        name: topology.name,
-        role: 'master',
-        username: topology.username ?? undefined,
-        password: topology.password ?? undefined,
-        tls: topology.tls ? {} : undefined,
-        enableTLSForSentinelMode: topology.tls
-      })
-    case 'cluster':
-      return new Cluster(topology.nodes, {
-        scaleReads: 'master',
-        redisOptions: { ...options, username: topology.username ?? undefined, password: topology.password ?? undefined, tls: topology.tls ? {} : undefined }
-      })
-  }
 }
 
 const plural = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`
@@ -110,10 +83,8 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   if (config.redis === null) {
     throw new CommandError('dead letters are kept in Redis: set REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) as for the service. Without Redis they live in the service process and are only logged.')
   }
-  const client = connect(config.redis)
-  client.on('error', () => {})
+  const { queue, close } = openRedisWebhookQueue(config.redis, { perTenant: config.webhooks.maxQueuedPerTenant })
   try {
-    const queue = new RedisWebhookQueue(client, { perTenant: config.webhooks.maxQueuedPerTenant })
     const redisFailure = (error: unknown): CommandError => new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
     if (action === 'list') {
       const letters = await queue.deadLetters(tenant, limit).catch((error: unknown) => { throw redisFailure(error) })
@@ -142,6 +113,6 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     if (result.full > 0) problems.push(`${plural(result.full, 'dead letter')} left: the tenant's queue is full (WEBHOOK_MAX_QUEUED_PER_TENANT); replay once it has drained`)
     if (problems.length > 0) throw new CommandError(problems.join('; '))
   } finally {
-    client.disconnect()
+    close()
   }
 }

@@ -1,9 +1,7 @@
 import type { Writable } from 'node:stream'
 import type { Logger } from 'pino'
 import { admissionPolicy } from './admission/plan.js'
-import { createBackend, type Backend } from './backend.js'
 import type { Config } from './config.js'
-import { MemoryFeedbackDedupe, RedisFeedbackDedupe } from './feedback/dedupe.js'
 import { SesFeedback } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
@@ -17,13 +15,14 @@ import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
-import { createRedisClient, type RedisClient } from './redis/client.js'
 import { SandboxMessages } from './sandbox/messages.js'
+import { createState, type State } from './state/index.js'
+import { createRedisClient, type RedisClient } from './state/redis/client.js'
+import type { Backlog } from './state/webhook-queue.js'
 import type { TenantRegistry } from './tenants/registry.js'
 import { openTenantDirectory, type TenantDirectory } from './tenants/tenants-directory.js'
 import { AddressPolicy } from './webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from './webhooks/events.js'
-import type { Backlog } from './webhooks/queue.js'
 import { sendWebhook } from './webhooks/sender.js'
 import { WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
 
@@ -60,7 +59,7 @@ export interface Services {
   /** The shared Redis connection, or null on the in-memory default. */
   readonly redis: RedisClient | null
   /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox, webhook queue. */
-  readonly backend: Backend
+  readonly backend: State
   readonly tenants: TenantDirectory
   readonly blocklists: Blocklists
   readonly mailer: Mailer
@@ -90,7 +89,7 @@ const WEBHOOK_STUCK_MARGIN_MS = 30_000
 const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 
 /**
- * The one Redis connection of the process (lib/redis/client.ts builds it for the configured
+ * The one Redis connection of the process (lib/state/redis/client.ts builds it for the configured
  * topology), shared by every store. The client reconnects forever in the background (and
  * follows failovers), so the service recovers by itself. This waits one connect timeout at
  * most: a process started during an outage serves 503 and reports not-ready until Redis
@@ -178,7 +177,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       redis = options.redis
     }
 
-    const backend = createBackend(redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, replicaAcks: config.redisReplicaAcks, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log })
+    const backend = createState(redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, replicaAcks: config.redisReplicaAcks, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log })
     stops.push(async () => { await backend.close() })
     const tenants = await openTenantDirectory(config, log)
     stops.push(() => { tenants.close() })
@@ -256,7 +255,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
-      dedupe: redis === null ? new MemoryFeedbackDedupe() : new RedisFeedbackDedupe(redis),
+      dedupe: backend.feedbackDedupe,
       tenant: (id) => tenants.current.tenants.get(id),
       async apply ({ tenant, mode, requestId, address, type, bounceType, suppress }) {
         const addressHash = receipts.addressHash(tenant, address)

@@ -50,7 +50,7 @@ export function withStoreBudget<T> (timeoutMs: number | null, work: () => T): T 
  * The operation, or a timeout after `timeoutMs`. The timeout is decided one turn of the event
  * loop after its timer fires, once replies already received have been read: on a busy process
  * a timer can fire late, in the same turn as the reply it would otherwise beat, and a reply
- * received is a script that ran (lib/redis/fence.ts).
+ * received is a script that ran (lib/state/redis/fence.ts).
  */
 async function bounded<T> (operation: Promise<T>, timeoutMs: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
@@ -65,7 +65,7 @@ async function bounded<T> (operation: Promise<T>, timeoutMs: number): Promise<T>
 }
 
 /**
- * A timeout, or a fenced script that started too late (lib/redis/fence.ts): either way Redis
+ * A timeout, or a fenced script that started too late (lib/state/redis/fence.ts): either way Redis
  * is not answering in time.
  */
 function stalledBy (error: unknown): boolean {

@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Services, ServicesObservers } from '../lib/compose.js'
 import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
-import type { Backlog } from '../lib/webhooks/queue.js'
+import type { Backlog } from '../lib/state/webhook-queue.js'
 
 export interface Metrics {
   readonly registry: Registry

@@ -1,7 +1,7 @@
 import type { Writable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Backend } from '../lib/backend.js'
+import type { State } from '../lib/state/index.js'
 import { createServices } from '../lib/compose.js'
 import { apiError } from '../lib/errors.js'
 import type { SesFeedback } from '../lib/feedback/ses-feedback.js'
@@ -11,7 +11,7 @@ import type { Blocklists } from '../lib/net/blocklist.js'
 import type { Caller, OtpService } from '../lib/otp/service.js'
 import type { UsageService } from '../lib/quota/usage.js'
 import type { Receipts } from '../lib/receipts/receipts.js'
-import type { RedisClient } from '../lib/redis/client.js'
+import type { RedisClient } from '../lib/state/redis/client.js'
 import type { SandboxMessages } from '../lib/sandbox/messages.js'
 import type { TenantDirectory } from '../lib/tenants/tenants-directory.js'
 import type { EventSink } from '../lib/webhooks/events.js'
@@ -22,7 +22,7 @@ declare module 'fastify' {
     /** The shared Redis connection, or null on the embedded (in-memory) default. */
     redis: RedisClient | null
     /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox. */
-    backend: Backend
+    backend: State
     tenants: TenantDirectory
     blocklists: Blocklists
     mailer: Mailer

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { perKey } from '../plugins/external/rate-limit.js'
 import { apiError } from '../lib/errors.js'
-import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/sandbox/inbox.js'
+import { SANDBOX_MESSAGES_PER_ADDRESS } from '../lib/state/sandbox-inbox.js'
 import { SIMULATED_RECIPIENTS } from '../lib/sandbox/simulator.js'
 import { commonErrors, errorResponses, inputErrors } from '../schemas/errors.js'
 import { ref } from '../schemas/ref.js'

@@ -1,63 +1,18 @@
 import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
-import type { QuotaDecision } from '../quota/quota-store.js'
+import type { AdmissionStore, Exceeded } from '../state/admission.js'
+import type { QuotaDecision } from '../state/quota.js'
 import type { Audience, DispatchPlan, LimitHit, RefusalPlan, VerifyPlan } from './plan.js'
 import type { OverLimitMemory } from './over-limit.js'
 import type { WindowCount } from './velocity.js'
 
 /*
  * The admission gate: runs a request's plan as one atomic step on whatever holds the
- * counters (memory-admission.ts in process, redis-admission.ts as one script, one round trip),
+ * counters (lib/state/memory/admission.ts in process, lib/state/redis/admission.ts as one script, one round trip),
  * and turns the counts into a decision and the headers to send. The stores only count; the
  * gate alone decides what is refused and what the answer says, as @fastify/rate-limit's
  * plugin does for its stores.
  */
-
-/** The first limit a request went past, and its count. */
-export interface Exceeded {
-  limit: LimitHit
-  count: WindowCount
-}
-
-/**
- * What a store reports for a dispatch, counted and written atomically. `counts` follow the
- * plan's own limits, then its shared limits, up to the first one exceeded (the rest were not
- * counted).
- */
-export type DispatchCounts =
-  /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
-  | { kind: 'collision' }
-  | { kind: 'locked', counts: WindowCount[], lockedForMs: number }
-  /** The mailbox is suppressed (bounced or complained): nothing written, nothing charged. */
-  | { kind: 'suppressed', counts: WindowCount[] }
-  | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
-  | { kind: 'quota_exceeded', counts: WindowCount[], quota: QuotaDecision }
-  | { kind: 'issued', counts: WindowCount[], quota: QuotaDecision }
-
-/** What a store reports for a verify; `counts` as for a dispatch. */
-export type VerifyCounts =
-  | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
-  /** No such token (never issued, expired, used, another tenant's): only the caller's own limits were counted. */
-  | { kind: 'missing', counts: WindowCount[] }
-  /** The token was consumed while its recipient is locked: not compared, not counted. */
-  | { kind: 'locked', counts: WindowCount[] }
-  /** A wrong guess; `lockStartedMs` is the lock it started (0: none). */
-  | { kind: 'mismatch', counts: WindowCount[], lockStartedMs: number, addressHash: string | null }
-  | { kind: 'verified', counts: WindowCount[], addressHash: string | null }
-
-/** Runs a plan atomically: one script on Redis, shared by every instance; in process otherwise. */
-export interface AdmissionStore {
-  dispatch (plan: DispatchPlan): Promise<DispatchCounts>
-  verify (plan: VerifyPlan): Promise<VerifyCounts>
-  /** Counts a refused request against the caller's limits, up to the first one exceeded. */
-  count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
-  /** Ends the locks of these lockout keys and forgets their runs of failures; true when there was one. */
-  clearLockout (keys: readonly string[]): Promise<boolean>
-  /** Suppresses a mailbox (its suppression key) for `ttlMs`; a later suppression extends it. */
-  suppress (key: string, ttlMs: number): Promise<void>
-  /** Lifts a suppression; true when there was one. */
-  unsuppress (key: string): Promise<boolean>
-}
 
 export type Headers = Record<string, string>
 

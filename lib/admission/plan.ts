@@ -1,6 +1,7 @@
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { TenantKey } from '../tenants/registry.js'
-import { scopeTag, tenantScope } from '../tenants/scope.js'
+import { tenantScope } from '../tenants/scope.js'
+import { lockoutKey, lockoutKeyPrefix, mailboxBucket, mailboxShare, suppressionKey, velocityBucket, velocityShare } from '../state/redis/keys.js'
 import type { QuotaWindow } from '../quota/window.js'
 import type { LockoutPolicy } from './lockout.js'
 import type { RateLimit, VelocityLimits } from './velocity.js'
@@ -28,7 +29,7 @@ export interface LimitHit {
   max: number
   windowMs: number
   /**
-   * The share of the in-process counters the bucket lives in (memory-admission.ts): one per
+   * The share of the in-process counters the bucket lives in (lib/state/memory/admission.ts): one per
    * kind of limit and tenant scope, the service-wide mailbox cap one per mode. New buckets
    * only ever displace old ones of their own share, so a flood through one tenant never
    * resets another's counters. Redis keeps every bucket and ignores it.
@@ -146,13 +147,10 @@ export interface Requester {
   backendBucket: string | null
 }
 
-/** The namespace of velocity counters, as @fastify/rate-limit names them. */
-const VELOCITY_PREFIX = 'rl:'
-
 function tenantLimit (policy: AdmissionPolicy, key: TenantKey, name: 'source' | 'backend' | 'recipient' | 'key', bucket: string): LimitHit {
   const { max, windowMs } = key.tenant.limits[name] ?? policy.limits[name]
-  const prefix = `${VELOCITY_PREFIX}${name[0] ?? ''}:${scopeTag(key.tenant.id, key.mode)}`
-  return { name, bucket: `${prefix}:${bucket}`, max, windowMs, share: prefix }
+  const share = velocityShare(name, key.tenant.id, key.mode)
+  return { name, bucket: velocityBucket(share, bucket), max, windowMs, share }
 }
 
 /** The caller's own buckets, in the order they are counted: source, then a forwarding backend's. */
@@ -168,24 +166,9 @@ export function audienceOf (key: TenantKey): Audience {
   return key.kind === 'restricted' ? 'browser' : 'backend'
 }
 
-/** Where a recipient's wrong guesses are counted, per tenant and mode; the lane subject follows. */
-export function lockoutKeyPrefix (tenantId: string, mode: KeyMode): string {
-  return `lockout:${scopeTag(tenantId, mode)}:`
-}
-
 /** Both lanes' lockout keys of a mailbox, which a tenant's unlock clears together. */
 export function lockoutKeys (tenantId: string, mode: KeyMode, recipientTag: string): string[] {
-  const prefix = lockoutKeyPrefix(tenantId, mode)
-  return [prefix + laneSubject('backend', recipientTag), prefix + laneSubject('browser', recipientTag)]
-}
-
-/**
- * Where a mailbox's suppression lives, per tenant and mode (a permanent bounce or a complaint
- * suppresses it for every lane and spelling): the tenant's hash tag, so the dispatch script
- * reads it in its own slot.
- */
-export function suppressionKey (tenantId: string, mode: KeyMode, recipientTag: string): string {
-  return `suppressed:${scopeTag(tenantId, mode)}:${recipientTag}`
+  return [lockoutKey(tenantId, mode, laneSubject('backend', recipientTag)), lockoutKey(tenantId, mode, laneSubject('browser', recipientTag))]
 }
 
 /**
@@ -204,7 +187,7 @@ export function lockoutShare (lockoutKey: string): string {
  */
 function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): LimitHit | null {
   if (policy.mailbox === null) return null
-  return { name: 'mailbox', bucket: `${VELOCITY_PREFIX}m:{mailbox:${mode}:${subject}}`, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs, share: `${VELOCITY_PREFIX}m:${mode}` }
+  return { name: 'mailbox', bucket: mailboxBucket(mode, subject), max: policy.mailbox.max, windowMs: policy.mailbox.windowMs, share: mailboxShare(mode) }
 }
 
 /** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */
@@ -233,7 +216,7 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
     // use up the key's bucket for every other caller.
     sharedLimits: [tenantLimit(policy, key, 'recipient', subject), tenantLimit(policy, key, 'key', key.id)],
     mailbox: mailboxLimit(policy, mode, subject),
-    lockoutKey: lockoutKeyPrefix(tenant.id, mode) + subject,
+    lockoutKey: lockoutKey(tenant.id, mode, subject),
     suppressionKey: suppressionKey(tenant.id, mode, recipientTag),
     quota: {
       tenant: { scope, share: null, limit: allowance.limit, window: allowance.window },

@@ -1,4 +1,3 @@
-import { ShareLru } from '../memory/share-lru.js'
 import { parseWindow } from '../quota/window.js'
 
 /** A velocity limit: at most `max` requests per `windowMs`. */
@@ -30,53 +29,4 @@ export interface VelocityLimits {
 export interface WindowCount {
   current: number
   ttlMs: number
-}
-
-/*
- * Velocity is a fixed-window counter: the window starts with a bucket's first hit and lasts
- * `windowMs`; each hit adds one and answers the count and the time left. This is the algorithm
- * of @fastify/rate-limit's stores (without `continueExceeding` and backoff). It exists twice,
- * with one contract checked by one shared test (test/lib/admission/velocity.test.ts): a Lua
- * function for the admission scripts on Redis, and MemoryVelocityCounter in process.
- */
-
-/**
- * One hit, as a Lua function for scripts that check several limits in one round trip: INCR,
- * and PEXPIRE on the first hit of a window.
- */
-export const HIT_LIMIT_LUA = `
-local function hitLimit (key, windowMs)
-  local current = redis.call('INCR', key)
-  if current == 1 then
-    redis.call('PEXPIRE', key, windowMs)
-    return current, tonumber(windowMs)
-  end
-  return current, redis.call('PTTL', key)
-end
-`
-
-/**
- * The in-process twin of HIT_LIMIT_LUA, for the embedded default. Buckets live in shares
- * (plan.ts names them: one per kind of limit and tenant scope), each an LRU map of
- * `bucketsPerShare`: past it the least recently hit buckets of that share are forgotten,
- * which bounds memory under a flood of distinct sources without letting a flood through one
- * tenant reset another's counters.
- */
-export class MemoryVelocityCounter {
-  readonly #buckets: ShareLru<{ count: number, endsAtMs: number }>
-
-  constructor (bucketsPerShare: number) {
-    this.#buckets = new ShareLru(bucketsPerShare)
-  }
-
-  hit (share: string, bucket: string, windowMs: number, nowMs = Date.now()): WindowCount {
-    const entry = this.#buckets.get(share, bucket)
-    if (entry === undefined || entry.endsAtMs <= nowMs) {
-      this.#buckets.set(share, bucket, { count: 1, endsAtMs: nowMs + windowMs })
-      return { current: 1, ttlMs: windowMs }
-    }
-    // get() has already moved the bucket to the recent end of its share's LRU order.
-    entry.count++
-    return { current: entry.count, ttlMs: entry.endsAtMs - nowMs }
-  }
 }

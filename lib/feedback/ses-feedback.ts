@@ -1,6 +1,7 @@
 import { get as httpsGet } from 'node:https'
 import MessageValidator from 'sns-validator'
 import { LruMap } from 'toad-cache'
+import type { FeedbackDedupe } from '../state/feedback-dedupe.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { Tenant } from '../tenants/registry.js'
 
@@ -48,14 +49,6 @@ export class FeedbackUnavailable extends Error {
     super(message)
     this.name = 'FeedbackUnavailable'
   }
-}
-
-/** Remembers handled MessageIds (SNS delivers at least once). */
-export interface FeedbackDedupe {
-  /** True when the id is new (and now taken), false when it was handled already. */
-  claim (messageId: string): Promise<boolean>
-  /** Forgets an id whose handling failed, so SNS's retry is handled. */
-  release (messageId: string): Promise<void>
 }
 
 export type FeedbackEventType = 'delivered' | 'delayed' | 'bounced' | 'complained'

@@ -1,7 +1,7 @@
 import type { Writable } from 'node:stream'
 import type { Config, MailTransportName } from '../config.js'
 import type { KeyMode } from '../tenants/api-keys.js'
-import type { SandboxInbox } from '../sandbox/inbox.js'
+import type { SandboxInbox } from '../state/sandbox-inbox.js'
 import { simulateDelivery } from '../sandbox/simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'

@@ -1,6 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto'
 import type { KeyMode } from '../tenants/api-keys.js'
-import { tokenKey, tokenRecord } from '../tokens/token-store.js'
+import { tokenKey } from '../state/redis/keys.js'
+import { tokenRecord } from '../state/tokens.js'
 import type { CodeSigner } from './signer.js'
 
 /** Six ASCII digits from a CSPRNG, leading zeros kept. */

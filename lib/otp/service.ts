@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
-import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, suppressionKey, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
-import type { Backend } from '../backend.js'
+import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
 import type { Mailer } from '../mail/mailer.js'
@@ -8,12 +8,13 @@ import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
 import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
-import type { QuotaDecision } from '../quota/quota-store.js'
+import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { TenantKey } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
-import { tokenKey, tokenRecord } from '../tokens/token-store.js'
+import { suppressionKey, tokenKey } from '../state/redis/keys.js'
+import { tokenRecord } from '../state/tokens.js'
 import type { Receipts } from '../receipts/receipts.js'
 import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
@@ -63,7 +64,7 @@ export interface OtpObserver {
 export interface OtpServiceOptions {
   policy: AdmissionPolicy
   signer: CodeSigner
-  backend: Pick<Backend, 'admission' | 'tokens' | 'quota'>
+  backend: Pick<State, 'admission' | 'tokens' | 'quota'>
   mailer: Pick<Mailer, 'send'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }

@@ -1,7 +1,7 @@
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { Tenant } from '../tenants/registry.js'
 import { tenantScope } from '../tenants/scope.js'
-import type { QuotaStore } from './quota-store.js'
+import type { QuotaStore } from '../state/quota.js'
 
 /** A window's state after a reservation or a refund: how many units remain, and until when. */
 export interface AllowanceState {

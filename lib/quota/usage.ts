@@ -1,7 +1,7 @@
 import { storeCall } from '../store-errors.js'
 import type { Tenant } from '../tenants/registry.js'
 import { usageReport, type UsageReport } from './allowance.js'
-import type { QuotaStore } from './quota-store.js'
+import type { QuotaStore } from '../state/quota.js'
 
 /** What GET /usage reports: the tenant's tier and both allowances in their current windows. */
 export interface TenantUsage {

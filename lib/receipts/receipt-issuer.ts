@@ -11,7 +11,7 @@ export interface ReceiptSubject {
   mode: KeyMode
   requestId: string
   addressHash: string
-  /** The redemption epoch it is issued in (lib/receipts/redemption-store.ts). */
+  /** The redemption epoch it is issued in (lib/state/redemptions.ts). */
   epoch: string
 }
 

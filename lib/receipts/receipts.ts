@@ -4,7 +4,7 @@ import type { Tenant, TenantKey } from '../tenants/registry.js'
 import type { JwksType, ReceiptClaimsType } from '../../schemas/receipts.js'
 import type { AddressHasher } from './address-hash.js'
 import type { ReceiptIssuer } from './receipt-issuer.js'
-import type { RedemptionStore } from './redemption-store.js'
+import type { RedemptionStore } from '../state/redemptions.js'
 
 export type RedeemOutcome =
   | { ok: true, claims: ReceiptClaimsType }

@@ -1,7 +1,7 @@
 import { apiError } from '../errors.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import type { TenantKey } from '../tenants/registry.js'
-import type { SandboxInbox, SandboxMessage } from './inbox.js'
+import type { SandboxInbox, SandboxMessage } from '../state/sandbox-inbox.js'
 
 /** What sandbox keys sent, as their tenant reads it back (GET /sandbox/messages). */
 export class SandboxMessages {

@@ -4,7 +4,7 @@ import type { WebhookEventData, WebhookEventType } from '../../schemas/webhooks.
 import type { KeyMode } from '../tenants/api-keys.js'
 import type { Tenant } from '../tenants/registry.js'
 import { currentTraceparent } from '../telemetry/spans.js'
-import type { Delivery, OnceKey, WebhookQueue } from './queue.js'
+import type { Delivery, OnceKey, WebhookQueue } from '../state/webhook-queue.js'
 
 /** `msg_` and 128 random bits: the webhook-id receivers deduplicate on. */
 export function generateMessageId (): string {

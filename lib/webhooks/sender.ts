@@ -5,7 +5,7 @@ import { Webhook } from 'standardwebhooks'
 import { webhookAttemptSpan } from '../telemetry/spans.js'
 import type { WebhookEndpoint } from '../tenants/registry.js'
 import type { AddressPolicy } from './address-policy.js'
-import type { Delivery } from './queue.js'
+import type { Delivery } from '../state/webhook-queue.js'
 
 export type AttemptResult =
   | { ok: true, status: number }

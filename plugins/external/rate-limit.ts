@@ -2,7 +2,8 @@ import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
 import { apiError } from '../../lib/errors.js'
-import type { RedisClient } from '../../lib/redis/client.js'
+import type { RedisClient } from '../../lib/state/redis/client.js'
+import { ROUTE_LIMIT_NAMESPACE } from '../../lib/state/redis/keys.js'
 import { storeCall } from '../../lib/store-errors.js'
 import { workloadBucket } from '../../lib/net/workload-identity.js'
 
@@ -22,7 +23,7 @@ export default fp(async function rateLimitPlugin (fastify) {
     global: false,
     // Its Redis store with the service's connection when there is one, its in-memory one otherwise.
     redis: fastify.redis === null ? undefined : withinRequestBudget(fastify.redis),
-    nameSpace: 'rl:route:',
+    nameSpace: ROUTE_LIMIT_NAMESPACE,
     skipOnError: true,
     // RateLimit-* and Retry-After, as the OTP routes answer them.
     enableDraftSpec: true,

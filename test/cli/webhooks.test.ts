@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
-import { RedisWebhookQueue } from '../../lib/webhooks/redis-queue.js'
+import { RedisWebhookQueue } from '../../lib/state/redis/webhook-queue.js'
 import { connectFailFast, freePort, redisTestOptions, startRedis } from '../support/redis.js'
 
 const exec = promisify(execFile)
@@ -91,5 +91,5 @@ t.test('on a real Redis, with only REDIS_URL set (no OTP_HMAC_KEYS: the CLI sign
 
   const replayed = await npmWebhooks(['dead-letters', 'replay', '--id', letter.id], env)
   t.same([replayed.code, replayed.stdout], [0, 'replayed 1 dead letter\n'])
-  t.equal(await queue.depth('acme'), 1, 'queued again')
+  t.equal((await queue.backlog('acme')).depth, 1, 'queued again')
 })

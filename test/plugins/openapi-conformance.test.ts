@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { InjectOptions, LightMyRequestResponse } from 'fastify'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
-import { MemoryIdempotencyStore } from '../../lib/idempotency/memory-idempotency-store.js'
+import { MemoryIdempotencyStore } from '../../lib/state/memory/idempotency-store.js'
 import { freePort } from '../support/redis.js'
 import { until } from '../support/wait.js'
 

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { mock } from 'node:test'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
-import { MemoryIdempotencyStore } from '../../lib/idempotency/memory-idempotency-store.js'
+import { MemoryIdempotencyStore } from '../../lib/state/memory/idempotency-store.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 

@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import { admissionPolicy } from '../../../lib/admission/plan.js'
-import { createBackend, type Backend } from '../../../lib/backend.js'
+import { createState, type State } from '../../../lib/state/index.js'
 import { parseConfig } from '../../../lib/config.js'
 import { isApiError, type ApiError } from '../../../lib/errors.js'
 import { AddressHasher } from '../../../lib/receipts/address-hash.js'
@@ -23,7 +23,7 @@ const DAY = parseWindow('1d') ?? (() => { throw new Error('test setup: 1d should
 interface Harness {
   receipts: Receipts
   service: OtpService
-  backend: Backend
+  backend: State
   mail: MailCapture
   live: Caller
   sandbox: Caller
@@ -34,7 +34,7 @@ interface Harness {
  * The service over a backend, the real mailer (log transport for live mail, sandbox inbox for
  * test keys) and real receipts, no server; webhook events are collected.
  */
-async function harness (t: Test, backend: Backend, mutate: (file: TenantsFile) => void = () => {}): Promise<Harness> {
+async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => void = () => {}): Promise<Harness> {
   const liveKey = generateKey('secret', 'live')
   const testKey = generateKey('secret', 'test')
   const file: TenantsFile = {
@@ -97,7 +97,7 @@ function wrong (code: string): string {
   return String((Number(code) + 1) % 1_000_000).padStart(6, '0')
 }
 
-function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): void {
+function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void {
   t.test('dispatch mails a code that verifies once; the answer carries the limits and the quota', async (t) => {
     const { service, mail, live, events, receipts } = await harness(t, await makeBackend(t))
     const sent = await service.dispatch(live, { email: 'Ada@Example.com', locale: 'fr' })
@@ -166,7 +166,7 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<Backend>): voi
 
 t.test('embedded backend', async (t) => {
   serviceSuite(t, async (t) => {
-    const backend = createBackend(null, { memoryStoreMaxTokens: 1000 })
+    const backend = createState(null, { memoryStoreMaxTokens: 1000 })
     t.teardown(async () => { await backend.close() })
     return backend
   })
@@ -179,6 +179,6 @@ t.test('Redis backend', redisTestOptions(), async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
-    return createBackend(client, { memoryStoreMaxTokens: 1 })
+    return createState(client, { memoryStoreMaxTokens: 1 })
   })
 })

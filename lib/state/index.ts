@@ -1,0 +1,126 @@
+import { AdmissionGate } from '../admission/gate.js'
+import { OverLimitMemory } from '../admission/over-limit.js'
+import type { FeedbackDedupe } from './feedback-dedupe.js'
+import { MemoryFeedbackDedupe } from './memory/feedback-dedupe.js'
+import { RedisFeedbackDedupe } from './redis/feedback-dedupe.js'
+import { MemoryAdmission } from './memory/admission.js'
+import { RedisAdmission } from './redis/admission.js'
+import type { IdempotencyStore } from './idempotency.js'
+import { MemoryIdempotencyStore } from './memory/idempotency-store.js'
+import { RedisIdempotencyStore } from './redis/idempotency-store.js'
+import { MemoryQuotaStore } from './memory/quota-store.js'
+import type { QuotaStore } from './quota.js'
+import { RedisQuotaStore } from './redis/quota-store.js'
+import { MemoryRedemptionStore } from './memory/redemption-store.js'
+import type { RedemptionStore } from './redemptions.js'
+import { RedisRedemptionStore } from './redis/redemption-store.js'
+import type { RedisTopology } from '../config.js'
+import { createToolRedisClient, type RedisClient } from './redis/client.js'
+import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
+import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
+import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
+import type { SandboxInbox } from './sandbox-inbox.js'
+import { MemoryTokenStore } from './memory/token-store.js'
+import { RedisTokenStore } from './redis/token-store.js'
+import type { TokenStore } from './tokens.js'
+import { MemoryWebhookQueue } from './memory/webhook-queue.js'
+import type { WebhookQueue, WebhookQueueLimits } from './webhook-queue.js'
+import { RedisWebhookQueue } from './redis/webhook-queue.js'
+
+/**
+ * Every store the service keeps state in, from one place: in this process (the embedded
+ * default: one instance) or in Redis (any number of instances behave as one). This is the
+ * only place that chooses.
+ */
+export interface State {
+  readonly kind: 'memory' | 'redis'
+  readonly tokens: TokenStore
+  /** Velocity, lockout, quota reservation and the token write, decided in one step. */
+  readonly admission: AdmissionGate
+  readonly quota: QuotaStore
+  readonly idempotency: IdempotencyStore
+  readonly sandboxInbox: SandboxInbox
+  /** Receipts already redeemed (each redeems once). */
+  readonly redemptions: RedemptionStore
+  /**
+   * Webhook deliveries waiting or being retried, and the dead letters, one queue per tenant:
+   * Redis streams shared by every instance and durable across their restarts; in memory, lost
+   * when the process stops.
+   */
+  readonly webhookQueue: WebhookQueue
+  /** Provider feedback messages already handled (SNS delivers at least once). */
+  readonly feedbackDedupe: FeedbackDedupe
+  /**
+   * The stores can answer and keep what they are given: Redis reachable and not allowed to
+   * evict keys (`reason` says what is wrong, for operators); in memory, always.
+   */
+  ready (): Promise<{ ok: boolean, reason: string | null }>
+  /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
+  close (): Promise<void>
+}
+
+export interface StateOptions {
+  /** Cap on live codes per tenant and mode in the in-memory token store. */
+  memoryStoreMaxTokens: number
+  /** Redis replicas that must acknowledge a dispatch's or verify's write (none when not given). */
+  replicaAcks?: { count: number, timeoutMs: number }
+  /** Each tenant's share of the webhook queue (the default cap when not given). */
+  webhookQueue?: WebhookQueueLimits
+  /** Where a Redis that may evict keys is reported (the service's logger; tools may leave it out). */
+  log?: EvictionLog
+}
+
+export function createState (redis: RedisClient | null, options: StateOptions): State {
+  if (redis === null) {
+    const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
+    const quota = new MemoryQuotaStore()
+    const idempotency = new MemoryIdempotencyStore()
+    const redemptions = new MemoryRedemptionStore()
+    const webhookQueue = new MemoryWebhookQueue(options.webhookQueue)
+    return {
+      kind: 'memory',
+      tokens,
+      admission: new AdmissionGate(new MemoryAdmission(tokens, quota)),
+      quota,
+      idempotency,
+      sandboxInbox: new MemorySandboxInbox(),
+      redemptions,
+      webhookQueue,
+      feedbackDedupe: new MemoryFeedbackDedupe(),
+      ready: async () => ({ ok: await tokens.ready(), reason: null }),
+      close: async () => {
+        idempotency.close()
+        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
+      }
+    }
+  }
+  const tokens = new RedisTokenStore(redis)
+  const eviction = new EvictionPolicyWatch(redis, options.log ?? { error: () => {}, info: () => {} })
+  return {
+    kind: 'redis',
+    tokens,
+    admission: new AdmissionGate(new RedisAdmission(redis, options.replicaAcks), new OverLimitMemory()),
+    quota: new RedisQuotaStore(redis),
+    idempotency: new RedisIdempotencyStore(redis),
+    sandboxInbox: new RedisSandboxInbox(redis),
+    redemptions: new RedisRedemptionStore(redis),
+    webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
+    feedbackDedupe: new RedisFeedbackDedupe(redis),
+    ready: async () => {
+      if (!await tokens.ready()) return { ok: false, reason: 'Redis does not answer' }
+      const { ok, reason } = await eviction.check()
+      return { ok, reason }
+    },
+    close: async () => {}
+  }
+}
+
+/**
+ * The webhook queue in Redis for a command-line tool, on a short-lived connection of its own:
+ * `close` ends it. Its errors surface as the queue's rejections, not as events.
+ */
+export function openRedisWebhookQueue (topology: RedisTopology, limits: WebhookQueueLimits): { queue: WebhookQueue, close: () => void } {
+  const client = createToolRedisClient(topology)
+  client.on('error', () => {})
+  return { queue: new RedisWebhookQueue(client, limits), close: () => { client.disconnect() } }
+}

@@ -1,0 +1,272 @@
+import { randomBytes } from 'node:crypto'
+import { Cluster } from 'ioredis'
+import { quotaDecision, quotaSlot, type QuotaSlot } from './quota-store.js'
+import type { RedisClient } from './client.js'
+import { redisClock, type RedisClock } from './fence.js'
+import { ReplicaAcks } from './replica-acks.js'
+import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
+import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
+import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from '../../admission/plan.js'
+import type { WindowCount } from '../../admission/velocity.js'
+import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
+
+/*
+ * The scripts (scripts.ts) are assembled from the Lua functions of the concerns they decide:
+ * velocity, lockout, quota reservation and the token write and take. The keys of a tenant's request
+ * carry its `{tenant:mode}` hash tag, so on a Cluster each script runs on one slot. The
+ * service-wide mailbox bucket is tagged by the mailbox instead; on a single server or
+ * Sentinel it is part of the dispatch script, on a Cluster it is counted by a second command
+ * once the dispatch is admitted (and the dispatch undone if the mailbox is over its cap).
+ * The verify script builds the lockout key from the tag it reads in the token (it cannot be
+ * declared beforehand); the prefix it is given carries the same hash tag, so that key lives in
+ * the token's slot.
+ */
+
+/*
+ * Every script but the undo starts with the fence (lib/state/redis/fence.ts): its last argument is
+ * the deadline by which it must start, else it does nothing. Their shebang makes Redis refuse
+ * them whole when it is out of memory; the undo may always run, as it only gives back.
+ */
+
+/**
+ * The most keys a script takes: a dispatch's token, lockout, two quota counters, the mailbox
+ * bucket, four limits (source, recipient, backend, key) and the suppression, with room to spare.
+ */
+const MAX_KEYS = 12
+
+const COMMANDS = {
+  dispatch: { name: 'emailOtpAdmitDispatch', lua: DISPATCH_LUA, fenced: true },
+  mailbox: { name: 'emailOtpAdmitMailbox', lua: MAILBOX_LUA, fenced: true },
+  undo: { name: 'emailOtpUndoDispatch', lua: UNDO_DISPATCH_LUA, fenced: false },
+  restore: { name: 'emailOtpRestoreToken', lua: RESTORE_TOKEN_LUA, fenced: false },
+  verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA, fenced: true },
+  count: { name: 'emailOtpCountRefused', lua: COUNT_LUA, fenced: true }
+} as const
+
+/** A verify attempt's id: this process's, and a count. Unique enough for one requestId's attempts. */
+const PROCESS_ID = randomBytes(6).toString('base64url')
+let attempts = 0
+function nextAttempt (): string {
+  attempts = (attempts + 1) % Number.MAX_SAFE_INTEGER
+  return `${PROCESS_ID}${attempts.toString(36)}`
+}
+
+/**
+ * The methods defineCommand adds. Arguments go as strings: ioredis encodes a number argument
+ * several microseconds slower per call.
+ */
+type AdmissionCommands = Record<string, (...keysAndArgs: string[]) => Promise<unknown>>
+
+function unexpected (what: string, reply: unknown): Error {
+  return new Error(`unexpected reply from the ${what} admission script: ${JSON.stringify(reply)}`)
+}
+
+function numbers (reply: unknown, what: string): number[] {
+  if (!Array.isArray(reply) || !reply.every((value) => typeof value === 'number')) throw unexpected(what, reply)
+  return reply as number[]
+}
+
+function counts (reply: readonly number[], from: number): WindowCount[] {
+  const result: WindowCount[] = []
+  for (let index = from; index + 1 < reply.length; index += 2) result.push({ current: reply[index] as number, ttlMs: reply[index + 1] as number })
+  return result
+}
+
+/** The limit a script reported exceeded (its 1-based position), checked against the plan. */
+function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[], position: number | undefined, what: string, reply: unknown): Exceeded {
+  const index = (position ?? 0) - 1
+  const limit = limits[index]
+  const count = hits[index]
+  if (limit === undefined || count === undefined) throw unexpected(what, reply)
+  return { limit, count }
+}
+
+function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[]): void {
+  for (const limit of limits) {
+    keys.push(limit.bucket)
+    args.push(String(limit.max), String(limit.windowMs))
+  }
+}
+
+/**
+ * Admission in Redis: a dispatch or a verify is one EVALSHA (ioredis loads the script on
+ * first use and after a restart or failover), atomic across every instance.
+ */
+export class RedisAdmission implements AdmissionStore {
+  readonly #client: RedisClient
+  readonly #clock: RedisClock
+  readonly #commands: AdmissionCommands
+  /** A Cluster refuses a script whose keys live in different slots. */
+  readonly #crossSlot: boolean
+  readonly #acks: ReplicaAcks
+
+  /**
+   * Each script is defined once per number of keys, with that number fixed: ioredis then takes
+   * the first argument for the first key. Were the count passed first instead, its Cluster
+   * auto-pipelining would group commands by the slot of that count rather than of their keys,
+   * and a pipeline holding keys of several nodes' slots would fail. All are defined up front,
+   * as ioredis's pipelines only reload (after a restart or failover) the scripts defined when
+   * they were created.
+   */
+  /**
+   * `replicaAcks`: replicas that must hold a new code or a used one before the answer (not
+   * applied on a Cluster, where a WAIT would have to follow each key's node).
+   */
+  constructor (client: RedisClient, replicaAcks: { count: number, timeoutMs: number } = { count: 0, timeoutMs: 0 }) {
+    for (const { name, lua } of Object.values(COMMANDS)) {
+      for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
+    }
+    this.#client = client
+    this.#clock = redisClock(client)
+    this.#commands = client as unknown as AdmissionCommands
+    this.#crossSlot = !(client instanceof Cluster)
+    this.#acks = new ReplicaAcks(client, this.#crossSlot ? replicaAcks.count : 0, replicaAcks.timeoutMs)
+  }
+
+  /**
+   * Runs a script; its reply is numbers, but for the one string at `textAt` when given (the
+   * verify script's address hash), which comes back as `text` and reads as 0 in `reply`.
+   */
+  async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[], textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
+    const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
+    if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
+    const { fenced } = COMMANDS[command]
+    const call = fenced ? storeCall : storeUndo
+    const raw = await call(`${command} admission`, async () => {
+      const deadline = fenced ? [await this.#clock.deadline()] : []
+      return await run.call(this.#client, ...keys, ...args, ...deadline)
+    })
+    if (textAt === undefined) return { raw, reply: numbers(raw, command), text: '' }
+    const values: unknown[] = Array.isArray(raw) ? raw : []
+    const text = values[textAt]
+    if (typeof text !== 'string') throw unexpected(command, raw)
+    return { raw, reply: numbers(values.map((value, index) => index === textAt ? 0 : value), command), text }
+  }
+
+  async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
+    const { lockoutKey, quota, token } = plan
+    const limits = [...plan.ownLimits, ...plan.sharedLimits]
+    const counters = quotaClaims(quota).map((claim) => ({ limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }))
+    const slots = counters.map(({ slot }) => slot)
+    const mailbox = this.#crossSlot ? plan.mailbox : null
+    const keys = [token.key, lockoutKey, ...slots.map((slot) => slot.key)]
+    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length)]
+    for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
+    if (mailbox !== null) {
+      keys.push(mailbox.bucket)
+      args.push(String(mailbox.max), String(mailbox.windowMs))
+    }
+    limitArgs(limits, keys, args)
+    keys.push(plan.suppressionKey)
+    const { raw, reply } = await this.#run('dispatch', keys, args).catch(async (error: unknown) => {
+      // No answer (or an unreadable one): the script may have run all the same, its reply
+      // lost or late. The undo goes on the same connection, so Redis runs it after the
+      // dispatch, and takes back whatever the dispatch did.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw error
+    })
+    const verdict = reply[0]
+    if (verdict === DISPATCH.collision) return { kind: 'collision' }
+    const hits = counts(reply, 4)
+    switch (verdict) {
+      case DISPATCH.locked: return { kind: 'locked', counts: hits, lockedForMs: reply[1] ?? 0 }
+      case DISPATCH.suppressed: return { kind: 'suppressed', counts: hits }
+      case DISPATCH.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'dispatch', raw) }
+      case DISPATCH.mailboxLimited:
+        if (mailbox === null) throw unexpected('dispatch', raw)
+        return { kind: 'limited', counts: hits, exceeded: { limit: mailbox, count: { current: reply[1] ?? 0, ttlMs: reply[2] ?? 0 } } }
+      case DISPATCH.quotaExceeded:
+      case DISPATCH.issued:
+        break
+      default: throw unexpected('dispatch', raw)
+    }
+    const decision = quotaDecision([reply[2], reply[3]], quota.tenant.limit, quotaSlot(quota.tenant.scope, quota.tenant.window, quota.nowMs))
+    if (verdict === DISPATCH.quotaExceeded) return { kind: 'quota_exceeded', counts: hits, quota: decision }
+    if (plan.mailbox !== null && mailbox === null) {
+      const over = await this.#mailboxOverCap(plan.mailbox, token.key, slots)
+      if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
+    }
+    if (!await this.#acks.acknowledged()) {
+      // A code only the primary holds could vanish in a failover after its dispatch said 200.
+      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
+    }
+    return { kind: 'issued', counts: hits, quota: decision }
+  }
+
+  /**
+   * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
+   * not counted (the answer is then 503), the dispatch is undone.
+   */
+  async #mailboxOverCap (mailbox: LimitHit, tokenKey: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
+    const undo = async (): Promise<void> => { await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], []) }
+    let counted: { raw: unknown, reply: number[] }
+    try {
+      counted = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
+    } catch (error) {
+      await undo().catch(() => {})
+      throw error
+    }
+    const [current, ttlMs] = counted.reply
+    if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', counted.raw)
+    if (current <= mailbox.max) return null
+    await undo()
+    return { limit: mailbox, count: { current, ttlMs } }
+  }
+
+  async verify (plan: VerifyPlan): Promise<VerifyCounts> {
+    const { policy, keyPrefix } = plan.lockout
+    const limits = [...plan.ownLimits, ...plan.sharedLimits]
+    const keys = [plan.tokenKey]
+    const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
+    limitArgs(limits, keys, args)
+    const attempt = nextAttempt()
+    args.push(attempt)
+    const { raw, reply, text } = await this.#run('verify', keys, args, 3).catch(async (error: unknown) => {
+      // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
+      // token it may have consumed is put back, by a command Redis runs after it.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw error
+    })
+    const hits = counts(reply, 4)
+    const addressHash = text === '' ? null : text
+    const consumed = reply[0] === VERIFY.mismatch || reply[0] === VERIFY.locked || reply[0] === VERIFY.verified
+    if (consumed && !await this.#acks.acknowledged()) {
+      // A code used only on the primary would be back on a promoted replica: put it back here
+      // too, and let the caller retry.
+      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      throw new StoreUnavailableError('too few Redis replicas acknowledged the used code')
+    }
+    switch (reply[0]) {
+      case VERIFY.limited: return { kind: 'limited', counts: hits, exceeded: exceededLimit(limits, hits, reply[1], 'verify', raw) }
+      case VERIFY.missing: return { kind: 'missing', counts: hits }
+      case VERIFY.locked: return { kind: 'locked', counts: hits }
+      case VERIFY.verified: return { kind: 'verified', counts: hits, addressHash }
+      case VERIFY.mismatch: return { kind: 'mismatch', counts: hits, lockStartedMs: reply[2] ?? 0, addressHash }
+      default: throw unexpected('verify', raw)
+    }
+  }
+
+  async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {
+    const keys: string[] = []
+    const args: string[] = []
+    limitArgs(plan.limits, keys, args)
+    const { raw, reply } = await this.#run('count', keys, args)
+    const hits = counts(reply, 1)
+    const position = reply[0]
+    return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
+  }
+
+  async suppress (key: string, ttlMs: number): Promise<void> {
+    await storeCall('suppress', async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
+  }
+
+  async unsuppress (key: string): Promise<boolean> {
+    return await storeCall('unsuppress', async () => await this.#client.del(key)) > 0
+  }
+
+  /** One DEL: a mailbox's lanes share their tenant's hash tag, so on a Cluster they live in one slot. */
+  async clearLockout (keys: readonly string[]): Promise<boolean> {
+    return await storeCall('lockout clear', async () => await this.#client.del(...keys)) > 0
+  }
+}

@@ -1,0 +1,100 @@
+import type { RedisClient } from './client.js'
+import { idempotencyKeys } from './keys.js'
+import { redisClock, type RedisClock } from './fence.js'
+import { storeCall, storeUndo } from '../../store-errors.js'
+import {
+  assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
+} from '../idempotency.js'
+import { IDEMPOTENCY_ABANDON_LUA, IDEMPOTENCY_BEGIN_LUA, IDEMPOTENCY_COMPLETE_LUA } from './scripts.js'
+
+/*
+ * Each key is two Redis keys sharing the scope as hash tag (one Cluster slot, so the scripts
+ * may touch both):
+ *   record  idem:{<scope>}:r:<key>  hash { fingerprint, response? }, expires after ttlMs
+ *   lock    idem:{<scope>}:l:<key>  exists while an attempt is in flight, expires after lockMs
+ * Keeping the lock separate lets Redis expire the claim on its own clock while the record keeps
+ * the key bound to its fingerprint for the full ttl.
+ * Begin and complete are fenced (lib/state/redis/fence.ts: their last argument is the deadline by
+ * which they must start): a claim or an answer the caller gave up on is not recorded later.
+ * Abandon only removes, so it is not, and runs at Redis's memory limit too.
+ */
+
+/** Names are specific to this service: defineCommand adds methods to a client others share. */
+const BEGIN_COMMAND = 'emailOtpIdempotencyBegin'
+const COMPLETE_COMMAND = 'emailOtpIdempotencyComplete'
+const ABANDON_COMMAND = 'emailOtpIdempotencyAbandon'
+
+/** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
+interface IdempotencyCommands {
+  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, ttlMs: string, lockMs: string, deadline: string): Promise<unknown>
+  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, response: string, ttlMs: string, deadline: string): Promise<unknown>
+  [ABANDON_COMMAND](record: string, lock: string): Promise<unknown>
+}
+
+/**
+ * Idempotency store shared by every instance through Redis; each operation is one script, so
+ * atomic across instances. Failures (Redis down) reject and are the caller's to map to 503.
+ */
+export class RedisIdempotencyStore implements IdempotencyStore {
+  readonly #commands: IdempotencyCommands
+  readonly #clock: RedisClock
+
+  constructor (client: RedisClient) {
+    this.#clock = redisClock(client)
+    // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
+    // (first use, restart, failover), so scripts are sent in full only when needed.
+    client.defineCommand(BEGIN_COMMAND, { lua: IDEMPOTENCY_BEGIN_LUA, numberOfKeys: 2 })
+    client.defineCommand(COMPLETE_COMMAND, { lua: IDEMPOTENCY_COMPLETE_LUA, numberOfKeys: 2 })
+    client.defineCommand(ABANDON_COMMAND, { lua: IDEMPOTENCY_ABANDON_LUA, numberOfKeys: 2 })
+    this.#commands = client as unknown as IdempotencyCommands
+  }
+
+  async begin (scope: string, key: string, fingerprint: string, ttlMs: number, lockMs: number): Promise<IdempotencyBegin> {
+    assertScope(scope)
+    assertDurations(ttlMs, lockMs)
+    const [record, lock] = idempotencyKeys(scope, key)
+    const reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, String(ttlMs), String(lockMs), await this.#clock.deadline()))
+    const [state, stored] = Array.isArray(reply) ? reply as unknown[] : []
+    switch (state) {
+      case 'started':
+      case 'in_flight':
+      case 'mismatch':
+        return { state }
+      case 'replay':
+        return { state, response: parseResponse(stored) }
+      default:
+        throw new Error(`unexpected reply from the idempotency begin script: ${JSON.stringify(reply)}`)
+    }
+  }
+
+  async complete (scope: string, key: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+    assertScope(scope)
+    assertDurations(ttlMs)
+    const [record, lock] = idempotencyKeys(scope, key)
+    const json = JSON.stringify({ statusCode: response.statusCode, body: response.body, headers: response.headers })
+    await storeCall('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, json, String(ttlMs), await this.#clock.deadline()))
+  }
+
+  async abandon (scope: string, key: string): Promise<void> {
+    assertScope(scope)
+    const [record, lock] = idempotencyKeys(scope, key)
+    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](record, lock))
+  }
+}
+
+/** Checks what comes back from Redis rather than trusting it: a bad replay is worse than none. */
+function parseResponse (stored: unknown): StoredResponse {
+  const value: unknown = typeof stored === 'string' ? JSON.parse(stored) : undefined
+  if (typeof value === 'object' && value !== null && 'statusCode' in value && 'body' in value && 'headers' in value) {
+    const { statusCode, body, headers } = value
+    if (typeof statusCode === 'number' && typeof body === 'string' && isStringRecord(headers)) {
+      return { statusCode, body, headers }
+    }
+  }
+  throw new Error('stored idempotent response is malformed')
+}
+
+function isStringRecord (value: unknown): value is Record<string, string> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) &&
+    Object.values(value).every((item) => typeof item === 'string')
+}

@@ -1,0 +1,136 @@
+import type { KeyMode } from '../../tenants/api-keys.js'
+import { tenantScope } from '../../tenants/scope.js'
+
+/*
+ * Every key name the service has in Redis, built here and nowhere else. The names are a
+ * contract with the instances already deployed (a rolling upgrade runs old and new on one
+ * Redis): test/lib/state/redis/key-names.test.ts holds them to the list those instances use.
+ *
+ * The part in braces is the Redis Cluster hash tag, the part of a key that picks its slot.
+ * Every key one script touches carries the same tag, so the script runs on one slot:
+ *   {<tenant>:<mode>}        a tenant's traffic in one mode: tokens, velocity, lockout,
+ *                            suppression, quota, idempotency, receipts
+ *   {mailbox:<mode>:<lane>}  the service-wide bucket of one mailbox (its own slot: on a
+ *                            Cluster it is counted by a second command, lib/state/redis/admission.ts)
+ *   {<tenant>}               the sandbox inbox
+ *   {webhooks:<tenant>}      a tenant's webhook queue;  {webhooks}  the queue index
+ *
+ * Two names are derived inside scripts from a key they were given, and so share its slot: a
+ * token set aside by a verify (`<token key>:used:<attempt>`, until the verify's outcome is
+ * known) and a mailbox's lockout state (`<lockout prefix><lane subject>`, the subject being
+ * read from the token, whose tag the prefix carries).
+ */
+
+/** The hash tag of a tenant's traffic in one mode, `{acme:live}`. */
+export function scopeTag (tenantId: string, mode: KeyMode): string {
+  return `{${tenantScope(tenantId, mode)}}`
+}
+
+/** A key up to its tenant hash tag (`otp:{acme:live}`): what the in-process token store caps tokens per. */
+export function scopeTagOf (key: string): string {
+  return key.slice(0, key.indexOf('}') + 1)
+}
+
+/** A code's record: `otp:{acme:live}:<requestId>`. */
+export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): string {
+  return `otp:${scopeTag(tenantId, mode)}:${requestId}`
+}
+
+/** The namespace of velocity counters, as @fastify/rate-limit names them. */
+const VELOCITY = 'rl:'
+
+/** The per-tenant velocity counters of one limit (`s`ource, `b`ackend, `r`ecipient, `k`ey): the bucket follows. */
+export function velocityShare (limit: 'source' | 'backend' | 'recipient' | 'key', tenantId: string, mode: KeyMode): string {
+  return `${VELOCITY}${limit[0] ?? ''}:${scopeTag(tenantId, mode)}`
+}
+
+/** One velocity bucket of a share. */
+export function velocityBucket (share: string, bucket: string): string {
+  return `${share}:${bucket}`
+}
+
+/** The service-wide counters of mailboxes in one mode. */
+export function mailboxShare (mode: KeyMode): string {
+  return `${VELOCITY}m:${mode}`
+}
+
+/** A mailbox's service-wide bucket (its lane subject), tagged by the mailbox. */
+export function mailboxBucket (mode: KeyMode, laneSubject: string): string {
+  return `${VELOCITY}m:{mailbox:${mode}:${laneSubject}}`
+}
+
+/** The counters of @fastify/rate-limit (account and public routes), under its own namespace. */
+export const ROUTE_LIMIT_NAMESPACE = 'rl:route:'
+
+/** Where a recipient's wrong guesses are counted, per tenant and mode; the lane subject follows. */
+export function lockoutKeyPrefix (tenantId: string, mode: KeyMode): string {
+  return `lockout:${scopeTag(tenantId, mode)}:`
+}
+
+/** A mailbox's lockout state in one lane. */
+export function lockoutKey (tenantId: string, mode: KeyMode, laneSubject: string): string {
+  return lockoutKeyPrefix(tenantId, mode) + laneSubject
+}
+
+/** A mailbox's suppression, per tenant and mode, in the tenant's slot so the dispatch script reads it. */
+export function suppressionKey (tenantId: string, mode: KeyMode, recipientTag: string): string {
+  return `suppressed:${scopeTag(tenantId, mode)}:${recipientTag}`
+}
+
+/**
+ * A quota window's counter, `quota:{acme:live}:<windowId>`, or a restricted key's share of it,
+ * `quota:{acme:live}:k:<key id>:<windowId>`. `scope` is the tenant scope (`acme:live`).
+ */
+export function quotaKey (scope: string, share: string | null, windowId: string): string {
+  return share === null ? `quota:{${scope}}:${windowId}` : `quota:{${scope}}:k:${share}:${windowId}`
+}
+
+/**
+ * An Idempotency-Key's record and the lock of its attempt in flight. Distinct type markers, so
+ * a user's key ending in a suffix can never name another's lock.
+ */
+export function idempotencyKeys (scope: string, key: string): [record: string, lock: string] {
+  const base = `idem:{${scope}}:`
+  return [`${base}r:${key}`, `${base}l:${key}`]
+}
+
+/** A redeemed receipt. */
+export function redemptionKey (scope: string, jti: string): string {
+  return `receipt:{${scope}}:${jti}`
+}
+
+/** Where a scope's redemption epoch lives, in the slot of its redemptions. */
+export function epochKey (scope: string): string {
+  return `receipt-epoch:{${scope}}`
+}
+
+/** A sandbox address's messages. */
+export function sandboxKey (tenantId: string, address: string): string {
+  return `sandbox:{${tenantId}}:${address.toLowerCase()}`
+}
+
+/** A handled SNS MessageId. */
+export function feedbackKey (messageId: string): string {
+  return `feedback:sns:${messageId}`
+}
+
+export interface WebhookTenantKeys {
+  stream: string
+  retry: string
+  dead: string
+  once: (key: string) => string
+}
+
+/** A tenant's webhook queue: its stream, retries, dead letters and once-per-key markers. */
+export function webhookTenantKeys (tenant: string): WebhookTenantKeys {
+  const prefix = `webhooks:{webhooks:${tenant}}:`
+  return { stream: `${prefix}stream`, retry: `${prefix}retry`, dead: `${prefix}dead`, once: (key) => `${prefix}once:${key}` }
+}
+
+const WEBHOOK_ROOT = 'webhooks:{webhooks}:'
+
+/** Which tenants have webhook work, in the {webhooks} slot. */
+export const WEBHOOK_INDEX = { tenants: `${WEBHOOK_ROOT}tenants`, version: `${WEBHOOK_ROOT}version`, deadTenants: `${WEBHOOK_ROOT}dead-tenants` } as const
+
+/** The webhook queue before it was split per tenant, drained into the tenants' queues. */
+export const WEBHOOK_LEGACY = { stream: `${WEBHOOK_ROOT}stream`, retry: `${WEBHOOK_ROOT}retry`, dead: `${WEBHOOK_ROOT}dead`, lock: `${WEBHOOK_ROOT}legacy-lock` } as const

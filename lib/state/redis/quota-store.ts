@@ -1,0 +1,96 @@
+import type { RedisClient } from './client.js'
+import { quotaKey } from './keys.js'
+import { redisClock, type RedisClock } from './fence.js'
+import { storeCall, storeUndo } from '../../store-errors.js'
+import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
+import { currentWindow, type QuotaWindow } from '../../quota/window.js'
+import { QUOTA_REFUND_LUA, QUOTA_RESERVE_LUA } from './scripts.js'
+
+/**
+ * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the
+ * key to expire exactly at reset, an instance running a little behind could recreate the old
+ * window's counter from zero and grant its allowance a second time. It also lets a refund that
+ * races the reset land on the counter it belongs to instead of vanishing.
+ */
+const EXPIRY_GRACE_MS = 5 * 60_000
+
+/** Names are specific to this service: defineCommand adds methods to a client others share. */
+const RESERVE_COMMAND = 'emailOtpQuotaReserve'
+const REFUND_COMMAND = 'emailOtpQuotaRefund'
+
+/** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
+interface QuotaCommands {
+  [RESERVE_COMMAND](key: string, limit: string, expireAtMs: string, deadline: string): Promise<unknown>
+  [REFUND_COMMAND](key: string): Promise<unknown>
+}
+
+/** Where a reservation made at `nowMs` counts, and until when that counter lives. */
+export interface QuotaSlot {
+  key: string
+  windowId: string
+  resetMs: number
+  expireAtMs: number
+}
+
+/**
+ * The counter of the window containing `nowMs`: `quota:{<scope>}:<windowId>`, or
+ * `quota:{<scope>}:k:<key id>:<windowId>` for a restricted key's share (keys.ts). The scope is the
+ * hash tag, so all of a tenant's counters (and its tokens and velocity counters) live on one
+ * Cluster slot.
+ */
+export function quotaSlot (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): QuotaSlot {
+  assertScope(scope)
+  const { id, resetMs } = currentWindow(window, nowMs)
+  return { key: quotaKey(scope, share, id), windowId: id, resetMs, expireAtMs: resetMs + EXPIRY_GRACE_MS }
+}
+
+/** The decision for a reservation script's reply `{ allowed 0|1, used }`. */
+export function quotaDecision (reply: unknown, limit: number, slot: QuotaSlot): QuotaDecision {
+  if (!Array.isArray(reply) || typeof reply[0] !== 'number' || typeof reply[1] !== 'number') {
+    throw new Error(`unexpected reply from the quota reserve script: ${JSON.stringify(reply)}`)
+  }
+  const used = reply[1]
+  // `used` can exceed a limit lowered mid-window; remaining never goes negative.
+  return { allowed: reply[0] === 1, used, remaining: Math.max(0, limit - used), resetMs: slot.resetMs, windowId: slot.windowId }
+}
+
+/**
+ * Quota store shared by every instance through Redis. Each window's count is one key,
+ * `quota:{<scope>}:<windowId>`; the scope is the hash tag so all of a tenant's counters live on
+ * one Cluster slot. Each operation is a single script, hence atomic across instances. Failures
+ * (Redis down) reject promptly as long as the client is built to fail fast; the caller maps
+ * them to 503.
+ */
+export class RedisQuotaStore implements QuotaStore {
+  readonly #client: RedisClient
+  readonly #clock: RedisClock
+  readonly #commands: QuotaCommands
+
+  constructor (client: RedisClient) {
+    this.#client = client
+    this.#clock = redisClock(client)
+    // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
+    // (first use, restart, failover), so scripts are sent in full only when needed.
+    client.defineCommand(RESERVE_COMMAND, { lua: QUOTA_RESERVE_LUA, numberOfKeys: 1 })
+    client.defineCommand(REFUND_COMMAND, { lua: QUOTA_REFUND_LUA, numberOfKeys: 1 })
+    this.#commands = client as unknown as QuotaCommands
+  }
+
+  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
+    assertLimit(limit)
+    const slot = quotaSlot(scope, window, nowMs, share)
+    const reply = await storeCall('quota reserve', async () => await this.#commands[RESERVE_COMMAND](slot.key, String(limit), String(slot.expireAtMs), await this.#clock.deadline()))
+    return quotaDecision(reply, limit, slot)
+  }
+
+  async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
+    assertScope(scope)
+    await storeUndo('quota refund', async () => await this.#commands[REFUND_COMMAND](quotaKey(scope, share, windowId)))
+  }
+
+  async usage (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaUsage> {
+    const slot = quotaSlot(scope, window, nowMs, share)
+    const value = await storeCall('quota usage', async () => await this.#client.get(slot.key))
+    return { used: value === null ? 0 : Number(value), resetMs: slot.resetMs, windowId: slot.windowId }
+  }
+}

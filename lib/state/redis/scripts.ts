@@ -1,0 +1,601 @@
+import { TOKEN_RECORD_SEPARATOR } from '../tokens.js'
+import { FENCE_LUA, UNDO_SHEBANG, WRITES_SHEBANG } from './fence.js'
+
+/*
+ * Every Lua script the service runs on Redis, in one module: the functions several scripts
+ * share (velocity, lockout, token, quota reservation) and each whole script, which its store
+ * defines once on the client (ioredis defineCommand: EVALSHA, falling back to EVAL when the
+ * server lacks it). A state-changing script starts with the fence (fence.ts); one that only
+ * gives back starts with UNDO_SHEBANG.
+ */
+
+/* Velocity and lockout (functions of the admission scripts; their in-process twins are in lib/state/memory). */
+
+/**
+ * One hit, as a Lua function for scripts that check several limits in one round trip: INCR,
+ * and PEXPIRE on the first hit of a window.
+ */
+export const HIT_LIMIT_LUA = `
+local function hitLimit (key, windowMs)
+  local current = redis.call('INCR', key)
+  if current == 1 then
+    redis.call('PEXPIRE', key, windowMs)
+    return current, tonumber(windowMs)
+  end
+  return current, redis.call('PTTL', key)
+end
+`
+
+/**
+ * The state as a Redis hash `{ f: failures, u: locked until (epoch ms) }`. The clock is
+ * Redis's own (TIME), so every instance agrees on when a lock ends.
+ *
+ * - `lockoutNow()`: milliseconds since the epoch, by the server.
+ * - `lockedFor(key, now)`: ms left on the mailbox's lock, 0 when it is not locked.
+ * - `recordFailure(key, now, threshold, baseMs, maxMs, resetAfterMs)`: one more failure; returns
+ *   the ms of the lock it starts (0 when none).
+ * - `clearLockout(key)`: a right guess, or a tenant clearing the lock.
+ */
+export const LOCKOUT_LUA = `
+local function lockoutNow ()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+local function lockedFor (key, now)
+  local lockedUntil = tonumber(redis.call('HGET', key, 'u') or '0')
+  if lockedUntil > now then return lockedUntil - now end
+  return 0
+end
+local function recordFailure (key, now, threshold, baseMs, maxMs, resetAfterMs)
+  local failures = redis.call('HINCRBY', key, 'f', 1)
+  local lockMs = 0
+  if failures >= threshold then
+    lockMs = math.min(maxMs, baseMs * 2 ^ math.min(failures - threshold, 60))
+    redis.call('HSET', key, 'u', now + lockMs)
+  end
+  redis.call('PEXPIRE', key, lockMs + resetAfterMs)
+  return lockMs
+end
+local function clearLockout (key)
+  return redis.call('DEL', key)
+end
+`
+
+/* The token write and take (functions of the admission scripts). */
+
+/**
+ * The token write and take as Lua functions, for the admission scripts that fold them into
+ * a dispatch's or a verify's one round trip (lib/state/redis/admission.ts):
+ * `tokenExists` before anything is counted (a taken requestId is a retry with a new one),
+ * `writeToken` with its expiry in one SET, `readToken` and `setTokenAside` in the same script,
+ * so a code is consumed atomically by the first verify, right or wrong, and a verify refused
+ * between the two (the key's bucket) leaves it in place. A consumed token is renamed, not
+ * deleted: under a name of that verify's own, with the expiry it had, so that a verify whose
+ * answer never reached its caller (who answered 503) can put the code back for the retry.
+ */
+const TOKEN_LUA = `
+local function tokenExists (key)
+  return redis.call('EXISTS', key) == 1
+end
+local function writeToken (key, record, ttlMs)
+  redis.call('SET', key, record, 'PX', ttlMs)
+end
+local function readToken (key)
+  return redis.call('GET', key)
+end
+local function setTokenAside (key, attempt)
+  redis.call('RENAME', key, key .. ':used:' .. attempt)
+end
+`
+
+/* Quota reservation and refund (lib/state/redis/quota-store.ts). */
+
+/**
+ * Takes one unit of the counter at `key` unless `limit` are used; returns allowed 0|1 and the
+ * count. Checking before INCR (rather than INCR then DECR on refusal) keeps refused calls
+ * from ever changing the count. PEXPIREAT is set on every grant, not only the first, so a
+ * counter that somehow lost its expiry still gets one.
+ *
+ * `reserveQuotas` takes a unit of every counter or of none (a restricted key's share and its
+ * tenant's whole allowance): KEYS[first + i - 1] with limit and expiry in
+ * ARGV[firstArg + 2(i - 1)] and the next one, for i = 1..count. It returns allowed 0|1 and the
+ * count of the first counter (the tenant's, which the Quota-* headers describe).
+ * Both are Lua functions, shared with the dispatch script of lib/admission.
+ */
+const RESERVE_QUOTA_LUA = `
+local function reserveQuota (key, limit, expireAtMs)
+  local used = tonumber(redis.call('GET', key) or '0')
+  if used >= limit then
+    return 0, used
+  end
+  used = redis.call('INCR', key)
+  redis.call('PEXPIREAT', key, expireAtMs)
+  return 1, used
+end
+local function reserveQuotas (first, count, firstArg)
+  local firstUsed = tonumber(redis.call('GET', KEYS[first]) or '0')
+  for i = 0, count - 1 do
+    local used = tonumber(redis.call('GET', KEYS[first + i]) or '0')
+    if used >= tonumber(ARGV[firstArg + 2 * i]) then return 0, firstUsed end
+  end
+  for i = 0, count - 1 do
+    local used = redis.call('INCR', KEYS[first + i])
+    redis.call('PEXPIREAT', KEYS[first + i], ARGV[firstArg + 2 * i + 1])
+    if i == 0 then firstUsed = used end
+  end
+  return 1, firstUsed
+end
+`
+/** KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms), ARGV[3] the fence's deadline. Returns { allowed 0|1, used }. */
+export const QUOTA_RESERVE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${RESERVE_QUOTA_LUA}
+return { reserveQuota(KEYS[1], tonumber(ARGV[1]), ARGV[2]) }
+`
+/**
+ * KEYS[1] counter. A missing key means the window is over (or never counted anything), and
+ * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
+ * Not fenced, and run at Redis's memory limit too: a refund that lands late, or on a full
+ * Redis, only brings the count closer to the mail that left.
+ */
+export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used > 0 then
+  redis.call('DECR', KEYS[1])
+end
+return 0
+`
+
+/* Admission: dispatch, verify, refused requests, the mailbox bucket, undo and restore (lib/state/redis/admission.ts). */
+
+/** The dispatch script's first reply, read by lib/state/redis/admission.ts. */
+export const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5, suppressed: 6 } as const
+/** The verify script's first reply. */
+export const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } as const
+
+/**
+ * Counts KEYS[first..last] with max and window ms in ARGV[firstArg + 2(i - first)] and the
+ * next, in order, up to the first one exceeded; appends count and ms left of each to `reply`.
+ * Returns the 1-based position of the exceeded limit (0: none).
+ */
+const HIT_LIMITS_LUA = `
+local function hitLimits (first, last, firstArg, reply)
+  for i = first, last do
+    local arg = firstArg + 2 * (i - first)
+    local current, ttl = hitLimit(KEYS[i], ARGV[arg + 1])
+    reply[#reply + 1] = current
+    reply[#reply + 1] = ttl
+    if current > tonumber(ARGV[arg]) then return i - first + 1 end
+  end
+  return 0
+end
+`
+/** Whether a mailbox's suppression key is set (it expires with the suppression). */
+const SUPPRESSION_LUA = `
+local function suppressed (key)
+  return redis.call('EXISTS', key) == 1
+end
+`
+/**
+ * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
+ * when counted here, one bucket per limit (the caller's own, then the shared ones), then the
+ * mailbox's suppression.
+ * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
+ * number of own limits o, limit and expiry (epoch ms) per quota counter, max and window ms of
+ * the mailbox bucket, then max and window ms per limit.
+ * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
+ * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
+ */
+export const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
+if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
+local quotas = tonumber(ARGV[3])
+local mailboxes = tonumber(ARGV[4])
+local own = tonumber(ARGV[5])
+local firstLimit = 3 + quotas + mailboxes
+local firstLimitArg = 6 + 2 * (quotas + mailboxes)
+local reply = { ${DISPATCH.issued}, 0, 0, 0 }
+local exceeded = hitLimits(firstLimit, firstLimit + own - 1, firstLimitArg, reply)
+if exceeded > 0 then
+  reply[1] = ${DISPATCH.limited}
+  reply[2] = exceeded
+  return reply
+end
+local lockedMs = lockedFor(KEYS[2], lockoutNow())
+if lockedMs > 0 then
+  reply[1] = ${DISPATCH.locked}
+  reply[2] = lockedMs
+  return reply
+end
+if suppressed(KEYS[#KEYS]) then
+  reply[1] = ${DISPATCH.suppressed}
+  return reply
+end
+exceeded = hitLimits(firstLimit + own, #KEYS - 1, firstLimitArg + 2 * own, reply)
+if exceeded > 0 then
+  reply[1] = ${DISPATCH.limited}
+  reply[2] = own + exceeded
+  return reply
+end
+if mailboxes == 1 then
+  local arg = 6 + 2 * quotas
+  local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
+  if current > tonumber(ARGV[arg]) then
+    reply[1] = ${DISPATCH.mailboxLimited}
+    reply[2] = current
+    reply[3] = ttl
+    return reply
+  end
+end
+local allowed, used = reserveQuotas(3, quotas, 6)
+reply[3] = allowed
+reply[4] = used
+if allowed == 0 then
+  reply[1] = ${DISPATCH.quotaExceeded}
+  return reply
+end
+writeToken(KEYS[1], ARGV[1], ARGV[2])
+return reply
+`
+/** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
+export const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
+return { hitLimit(KEYS[1], ARGV[2]) }
+`
+/**
+ * KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each
+ * counter, if the token is there (it is only if this dispatch wrote it: its requestId was never
+ * told to anyone).
+ */
+export const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}if redis.call('DEL', KEYS[1]) == 0 then return { 0 } end
+for i = 2, #KEYS do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+end
+return { 1 }
+`
+/** KEYS: token; ARGV: the verify attempt. Puts back the token that attempt set aside, if it is still there. */
+export const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}local aside = KEYS[1] .. ':used:' .. ARGV[1]
+if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', KEYS[1]) == 1 then return { 0 } end
+redis.call('RENAME', aside, KEYS[1])
+return { 1 }
+`
+/**
+ * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
+ * when the requestId has a live code).
+ * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
+ * of stored forms n, number of own limits o, the n stored forms, max and window ms per limit,
+ * then the attempt's id (under which the token is set aside once consumed) and the deadline.
+ * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
+ * and ms left per limit counted }.
+ *
+ * The comparison is plain string equality on keyed hashes: its timing could only tell how
+ * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
+ * and the token is gone after this one try anyway.
+ */
+export const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
+local forms = tonumber(ARGV[6])
+local own = tonumber(ARGV[7])
+local firstLimitArg = forms + 8
+local reply = { ${VERIFY.limited}, 0, 0, '' }
+local exceeded = hitLimits(2, 1 + own, firstLimitArg, reply)
+if exceeded > 0 then
+  reply[2] = exceeded
+  return reply
+end
+local record = readToken(KEYS[1])
+if not record then
+  reply[1] = ${VERIFY.missing}
+  return reply
+end
+exceeded = hitLimits(2 + own, #KEYS, firstLimitArg + 2 * own, reply)
+if exceeded > 0 then
+  reply[2] = own + exceeded
+  return reply
+end
+setTokenAside(KEYS[1], ARGV[#ARGV - 1])
+local stored, tag, hash = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$')
+if stored == nil then stored, tag = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$') end
+reply[1] = ${VERIFY.mismatch}
+if tag == nil then return reply end
+reply[4] = hash or ''
+local lockoutKey = ARGV[1] .. tag
+local now = lockoutNow()
+if lockedFor(lockoutKey, now) > 0 then
+  reply[1] = ${VERIFY.locked}
+  return reply
+end
+local verified = false
+for f = 1, forms do
+  if ARGV[7 + f] == stored then verified = true end
+end
+if verified then
+  clearLockout(lockoutKey)
+  reply[1] = ${VERIFY.verified}
+else
+  reply[3] = recordFailure(lockoutKey, now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+end
+return reply
+`
+/** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
+export const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
+local reply = { 0 }
+reply[1] = hitLimits(1, #KEYS, 1, reply)
+return reply
+`
+
+/* Idempotency-Key records (lib/state/redis/idempotency-store.ts). */
+
+/** KEYS record, lock; ARGV fingerprint, ttlMs, lockMs. Returns { state, response? }. */
+export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
+if stored[1] then
+  if stored[1] ~= ARGV[1] then return { 'mismatch' } end
+  if stored[2] then return { 'replay', stored[2] } end
+  if redis.call('EXISTS', KEYS[2]) == 1 then return { 'in_flight' } end
+  -- The claim lapsed without complete or abandon: its owner died, this retry takes over.
+end
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+return { 'started' }
+`
+/** KEYS record, lock; ARGV fingerprint, response JSON, ttlMs. First completion wins. */
+export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
+if (stored[1] and stored[1] ~= ARGV[1]) or stored[2] then return 0 end
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'response', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('DEL', KEYS[2])
+return 1
+`
+/** KEYS record, lock. A completed response is kept: only a claim can be abandoned. */
+export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}if redis.call('HEXISTS', KEYS[1], 'response') == 1 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+`
+
+/* Receipt redemptions and epochs (lib/state/redis/redemption-store.ts). */
+
+/** The scope's epoch, made once (SET NX, by whoever asks first) and read back. KEYS epoch. ARGV a new epoch. */
+export const RECEIPT_EPOCH_LUA = `
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+`
+/**
+ * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone),
+ * the fence's deadline (lib/state/redis/fence.ts): a redemption answered 503 never marks the receipt
+ * later. Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
+ */
+export const RECEIPT_REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], ARGV[3])
+  current = ARGV[3]
+end
+if current ~= ARGV[1] then return { 0, current } end
+if redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return { 1, current } end
+return { 2, current }
+`
+
+/* The sandbox inbox (lib/state/redis/sandbox-inbox.ts). */
+
+/**
+ * KEYS the address's list; ARGV the message, its cap, the retention ms, the fence's deadline
+ * (lib/state/redis/fence.ts). A script rather than MULTI: fenced, a message the caller gave up on
+ * (its dispatch answered 503 and refunded) never appears later, and with its shebang Redis
+ * refuses it whole at its memory limit.
+ */
+export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`
+
+/* Webhook queues (lib/state/redis/webhook-queue.ts). */
+
+/** The fields of a webhook stream entry: the delivery (JSON) and, in the dead letters, why it is there. */
+export const WEBHOOK_ENTRY = { delivery: 'd', reason: 'why' } as const
+
+/** Due retries moved back to the stream per claim. */
+const PROMOTE_BATCH = 100
+
+/** Creates the consumer group with the stream, so that nothing queued is read past. */
+const WEBHOOK_ENSURE_GROUP_LUA = `
+local function ensureGroup (stream, group)
+  if redis.call('EXISTS', stream) == 0 then redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM') end
+end
+`
+/**
+ * Moves a tenant's longest-waiting deliveries to its dead letters until stream and retries hold
+ * at most `cap`: retries first (due last first: they failed most), then the oldest entries no
+ * consumer holds (those after the last held one, which every settled entry before it left).
+ */
+const WEBHOOK_MAKE_ROOM_LUA = `
+local function makeRoom (stream, retry, dead, group, cap)
+  local over = redis.call('XLEN', stream) + redis.call('ZCARD', retry) - cap
+  if over <= 0 then return 0 end
+  local moved = 0
+  for _, member in ipairs(redis.call('ZRANGE', retry, 0, over - 1, 'REV')) do
+    redis.call('ZREM', retry, member)
+    redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', member, '${WEBHOOK_ENTRY.reason}', 'overflow')
+    moved = moved + 1
+  end
+  if moved < over then
+    local from = '-'
+    local pending = redis.pcall('XPENDING', stream, group)
+    if type(pending) == 'table' and not pending.err and pending[1] > 0 then from = '(' .. pending[3] end
+    for _, entry in ipairs(redis.call('XRANGE', stream, from, '+', 'COUNT', over - moved)) do
+      redis.call('XDEL', stream, entry[1])
+      redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', entry[2][2], '${WEBHOOK_ENTRY.reason}', 'overflow')
+      moved = moved + 1
+    end
+  end
+  return moved
+end
+`
+/** KEYS stream, retry, dead, once key. ARGV group, once ttl ms ('0': none), cap, then the deliveries. Reply { queued, overflowed }. */
+export const WEBHOOK_ENQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}
+if ARGV[2] ~= '0' and not redis.call('SET', KEYS[4], '1', 'PX', ARGV[2], 'NX') then return { 0, 0 } end
+ensureGroup(KEYS[1], ARGV[1])
+for i = 4, #ARGV do redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i]) end
+return { 1, makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[3])) }
+`
+/** KEYS stream, retry, dead. ARGV group, cap, then due ms and delivery pairs. Reply: how many overflowed. */
+export const WEBHOOK_REQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}
+ensureGroup(KEYS[1], ARGV[1])
+for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1]) end
+return makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]))
+`
+/**
+ * KEYS stream, retry. ARGV group, consumer, now ms, max, stuck ms, autoclaim cursor.
+ * Reply { next cursor, stream length, first retry's due ms or '', then { id, { 'd', delivery } } per
+ * claimed entry }. A queue left with nothing waiting, held or due later is deleted.
+ */
+export const WEBHOOK_CLAIM_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}
+ensureGroup(KEYS[1], ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, ${PROMOTE_BATCH})
+for _, member in ipairs(due) do
+  redis.call('ZREM', KEYS[2], member)
+  redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', member)
+end
+local max = tonumber(ARGV[4])
+local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], 'COUNT', max)
+local reply = { taken[1], 0, '' }
+for _, entry in ipairs(taken[2]) do
+  if entry[2] then reply[#reply + 1] = entry end
+end
+if #reply - 3 < max then
+  local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', max - #reply + 3, 'STREAMS', KEYS[1], '>')
+  if fresh then
+    for _, entry in ipairs(fresh[1][2]) do reply[#reply + 1] = entry end
+  end
+end
+reply[2] = redis.call('XLEN', KEYS[1])
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if first[2] then reply[3] = first[2] end
+if reply[2] == 0 and not first[2] then redis.call('DEL', KEYS[1]) end
+return reply
+`
+/** Settling a delivery the consumer holds: the check every settle script starts with. */
+const WEBHOOK_HELD_LUA = `
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[3])
+if #held == 0 then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+`
+/** KEYS stream. ARGV group, entry id, consumer. */
+export const WEBHOOK_COMPLETE_LUA = `${WEBHOOK_HELD_LUA}
+return 1
+`
+/** KEYS stream, retry. ARGV group, entry id, consumer, delivery, due ms. */
+export const WEBHOOK_RETRY_LUA = `${WEBHOOK_HELD_LUA}
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+return 1
+`
+/** KEYS stream, dead. ARGV group, entry id, consumer, delivery, cap. */
+export const WEBHOOK_BURY_LUA = `${WEBHOOK_HELD_LUA}
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4], '${WEBHOOK_ENTRY.reason}', 'failed')
+return 1
+`
+/** KEYS dead. ARGV cap, then deliveries given up. */
+export const WEBHOOK_ADD_DEAD_LUA = `
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i], '${WEBHOOK_ENTRY.reason}', 'failed') end
+return 1
+`
+/**
+ * KEYS dead, stream, retry. ARGV dead letter id, group, cap, delivery. Moves it once, however many
+ * replay it, and only into a queue below its cap. Reply 1 moved, 0 no such letter, 2 queue full.
+ */
+export const WEBHOOK_REPLAY_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
+if redis.call('XLEN', KEYS[2]) + redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 2 end
+redis.call('XDEL', KEYS[1], ARGV[1])
+ensureGroup(KEYS[2], ARGV[2])
+redis.call('XADD', KEYS[2], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4])
+return 1
+`
+/** KEYS index, version, dead index. ARGV tenant, '1' when work was added, '1' when dead letters were. */
+export const WEBHOOK_INDEX_LUA = `
+if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1]) end
+if ARGV[3] == '1' then redis.call('SADD', KEYS[3], ARGV[1]) end
+return 1
+`
+/** KEYS index. ARGV tenant, the version its queue was found empty at. */
+export const WEBHOOK_UNINDEX_LUA = `
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 1
+`
+/**
+ * KEYS old stream, retry, dead, lock. ARGV group, consumer, stuck ms, count, lock ms.
+ * Reply { 0 } nothing left, { 1 } another instance drains, or { 2, stream entries (held by the
+ * consumer from now on), retries (member, score…), dead letters }.
+ */
+export const WEBHOOK_LEGACY_TAKE_LUA = `
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then return { 0 } end
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[2] then return { 1 } end
+redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
+local count = tonumber(ARGV[4])
+local entries = {}
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
+  local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', count)
+  for _, entry in ipairs(taken[2]) do
+    if entry[2] then entries[#entries + 1] = entry end
+  end
+  if #entries < count then
+    local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count - #entries, 'STREAMS', KEYS[1], '>')
+    if fresh then
+      for _, entry in ipairs(fresh[1][2]) do entries[#entries + 1] = entry end
+    end
+  end
+  if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+end
+return { 2, entries, redis.call('ZRANGE', KEYS[2], 0, count - 1, 'WITHSCORES'), redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', count) }
+`
+/**
+ * KEYS old stream, retry, dead. ARGV group, consumer, then three lists, each its length first:
+ * stream entry ids (acknowledged and deleted if the consumer still holds them), retry members,
+ * dead letter ids. Emptied keys are deleted.
+ */
+export const WEBHOOK_LEGACY_DONE_LUA = `
+local at = 3
+local count = tonumber(ARGV[at])
+for i = at + 1, at + count do
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+at = at + count + 1
+count = tonumber(ARGV[at])
+for i = at + 1, at + count do redis.call('ZREM', KEYS[2], ARGV[i]) end
+at = at + count + 1
+count = tonumber(ARGV[at])
+for i = at + 1, at + count do redis.call('XDEL', KEYS[3], ARGV[i]) end
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) == 0 then redis.call('DEL', KEYS[3]) end
+return 1
+`
+/**
+ * A tenant's depth and the earliest `createdAtMs` among its stream (waiting and held) and its
+ * retries: one pass over at most WEBHOOK_MAX_QUEUED_PER_TENANT entries, run at scrape time only.
+ * The field is read by pattern, not decoded: the body inside is a JSON string whose quotes are
+ * escaped, so its own fields never match.
+ */
+export const WEBHOOK_BACKLOG_LUA = `
+local oldest = nil
+local function consider (text)
+  local at = tonumber(string.match(text, '"createdAtMs":(%d+)'))
+  if at ~= nil and (oldest == nil or at < oldest) then oldest = at end
+end
+local depth = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+    local fields = entry[2]
+    for i = 1, #fields, 2 do if fields[i] == '${WEBHOOK_ENTRY.delivery}' then consider(fields[i + 1]) end end
+    depth = depth + 1
+  end
+end
+for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  consider(member)
+  depth = depth + 1
+end
+if oldest == nil then return { depth, false } end
+return { depth, tostring(oldest) }
+`
