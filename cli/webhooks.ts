@@ -1,5 +1,6 @@
 import { Cluster, Redis } from 'ioredis'
-import { ConfigError, parseRedisToolConfig, type RedisTopology } from '../lib/config.js'
+import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
+import type { RedisTopology } from '../lib/redis/topology.js'
 import type { RedisClient } from '../lib/redis/client.js'
 import { RedisWebhookQueue } from '../lib/webhooks/redis-queue.js'
 import { TENANT_ID_PATTERN } from '../schemas/tenants.js'

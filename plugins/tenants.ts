@@ -2,7 +2,9 @@ import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import fp from 'fastify-plugin'
-import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from '../lib/tenants/registry.js'
+import { TenantRegistry } from '../lib/tenants/registry.js'
+import { registryFromFile, TenantsFileError, tenantsFileVersion } from '../lib/tenants-file/load.js'
+import { demoRegistry } from '../lib/tenants-file/demo.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -50,7 +52,7 @@ const WATCH_DEBOUNCE_MS = 300
 export default fp(async function tenantsPlugin (fastify) {
   const path = fastify.config.tenantsFile
   const options = fastify.config.templatesDir === null ? {} : { templatesDir: fastify.config.templatesDir }
-  let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
+  let current = path === null ? demoRegistry() : await registryFromFile(path, options)
   for (const warning of current.warnings) fastify.log.warn(warning)
   if (path === null) {
     fastify.log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
@@ -64,7 +66,7 @@ export default fp(async function tenantsPlugin (fastify) {
 
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
     try {
-      current = await TenantRegistry.fromFile(file, options)
+      current = await registryFromFile(file, options)
       for (const warning of current.warnings) fastify.log.warn(warning)
       reloads.ok++
       lastReloadOk = true

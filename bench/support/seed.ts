@@ -2,8 +2,8 @@ import { admissionPolicy } from '../../lib/admission/plan.js'
 import type { Backend } from '../../lib/backend.js'
 import { CodeSigner } from '../../lib/otp/signer.js'
 import { OtpService, type Caller } from '../../lib/otp/service.js'
-import { parseConfig } from '../../lib/config.js'
-import { TenantRegistry } from '../../lib/tenants/registry.js'
+import { parseConfig } from '../../lib/config/from-env.js'
+import { registryFromJson } from '../../lib/tenants-file/load.js'
 import { AddressHasher } from '../../lib/receipts/address-hash.js'
 import { NO_LIMIT, benchTenantsDocument, type Token } from './service.js'
 
@@ -20,7 +20,7 @@ export class CodeSeeder {
   readonly #codes = new Map<string, string>()
 
   constructor (backend: Backend, liveKey: string, hmacSecret: Buffer) {
-    const registry = TenantRegistry.fromJson(benchTenantsDocument(liveKey))
+    const registry = registryFromJson(benchTenantsDocument(liveKey))
     const key = registry.authenticate(liveKey, Date.now())
     if (key === null) throw new Error('the bench key does not authenticate')
     const config = parseConfig({ RATE_LIMIT_RECIPIENT: NO_LIMIT, RATE_LIMIT_SOURCE: NO_LIMIT, RATE_LIMIT_KEY: NO_LIMIT, RATE_LIMIT_MAILBOX: 'off', LOCKOUT_THRESHOLD: '100000000' })

@@ -1,9 +1,9 @@
 import type { KeyMode } from '../tenants/api-keys.js'
-import type { TenantKey } from '../tenants/registry.js'
+import type { TenantKey } from '../tenants/tenant.js'
 import { scopeTag, tenantScope } from '../tenants/scope.js'
-import type { QuotaWindow } from '../quota/window.js'
+import type { QuotaWindow } from '../limits/window.js'
 import type { LockoutPolicy } from './lockout.js'
-import type { RateLimit, VelocityLimits } from './velocity.js'
+import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 
 /*
  * A request's admission plan: which counters it counts against, under which keys, with which
@@ -132,7 +132,7 @@ export interface AdmissionPolicy {
   lockout: LockoutPolicy
 }
 
-/** The policy of a configuration (lib/config.ts). */
+/** The policy of a configuration (lib/config/types.ts). */
 export function admissionPolicy (config: { rateLimits: VelocityLimits, mailboxLimit: RateLimit | null, lockout: LockoutPolicy }): AdmissionPolicy {
   return { limits: config.rateLimits, mailbox: config.mailboxLimit, lockout: config.lockout }
 }

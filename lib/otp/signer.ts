@@ -1,10 +1,6 @@
 import { createHmac, createSecretKey, type KeyObject } from 'node:crypto'
+import type { MacKey } from '../mac-key.js'
 import type { KeyMode } from '../tenants/api-keys.js'
-
-export interface MacKey {
-  id: string
-  secret: Buffer
-}
 
 /** What a code is bound to: a code issued in one scope never verifies in another. */
 export interface CodeScope {

@@ -1,5 +1,5 @@
 import type { KeyMode } from '../tenants/api-keys.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { Tenant } from '../tenants/tenant.js'
 import { tenantScope } from '../tenants/scope.js'
 import type { QuotaStore } from './quota-store.js'
 

@@ -2,7 +2,7 @@ import type { RedisClient } from '../redis/client.js'
 import { FENCE_LUA, redisClock, UNDO_SHEBANG, WRITES_SHEBANG, type RedisClock } from '../redis/fence.js'
 import { storeCall, storeUndo } from '../store-errors.js'
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from './quota-store.js'
-import { currentWindow, type QuotaWindow } from './window.js'
+import { currentWindow, type QuotaWindow } from '../limits/window.js'
 
 /**
  * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the

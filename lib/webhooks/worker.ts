@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import type { Logger } from 'pino'
-import type { WebhookEndpoint } from '../tenants/registry.js'
+import type { WebhookEndpoint } from '../tenants/tenant.js'
 import type { ClaimedDelivery, Delivery, WebhookQueue } from './queue.js'
 import { givenUp, retryDelayMs, type RetrySchedule } from './retry.js'
 import type { AttemptResult } from './sender.js'

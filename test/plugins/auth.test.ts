@@ -1,7 +1,7 @@
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import t from 'tap'
-import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { generateKey } from '../../lib/tenants/api-keys.js'
 import { bearer, buildApp, writeTenants } from '../helper.js'
 

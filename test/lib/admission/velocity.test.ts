@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { HIT_LIMIT_LUA, MemoryVelocityCounter, parseRateLimit, type WindowCount } from '../../../lib/admission/velocity.js'
+import { HIT_LIMIT_LUA, MemoryVelocityCounter, type WindowCount } from '../../../lib/admission/velocity.js'
+import { parseRateLimit } from '../../../lib/limits/rate-limit.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 
 interface Counter {

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis'
 import { MemoryQuotaStore } from '../../../lib/quota/memory-quota-store.js'
 import type { QuotaStore } from '../../../lib/quota/quota-store.js'
 import { RedisQuotaStore } from '../../../lib/quota/redis-quota-store.js'
-import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/quota/window.js'
+import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/limits/window.js'
 import { redisTestOptions, startRedis, connectFailFast } from '../../support/redis.js'
 
 function window (spec: string): QuotaWindow {
