@@ -30,6 +30,13 @@ module.exports = {
       to: { circular: true }
     },
     {
+      name: 'not-to-unresolvable',
+      severity: 'error',
+      comment: 'every import resolves: an import the resolver cannot follow (a `.js` specifier without its `.ts` file) would escape every other rule',
+      from: {},
+      to: { couldNotResolve: true }
+    },
+    {
       name: 'schemas-import-nothing-of-the-service',
       severity: 'error',
       comment: 'schemas/ is the bottom layer: TypeBox schemas and patterns only',

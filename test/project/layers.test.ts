@@ -18,6 +18,7 @@ const TREE: Record<string, string[]> = {
   'lib/net/address.ts': [],
   'lib/net/cycle-a.ts': ['lib/net/cycle-b.ts'],
   'lib/net/cycle-b.ts': ['lib/net/cycle-a.ts'],
+  'lib/net/lost.ts': ['lib/net/nowhere.ts'],
   'lib/otp/service.ts': ['lib/net/address.ts', 'lib/state/tokens.ts', 'lib/state/index.ts', 'lib/state/redis/tokens.ts'],
   'lib/net/runs-up.ts': ['lib/otp/service.ts'],
   'lib/quota/store.ts': ['lib/tokens/store.ts'],
@@ -61,7 +62,8 @@ t.test('the configuration reports the imports that break a layer, and only those
     'lib-layers: lib/net/runs-up.ts → lib/otp/service.ts',
     'lib-layers: lib/quota/store.ts → lib/tokens/store.ts',
     'lib-unplaced: lib/unplaced/thing.ts → lib/net/address.ts',
+    'not-to-unresolvable: lib/net/lost.ts → ../../lib/net/nowhere.js',
     'schemas-import-nothing-of-the-service: schemas/env.ts → lib/net/address.ts',
     'state-adapters-behind-the-index: lib/otp/service.ts → lib/state/redis/tokens.ts'
-  ].sort(), 'a cycle, an upward import, two units of one layer, an adapter outside the index, an unplaced folder, lib to plugins, schemas to lib')
+  ].sort(), 'a cycle, an import that does not resolve, an upward import, two units of one layer, an adapter outside the index, an unplaced folder, lib to plugins, schemas to lib')
 })
