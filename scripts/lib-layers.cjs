@@ -18,12 +18,12 @@
  * lib/compose.ts import an adapter.
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/mac-key.ts', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry', 'lib/redis'],
+  ['lib/state/*.ts'],
   ['lib/sandbox'],
   ['lib/mail'],
   ['lib/tenants'],
-  ['lib/state/*.ts'],
   ['lib/tokens', 'lib/quota', 'lib/idempotency', 'lib/receipts', 'lib/webhooks', 'lib/feedback'],
   ['lib/admission', 'lib/tenants-file'],
   ['lib/config'],

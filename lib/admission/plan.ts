@@ -1,6 +1,6 @@
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
-import { scopeTag, tenantScope } from '../tenants/scope.js'
+import { scopeTag, tenantScope } from '../keys/scope.js'
 import type { QuotaWindow } from '../limits/window.js'
 import type { LockoutPolicy } from './lockout.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'

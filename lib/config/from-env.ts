@@ -7,7 +7,7 @@ import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RA
 import type { LockoutPolicy } from '../admission/lockout.js'
 import { parseDuration, type DurationUnit } from '../duration.js'
 import { parseRateLimit, type RateLimit } from '../limits/rate-limit.js'
-import type { MacKey } from '../mac-key.js'
+import type { MacKey } from '../keys/mac-key.js'
 import type { MailTransportName } from '../mail/mailer.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/signing-keys.js'

@@ -1,7 +1,7 @@
 import type { Env } from '../../schemas/env.js'
 import type { LockoutPolicy } from '../admission/lockout.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
-import type { MacKey } from '../mac-key.js'
+import type { MacKey } from '../keys/mac-key.js'
 import type { MailTransportName } from '../mail/mailer.js'
 import type { MeshIdentityHeader } from '../net/workload-identity.js'
 import type { ReceiptKeyMaterial } from '../receipts/signing-keys.js'

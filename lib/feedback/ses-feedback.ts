@@ -1,7 +1,7 @@
 import { get as httpsGet } from 'node:https'
 import MessageValidator from 'sns-validator'
 import { LruMap } from 'toad-cache'
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { Tenant } from '../tenants/tenant.js'
 
 /** SNS retries a delivery for up to an hour: an older message is a replay. */

@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { SandboxInbox } from '../sandbox/inbox.js'
 import { simulateDelivery } from './simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
@@ -9,8 +10,7 @@ import { mailSendSpan } from '../telemetry/spans.js'
 import { DeliveryError, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface DeliveryContext {
-  /** The key's mode (KeyMode), spelled out: mail sits below the tenants and their keys. */
-  mode: 'live' | 'test'
+  mode: KeyMode
   tenantId: string
   requestId: string
   /** Kept only in the sandbox inbox, never for live mail. */

@@ -1,5 +1,5 @@
 import { randomBytes, randomInt } from 'node:crypto'
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import { tokenKey, tokenRecord } from '../tokens/token-store.js'
 import type { CodeSigner } from './signer.js'
 

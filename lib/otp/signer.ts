@@ -1,6 +1,6 @@
 import { createHmac, createSecretKey, type KeyObject } from 'node:crypto'
-import type { MacKey } from '../mac-key.js'
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { MacKey } from '../keys/mac-key.js'
+import type { KeyMode } from '../keys/api-keys.js'
 
 /** What a code is bound to: a code issued in one scope never verifies in another. */
 export interface CodeScope {

@@ -1,6 +1,6 @@
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { Tenant } from '../tenants/tenant.js'
-import { tenantScope } from '../tenants/scope.js'
+import { tenantScope } from '../keys/scope.js'
 import type { QuotaStore } from './quota-store.js'
 
 /** A window's state after a reservation or a refund: how many units remain, and until when. */

@@ -1,5 +1,5 @@
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
-import { tenantScope } from '../tenants/scope.js'
+import { tenantScope } from '../keys/scope.js'
 import type { Tenant, TenantKey } from '../tenants/tenant.js'
 import type { JwksType, ReceiptClaimsType } from '../../schemas/receipts.js'
 import type { AddressHasher } from './address-hash.js'

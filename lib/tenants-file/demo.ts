@@ -1,4 +1,4 @@
-import { hashKey } from '../tenants/api-keys.js'
+import { hashKey } from '../keys/api-keys.js'
 import type { TenantRegistry } from '../tenants/registry.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { registryFromJson } from './load.js'

@@ -1,4 +1,4 @@
-import { hashKey, parseKey } from './api-keys.js'
+import { hashKey, parseKey } from '../keys/api-keys.js'
 import type { Tenant, TenantKey } from './tenant.js'
 
 /**

@@ -6,7 +6,7 @@ import type { QuotaWindow } from '../limits/window.js'
 import type { TenantTemplates } from '../mail/tenant-templates.js'
 import type { IpRangeSet } from '../net/ip-ranges.js'
 import type { RecipientPolicy } from '../recipients/policy.js'
-import type { KeyKind, KeyMode } from './api-keys.js'
+import type { KeyKind, KeyMode } from '../keys/api-keys.js'
 
 export interface Allowance {
   limit: number

@@ -1,5 +1,5 @@
-import type { KeyMode } from '../tenants/api-keys.js'
-import { scopeTag } from '../tenants/scope.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import { scopeTag } from '../keys/scope.js'
 
 /**
  * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a

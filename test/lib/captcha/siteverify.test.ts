@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { CaptchaVerifier, type CaptchaSettings } from '../../../lib/captcha/siteverify.js'
 import { registryFromJson, TenantsFileError } from '../../../lib/tenants-file/load.js'
-import { generateKey, hashKey } from '../../../lib/tenants/api-keys.js'
+import { generateKey, hashKey } from '../../../lib/keys/api-keys.js'
 
 /** A provider that answers one fixed JSON document, as reCAPTCHA v3 does with a score. */
 async function answering (t: Test, answer: object): Promise<string> {
