@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import closeWithGrace from 'close-with-grace'
-import { ConfigError } from './lib/config.js'
+import { ConfigError } from './lib/config/from-env.js'
 import { readManifest } from './lib/manifest.js'
-import { TenantsFileError } from './lib/tenants/registry.js'
+import { TenantsFileError } from './lib/tenants-file/load.js'
 import { readConfig } from './plugins/config.js'
 
 async function main (): Promise<void> {

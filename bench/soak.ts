@@ -22,7 +22,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
-import { generateKey, hashKey } from '../lib/tenants/api-keys.js'
+import { generateKey, hashKey } from '../lib/keys/api-keys.js'
 import { freePort, startRedis, type RedisServer } from '../test/support/redis.js'
 
 const CONCURRENCY = 20

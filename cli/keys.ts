@@ -3,9 +3,9 @@ import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 import { TemplateFolders } from '../lib/mail/template-files.js'
-import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/tenants/api-keys.js'
+import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/keys/api-keys.js'
 import { generateCode } from '../lib/otp/codes.js'
-import { REVIEW_ADDRESS_MAX_DAYS, TenantRegistry } from '../lib/tenants/registry.js'
+import { registryFromJson, REVIEW_ADDRESS_MAX_DAYS } from '../lib/tenants-file/load.js'
 import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
 
 const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
@@ -70,7 +70,7 @@ async function readTenantsFile (path: string): Promise<TenantsFile> {
 
 /** Validates with the service's own rules (template files included), then replaces the file atomically. */
 async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: string): Promise<void> {
-  TenantRegistry.fromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) })
+  registryFromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) })
   const temporary = `${path}.${process.pid}.tmp`
   await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
   await rename(temporary, path)

@@ -1,5 +1,6 @@
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/template-files.js'
-import { TenantRegistry, TenantsFileError } from '../lib/tenants/registry.js'
+import { TenantRegistry } from '../lib/tenants/registry.js'
+import { registryFromFile, TenantsFileError } from '../lib/tenants-file/load.js'
 import { TenantsFileSchema } from '../schemas/tenants.js'
 import { CommandError, envValue, helpFor, parse, text, UsageError, type Io } from './program.js'
 
@@ -39,7 +40,7 @@ export async function loadTenantsFile (path: string, templatesDir: string, env: 
   const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
   if (problem !== null) throw new CommandError(`the templates folder ${problem}`)
   try {
-    return await TenantRegistry.fromFile(path, { templatesDir })
+    return await registryFromFile(path, { templatesDir })
   } catch (error) {
     if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
     throw error

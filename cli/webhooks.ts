@@ -1,5 +1,5 @@
-import { ConfigError, parseRedisToolConfig } from '../lib/config.js'
 import { openRedisWebhookQueue } from '../lib/state/index.js'
+import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
 import { TENANT_ID_PATTERN } from '../schemas/tenants.js'
 import { WebhookPayloadsDocument } from '../schemas/webhooks.js'
 import { CommandError, helpFor, parse, text, UsageError, type Io } from './program.js'

@@ -1,8 +1,8 @@
 import fp from 'fastify-plugin'
 import { apiError, type ApiError } from '../lib/errors.js'
 import { headerCount } from '../lib/net/http-headers.js'
-import { bearerToken, type KeyKind } from '../lib/tenants/api-keys.js'
-import type { TenantKey } from '../lib/tenants/registry.js'
+import { bearerToken, type KeyKind } from '../lib/keys/api-keys.js'
+import type { TenantKey } from '../lib/tenants/tenant.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

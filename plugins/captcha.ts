@@ -4,8 +4,8 @@ import { CaptchaVerifier } from '../lib/captcha/siteverify.js'
 import { apiError, type ApiError } from '../lib/errors.js'
 import { ShareLru } from '../lib/memory/share-lru.js'
 import { sourceBucket } from '../lib/net/source-address.js'
-import { tenantScope } from '../lib/tenants/scope.js'
 import { callerOf } from './services.js'
+import { tenantScope } from '../lib/keys/scope.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin'
-import { parseConfig, type Config } from '../lib/config.js'
+import { parseConfig } from '../lib/config/from-env.js'
+import type { Config } from '../lib/config/types.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

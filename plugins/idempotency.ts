@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { storeCall } from '../lib/store-errors.js'
-import { tenantScope } from '../lib/tenants/scope.js'
+import { tenantScope } from '../lib/keys/scope.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -3,7 +3,7 @@ import { Writable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import emailOtp, { serverOptions } from '../app.js'
-import { parseConfig } from '../lib/config.js'
+import { parseConfig } from '../lib/config/from-env.js'
 
 /** Where the committed copy of the OpenAPI document lives: the repository root. */
 export const documentPath = fileURLToPath(new URL('../openapi.json', import.meta.url))

@@ -4,9 +4,9 @@ import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import app, { serverOptions } from '../app.js'
-import { parseConfig } from '../lib/config.js'
-import { generateKey, hashKey } from '../lib/tenants/api-keys.js'
-import { DEMO_SANDBOX_KEY } from '../lib/tenants/registry.js'
+import { parseConfig } from '../lib/config/from-env.js'
+import { generateKey, hashKey } from '../lib/keys/api-keys.js'
+import { DEMO_SANDBOX_KEY } from '../lib/tenants-file/demo.js'
 import type { TenantsFile } from '../schemas/tenants.js'
 
 /** Collects everything written to it, line by line. */

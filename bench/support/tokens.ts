@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis'
 import { REQUEST_ID_BYTES } from '../../lib/otp/codes.js'
 import { MAC_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
 import { ADDRESS_HASH_BYTES } from '../../lib/receipts/address-hash.js'
-import { tokenKey } from '../../lib/state/redis/keys.js'
+import { tokenKey } from '../../lib/state/keys.js'
 import { tokenRecord } from '../../lib/state/tokens.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */

@@ -1,10 +1,8 @@
 import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
-import type { AdmissionStore, Exceeded } from '../state/admission.js'
+import type { AdmissionStore, Audience, DispatchPlan, Exceeded, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
 import type { QuotaDecision } from '../state/quota.js'
-import type { Audience, DispatchPlan, LimitHit, RefusalPlan, VerifyPlan } from './plan.js'
 import type { OverLimitMemory } from './over-limit.js'
-import type { WindowCount } from './velocity.js'
 
 /*
  * The admission gate: runs a request's plan as one atomic step on whatever holds the

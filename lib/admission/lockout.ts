@@ -1,3 +1,5 @@
+import type { LockoutPolicy } from '../limits/lockout-policy.js'
+
 /*
  * Wrong guesses per recipient mailbox and lane (plan.ts, "Lanes"), across requestIds, sources
  * and keys. What counts is the run of consecutive failures: only a right guess resets it (or a
@@ -14,17 +16,6 @@
  * (test/lib/state/lockout.test.ts): as Lua functions for the admission scripts
  * (lib/state/redis/scripts.ts), and as MemoryLockout in process (lib/state/memory/lockout.ts).
  */
-
-export interface LockoutPolicy {
-  /** Consecutive wrong guesses that lock the mailbox for the first time. */
-  threshold: number
-  /** Length of the first lock; each further wrong guess doubles it. */
-  baseMs: number
-  /** Longest lock. */
-  maxMs: number
-  /** A run of failures is forgotten this long after its last wrong guess or the end of its lock. */
-  resetAfterMs: number
-}
 
 /** The lock a run of `failures` consecutive wrong guesses earns, in ms (0 below the threshold). */
 export function lockDurationMs (policy: LockoutPolicy, failures: number): number {

@@ -1,5 +1,4 @@
-import type { LimitHit } from './plan.js'
-import type { WindowCount } from './velocity.js'
+import type { LimitHit, WindowCount } from '../state/admission.js'
 
 /** A limit gone past and its count, as the gate's Exceeded. */
 interface Exceeded {

@@ -2,8 +2,8 @@ import { get as httpsGet } from 'node:https'
 import MessageValidator from 'sns-validator'
 import { LruMap } from 'toad-cache'
 import type { FeedbackDedupe } from '../state/feedback-dedupe.js'
-import type { KeyMode } from '../tenants/api-keys.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import type { Tenant } from '../tenants/tenant.js'
 
 /** SNS retries a delivery for up to an hour: an older message is a replay. */
 export const MAX_MESSAGE_AGE_MS = 60 * 60 * 1000

@@ -1,8 +1,7 @@
 import type { Writable } from 'node:stream'
-import type { Config, MailTransportName } from '../config.js'
-import type { KeyMode } from '../tenants/api-keys.js'
 import type { SandboxInbox } from '../state/sandbox-inbox.js'
-import { simulateDelivery } from '../sandbox/simulator.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import { simulateDelivery } from './simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
@@ -23,18 +22,30 @@ export type MailSendObserver = (transport: string, seconds: number, result: stri
 
 const failureKind = (error: unknown): string => error instanceof DeliveryError ? error.kind : 'unknown'
 
-/**
- * Sends a verification message. Live mail goes through the configured transport. Sandbox
- * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
- * the sandbox inbox (and, with the log transport, on the console people look at).
- */
-type MailerConfig = Pick<Config, 'mailTransports' | 'mailTimeoutMs' | 'mailBreaker' | 'ses' | 'smtpUrl'>
+/** What the mailer reads of the configuration (the Config fields of the same names). */
+export interface MailerConfig {
+  /** Live mail's providers, in the order a send tries them (or just `log`). */
+  mailTransports: MailTransportName[]
+  mailTimeoutMs: number
+  /** When a provider of the list is skipped, and for how long. */
+  mailBreaker: { failures: number, openMs: number }
+  ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
+  smtpUrl: string | null
+}
+
+/** A provider MAIL_TRANSPORT names; `log` stands alone. */
+export type MailTransportName = 'log' | 'ses' | 'smtp'
 
 /** Where a message went: the provider that accepted it, or `sandbox`. */
 export type DeliveredBy = string
 
 const NO_OBSERVER: FailoverObserver = { failedOver () {}, skipped () {} }
 
+/**
+ * Sends a verification message. Live mail goes through the configured transport. Sandbox
+ * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
+ * the sandbox inbox (and, with the log transport, on the console people look at).
+ */
 export class Mailer {
   readonly #live: FailoverTransport
   readonly #logsLive: boolean

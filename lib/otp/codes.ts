@@ -1,7 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto'
-import type { KeyMode } from '../tenants/api-keys.js'
-import { tokenKey } from '../state/redis/keys.js'
+import { tokenKey } from '../state/keys.js'
 import { tokenRecord } from '../state/tokens.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { CodeSigner } from './signer.js'
 
 /** Six ASCII digits from a CSPRNG, leading zeros kept. */

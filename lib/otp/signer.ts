@@ -1,10 +1,6 @@
 import { createHmac, createSecretKey, type KeyObject } from 'node:crypto'
-import type { KeyMode } from '../tenants/api-keys.js'
-
-export interface MacKey {
-  id: string
-  secret: Buffer
-}
+import type { MacKey } from '../keys/mac-key.js'
+import type { KeyMode } from '../keys/api-keys.js'
 
 /** What a code is bound to: a code issued in one scope never verifies in another. */
 export interface CodeScope {

@@ -1,7 +1,7 @@
-import type { KeyMode } from '../tenants/api-keys.js'
-import type { Tenant } from '../tenants/registry.js'
-import { tenantScope } from '../tenants/scope.js'
 import type { QuotaStore } from '../state/quota.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import type { Tenant } from '../tenants/tenant.js'
+import { tenantScope } from '../keys/scope.js'
 
 /** A window's state after a reservation or a refund: how many units remain, and until when. */
 export interface AllowanceState {

@@ -1,5 +1,5 @@
 import { storeCall } from '../store-errors.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { Tenant } from '../tenants/tenant.js'
 import { usageReport, type UsageReport } from './allowance.js'
 import type { QuotaStore } from '../state/quota.js'
 

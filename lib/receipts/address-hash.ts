@@ -1,6 +1,6 @@
 import { createHmac, createSecretKey, hkdfSync, timingSafeEqual, type KeyObject } from 'node:crypto'
-import type { MacKey } from '../otp/signer.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { MacKey } from '../keys/mac-key.js'
+import type { Tenant } from '../tenants/tenant.js'
 
 /** 128 bits: enough that two addresses of one tenant never share a hash, short in every record. */
 export const ADDRESS_HASH_BYTES = 16

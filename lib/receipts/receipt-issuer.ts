@@ -2,7 +2,7 @@ import { randomBytes, sign } from 'node:crypto'
 import { Value } from '@sinclair/typebox/value'
 import { createLocalJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose'
 import { RECEIPT_TYPE, ReceiptClaims, type JwksType, type ReceiptClaimsType } from '../../schemas/receipts.js'
-import type { KeyMode } from '../tenants/api-keys.js'
+import type { KeyMode } from '../keys/api-keys.js'
 import type { ReceiptSigningKey } from './signing-keys.js'
 
 /** What a receipt attests: one verification, of one requestId, for one address. */

@@ -1,6 +1,6 @@
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
-import { tenantScope } from '../tenants/scope.js'
-import type { Tenant, TenantKey } from '../tenants/registry.js'
+import { tenantScope } from '../keys/scope.js'
+import type { Tenant, TenantKey } from '../tenants/tenant.js'
 import type { JwksType, ReceiptClaimsType } from '../../schemas/receipts.js'
 import type { AddressHasher } from './address-hash.js'
 import type { ReceiptIssuer } from './receipt-issuer.js'

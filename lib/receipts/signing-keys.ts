@@ -1,6 +1,6 @@
 import { createPrivateKey, createPublicKey, hkdfSync, type KeyObject } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK } from 'jose'
-import type { MacKey } from '../otp/signer.js'
+import type { MacKey } from '../keys/mac-key.js'
 import type { PublicJwkType } from '../../schemas/receipts.js'
 
 export type ReceiptAlgorithm = 'EdDSA' | 'ES256'

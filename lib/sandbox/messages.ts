@@ -1,6 +1,6 @@
 import { apiError } from '../errors.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
-import type { TenantKey } from '../tenants/registry.js'
+import type { TenantKey } from '../tenants/tenant.js'
 import type { SandboxInbox, SandboxMessage } from '../state/sandbox-inbox.js'
 
 /** What sandbox keys sent, as their tenant reads it back (GET /sandbox/messages). */

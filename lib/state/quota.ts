@@ -1,4 +1,4 @@
-import type { QuotaWindow } from '../quota/window.js'
+import type { QuotaWindow } from '../limits/window.js'
 
 /** The outcome of one `reserve` call. */
 export interface QuotaDecision {

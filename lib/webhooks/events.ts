@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import type { Logger } from 'pino'
 import type { WebhookEventData, WebhookEventType } from '../../schemas/webhooks.js'
-import type { KeyMode } from '../tenants/api-keys.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import type { Tenant } from '../tenants/tenant.js'
 import { currentTraceparent } from '../telemetry/spans.js'
 import type { Delivery, OnceKey, WebhookQueue } from '../state/webhook-queue.js'
 

@@ -3,7 +3,7 @@ import { request as httpsRequest } from 'node:https'
 import { isIP } from 'node:net'
 import { Webhook } from 'standardwebhooks'
 import { webhookAttemptSpan } from '../telemetry/spans.js'
-import type { WebhookEndpoint } from '../tenants/registry.js'
+import type { WebhookEndpoint } from '../tenants/tenant.js'
 import type { AddressPolicy } from './address-policy.js'
 import type { Delivery } from '../state/webhook-queue.js'
 

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import type { Logger } from 'pino'
-import type { WebhookEndpoint } from '../tenants/registry.js'
 import type { ClaimedDelivery, Delivery, WebhookQueue } from '../state/webhook-queue.js'
+import type { WebhookEndpoint } from '../tenants/tenant.js'
 import { givenUp, retryDelayMs, type RetrySchedule } from './retry.js'
 import type { AttemptResult } from './sender.js'
 

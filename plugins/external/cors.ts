@@ -1,6 +1,6 @@
 import cors from '@fastify/cors'
 import fp from 'fastify-plugin'
-import { parseOrigin } from '../../lib/tenants/registry.js'
+import { parseOrigin } from '../../lib/tenants/origins.js'
 import { responseHeaderNames } from '../../schemas/headers.js'
 
 /**

@@ -7,7 +7,7 @@
  * costs the other client is measured by `npm run bench:address-flood` (bench/address-flood.ts).
  */
 import t from 'tap'
-import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { CONNECTIONS, flood, healthLatencies, percentile } from '../support/address-flood.js'
 import { startServer } from '../support/service-process.js'
 

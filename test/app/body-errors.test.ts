@@ -7,7 +7,7 @@
 import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
-import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { DRAIN_LIMIT_BYTES } from '../../plugins/errors.js'
 import { buildApp } from '../helper.js'
 import { listenApp } from '../support/http.js'

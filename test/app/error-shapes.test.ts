@@ -7,8 +7,8 @@
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import t from 'tap'
-import { ConfigError, parseConfig } from '../../lib/config.js'
-import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { errorCatalog } from '../../schemas/error-catalog.js'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { bearer, buildApp } from '../helper.js'
 
 const auth = bearer(DEMO_SANDBOX_KEY)

@@ -1,8 +1,8 @@
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import t from 'tap'
-import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
-import { generateKey } from '../../lib/tenants/api-keys.js'
+import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
+import { generateKey } from '../../lib/keys/api-keys.js'
 import { bearer, buildApp, writeTenants } from '../helper.js'
 
 const UNAUTHORIZED = { success: false, message: 'A valid API key is required: Authorization: Bearer <key>', code: 'UNAUTHORIZED' }

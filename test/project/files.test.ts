@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { parse } from 'yaml'
-import { parseConfig } from '../../lib/config.js'
+import { parseConfig } from '../../lib/config/from-env.js'
 import { EnvSchema } from '../../schemas/env.js'
 
 const file = (name: string): string => readFileSync(new URL(`../../${name}`, import.meta.url), 'utf8')

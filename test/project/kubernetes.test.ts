@@ -17,8 +17,8 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
 import { ConfigMap, Secret, Service } from 'kubernetes-models/v1'
 import { AuthorizationPolicy, PeerAuthentication } from '@kubernetes-models/istio/security.istio.io/v1'
 import { DestinationRule } from '@kubernetes-models/istio/networking.istio.io/v1'
-import { parseConfig } from '../../lib/config.js'
-import { TenantRegistry } from '../../lib/tenants/registry.js'
+import { parseConfig } from '../../lib/config/from-env.js'
+import { registryFromJson } from '../../lib/tenants-file/load.js'
 import { EnvSchema } from '../../schemas/env.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
 
@@ -141,7 +141,7 @@ t.test('every kustomization names files that exist, and every object in them is 
 t.test('the base Deployment, as written: configuration, probes, shutdown, security', async (t) => {
   const objects = ['deployment.yaml', 'service.yaml', 'poddisruptionbudget.yaml'].flatMap((file) => documents(readFileSync(join(root, 'base', file), 'utf8')))
   checkService(t, objects, 'base')
-  t.doesNotThrow(() => TenantRegistry.fromJson(JSON.parse(readFileSync(join(root, 'base/tenants.json'), 'utf8'))), 'the example tenants file loads')
+  t.doesNotThrow(() => registryFromJson(JSON.parse(readFileSync(join(root, 'base/tenants.json'), 'utf8'))), 'the example tenants file loads')
   t.match(dockerfile, /^EXPOSE 3000 9464$/m, 'the image declares the API and the internal listener')
 })
 

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { BROWSER_LOCKED_RETRY_SECONDS } from '../../lib/admission/gate.js'
-import { generateKey, hashKey } from '../../lib/tenants/api-keys.js'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { bearer, buildApp } from '../helper.js'
-import { DEMO_SANDBOX_KEY } from '../../lib/tenants/registry.js'
+import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 
 t.test('the sandbox inbox filtered by requestId', async (t) => {
   const { app } = await buildApp(t)

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import { ConfigError, parseConfig } from '../../lib/config.js'
+import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, assertStartsUnavailable } from '../helper.js'
 import { freePort } from '../support/redis.js'
 import { startSentinelSet, topologyTestOptions } from '../support/redis-topologies.js'

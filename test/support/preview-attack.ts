@@ -8,7 +8,7 @@ import { Agent, request } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { writeTenants } from '../helper.js'
-import { generateKey, hashKey } from '../../lib/tenants/api-keys.js'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { DATE_FORMAT_LIMIT, MEMORY_LIMIT } from '../../lib/mail/liquid-bounds.js'
 import { SOURCE_LIMITS, type Part } from '../../lib/mail/liquid.js'
 

@@ -1,4 +1,5 @@
-import { lockDurationMs, type LockoutPolicy, type LockoutState } from '../../admission/lockout.js'
+import { lockDurationMs, type LockoutState } from '../../admission/lockout.js'
+import type { LockoutPolicy } from '../../limits/lockout-policy.js'
 import { StoreFullError } from '../../store-errors.js'
 
 type StoredState = LockoutState & { forgetAtMs: number }

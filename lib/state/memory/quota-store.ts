@@ -1,5 +1,5 @@
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
-import { currentWindow, type QuotaWindow } from '../../quota/window.js'
+import { currentWindow, type QuotaWindow } from '../../limits/window.js'
 
 interface Counter {
   used: number

@@ -1,5 +1,5 @@
 import { StoreFullError } from '../../store-errors.js'
-import { scopeTagOf } from '../redis/keys.js'
+import { scopeTagOf } from '../keys.js'
 import type { TokenStore } from '../tokens.js'
 
 export interface MemoryTokenStoreOptions {

@@ -1,4 +1,4 @@
-import type { WindowCount } from '../../admission/velocity.js'
+import type { WindowCount } from '../admission.js'
 import { ShareLru } from '../../memory/share-lru.js'
 
 /*

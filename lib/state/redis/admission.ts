@@ -6,8 +6,8 @@ import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
-import { quotaClaims, type DispatchPlan, type LimitHit, type RefusalPlan, type VerifyPlan } from '../../admission/plan.js'
-import type { WindowCount } from '../../admission/velocity.js'
+import { quotaClaims } from '../../admission/plan.js'
+import type { DispatchPlan, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
 import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
 
 /*

@@ -1,9 +1,9 @@
 import type { RedisClient } from './client.js'
-import { quotaKey } from './keys.js'
+import { quotaKey } from '../keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
 import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
-import { currentWindow, type QuotaWindow } from '../../quota/window.js'
+import { currentWindow, type QuotaWindow } from '../../limits/window.js'
 import { QUOTA_REFUND_LUA, QUOTA_RESERVE_LUA } from './scripts.js'
 
 /**

@@ -7,7 +7,7 @@ import { MEMORY_LIMIT } from '../../../lib/mail/liquid-bounds.js'
 import { negotiateLocale } from '../../../lib/mail/locale.js'
 import { TemplateFolders, templatesRootProblem, type TenantTemplateFolder } from '../../../lib/mail/template-files.js'
 import { TemplatesError, TenantTemplates, type TemplatesEntry, type TemplateSource } from '../../../lib/mail/tenant-templates.js'
-import { TenantRegistry, TenantsFileError } from '../../../lib/tenants/registry.js'
+import { registryFromFile, registryFromJson, TenantsFileError } from '../../../lib/tenants-file/load.js'
 
 const CODE = '482910'
 
@@ -317,7 +317,7 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
   }
   let error: unknown
   try {
-    TenantRegistry.fromJson(file)
+    registryFromJson(file)
   } catch (thrown) {
     error = thrown
   }
@@ -331,7 +331,7 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
 
   const schema = (change: object): string => {
     try {
-      TenantRegistry.fromJson({ ...file, tenants: [{ id: 'x', tier: 's', keys: [], ...change }] })
+      registryFromJson({ ...file, tenants: [{ id: 'x', tier: 's', keys: [], ...change }] })
     } catch (thrown) {
       return (thrown as Error).message
     }
@@ -353,6 +353,6 @@ t.test('a tenants file\'s templates load from templates/<tenant id>/ beside it, 
   const dir = t.testdir({ templates: { acme: { 'en.html': '<b>{{ code }}</b>' } }, elsewhere: { acme: { 'en.html': '<i>{{ code }}</i>' } } })
   const path = join(dir, 'tenants.json')
   writeFileSync(path, JSON.stringify({ tiers: { s: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id: 'acme', tier: 's', keys: [], templates: { en: { html: { file: 'en.html' } } } }] }))
-  t.equal(compose((await TenantRegistry.fromFile(path)).tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
-  t.equal(compose((await TenantRegistry.fromFile(path, { templatesDir: join(dir, 'elsewhere') })).tenants.get('acme')!.templates, 'en').html, `<i>${CODE}</i>`)
+  t.equal(compose((await registryFromFile(path)).tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
+  t.equal(compose((await registryFromFile(path, { templatesDir: join(dir, 'elsewhere') })).tenants.get('acme')!.templates, 'en').html, `<i>${CODE}</i>`)
 })

@@ -1,18 +1,18 @@
 import t, { type Test } from 'tap'
 import { admissionPolicy } from '../../../lib/admission/plan.js'
 import { createState, type State } from '../../../lib/state/index.js'
-import { parseConfig } from '../../../lib/config.js'
+import { parseConfig } from '../../../lib/config/from-env.js'
 import { isApiError, type ApiError } from '../../../lib/errors.js'
 import { AddressHasher } from '../../../lib/receipts/address-hash.js'
 import { ReceiptIssuer } from '../../../lib/receipts/receipt-issuer.js'
 import { Receipts } from '../../../lib/receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from '../../../lib/receipts/signing-keys.js'
 import { Mailer } from '../../../lib/mail/mailer.js'
-import { parseWindow } from '../../../lib/quota/window.js'
+import { parseWindow } from '../../../lib/limits/window.js'
 import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
 import { CodeSigner } from '../../../lib/otp/signer.js'
-import { generateKey, hashKey } from '../../../lib/tenants/api-keys.js'
-import { TenantRegistry } from '../../../lib/tenants/registry.js'
+import { generateKey, hashKey } from '../../../lib/keys/api-keys.js'
+import { registryFromJson } from '../../../lib/tenants-file/load.js'
 import type { TenantsFile } from '../../../schemas/tenants.js'
 import { MailCapture, TEST_HMAC_KEYS } from '../../helper.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
@@ -50,7 +50,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     }]
   }
   mutate(file)
-  const registry = TenantRegistry.fromJson(file)
+  const registry = registryFromJson(file)
   const caller = (key: string): Caller => {
     const found = registry.authenticate(key, Date.now())
     if (found === null) throw new Error('test setup: the key does not authenticate')

@@ -4,7 +4,8 @@ import { SignJWT, createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify
 import { AddressHasher, addressHash } from '../../../lib/receipts/address-hash.js'
 import { RECEIPT_CLOCK_TOLERANCE_SECONDS, ReceiptIssuer } from '../../../lib/receipts/receipt-issuer.js'
 import { deriveReceiptSigningKeys, parseReceiptSigningKeys, prepareSigningKeys, type ReceiptKeyMaterial } from '../../../lib/receipts/signing-keys.js'
-import { TenantRegistry, type Tenant } from '../../../lib/tenants/registry.js'
+import { registryFromJson } from '../../../lib/tenants-file/load.js'
+import type { Tenant } from '../../../lib/tenants/tenant.js'
 
 function pkcs8 (type: 'ed25519' | 'p256'): string {
   const { privateKey } = type === 'ed25519' ? generateKeyPairSync('ed25519') : generateKeyPairSync('ec', { namedCurve: 'P-256' })
@@ -130,7 +131,7 @@ t.test('derived keys: the same for every instance with the same HMAC keys, one p
 })
 
 function tenant (extra: Record<string, unknown> = {}, id = 'acme'): Tenant {
-  const registry = TenantRegistry.fromJson({ tiers: { t: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id, tier: 't', keys: [], ...extra }] })
+  const registry = registryFromJson({ tiers: { t: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id, tier: 't', keys: [], ...extra }] })
   const found = registry.tenants.get(id)
   if (found === undefined) throw new Error('tenant')
   return found

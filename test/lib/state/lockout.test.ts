@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { lockDurationMs, type LockoutPolicy } from '../../../lib/admission/lockout.js'
+import { lockDurationMs } from '../../../lib/admission/lockout.js'
+import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
 import { MemoryLockout } from '../../../lib/state/memory/lockout.js'
 import { LOCKOUT_LUA } from '../../../lib/state/redis/scripts.js'
 import { lockoutKeys, lockoutShare } from '../../../lib/admission/plan.js'

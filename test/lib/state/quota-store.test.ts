@@ -2,9 +2,9 @@ import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { MemoryQuotaStore } from '../../../lib/state/memory/quota-store.js'
 import type { QuotaStore } from '../../../lib/state/quota.js'
-import { quotaKey } from '../../../lib/state/redis/keys.js'
+import { quotaKey } from '../../../lib/state/keys.js'
 import { RedisQuotaStore } from '../../../lib/state/redis/quota-store.js'
-import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/quota/window.js'
+import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/limits/window.js'
 import { redisTestOptions, startRedis, connectFailFast } from '../../support/redis.js'
 
 function window (spec: string): QuotaWindow {

@@ -1,8 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { parseRateLimit, type WindowCount } from '../../../lib/admission/velocity.js'
+import type { WindowCount } from '../../../lib/state/admission.js'
 import { MemoryVelocityCounter } from '../../../lib/state/memory/velocity.js'
 import { HIT_LIMIT_LUA } from '../../../lib/state/redis/scripts.js'
+import { parseRateLimit } from '../../../lib/limits/rate-limit.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 
 interface Counter {

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { ConfigError, parseConfig } from '../../../lib/config.js'
+import { ConfigError, parseConfig } from '../../../lib/config/from-env.js'
 
 t.test('tracing is off unless an OTLP endpoint or OTEL_TRACES_EXPORTER=otlp asks for it', async (t) => {
   t.equal(parseConfig({}).tracing, null, 'nothing set: off')

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { IpRangeSet } from '../../../lib/net/ip-ranges.js'
-import type { WebhookEndpoint } from '../../../lib/tenants/registry.js'
+import type { WebhookEndpoint } from '../../../lib/tenants/tenant.js'
 import { AddressPolicy, type Resolver } from '../../../lib/webhooks/address-policy.js'
 import { checkEndpointUrl } from '../../../lib/webhooks/endpoint-url.js'
 import { reachedQuotaThresholds } from '../../../lib/webhooks/events.js'

@@ -5,7 +5,7 @@
  * sockets for every attempt; the memory queue and a real redis-server.
  */
 import t, { type Test } from 'tap'
-import type { WebhookEndpoint } from '../../../lib/tenants/registry.js'
+import type { WebhookEndpoint } from '../../../lib/tenants/tenant.js'
 import { AddressPolicy } from '../../../lib/webhooks/address-policy.js'
 import { MemoryWebhookQueue } from '../../../lib/state/memory/webhook-queue.js'
 import type { Delivery, WebhookQueue } from '../../../lib/state/webhook-queue.js'

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { WebhookEndpoint } from '../../../lib/tenants/registry.js'
+import type { WebhookEndpoint } from '../../../lib/tenants/tenant.js'
 import { AddressPolicy } from '../../../lib/webhooks/address-policy.js'
 import { MemoryWebhookQueue } from '../../../lib/state/memory/webhook-queue.js'
 import type { Delivery } from '../../../lib/state/webhook-queue.js'

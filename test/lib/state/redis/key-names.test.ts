@@ -6,8 +6,8 @@
  */
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/redis/keys.js'
-import { hashKey, generateKey } from '../../../../lib/tenants/api-keys.js'
+import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/keys.js'
+import { hashKey, generateKey } from '../../../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../../../helper.js'
 import { redisTestOptions, startRedis } from '../../../support/redis.js'
 import { startReceiver, webhookSecret } from '../../../support/webhook-receiver.js'

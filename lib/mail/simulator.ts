@@ -1,4 +1,4 @@
-import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
+import { DeliveryError, type DeliveryFailureKind } from './transport.js'
 
 /**
  * Reserved recipients that make a sandbox dispatch fail the way a provider can, so partners

@@ -2,111 +2,19 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
-import { EnvSchema, secretEnvVariables, type Env } from '../schemas/env.js'
-import type { MacKey } from './otp/signer.js'
-import type { MeshIdentityHeader } from './net/workload-identity.js'
-import type { LockoutPolicy } from './admission/lockout.js'
-import { parseRateLimit, type RateLimit, type VelocityLimits } from './admission/velocity.js'
-import { TemplateFolders, blockListFiles, templatesRootProblem } from './mail/template-files.js'
-import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from './receipts/signing-keys.js'
-import { validateEmail } from './recipients/address.js'
-import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
-import { tracingConfig, type TracingConfig } from './telemetry/config.js'
-import { parseDuration, type DurationUnit } from './duration.js'
-
-/** One host:port of REDIS_SENTINELS or REDIS_CLUSTER_NODES. */
-export interface RedisNode {
-  host: string
-  port: number
-}
-
-/** Credentials and TLS for the servers of a Sentinel or Cluster set-up (a URL carries its own). */
-export interface RedisAccess {
-  username: string | null
-  password: string | null
-  tls: boolean
-}
-
-/** A provider MAIL_TRANSPORT names; `log` stands alone. */
-export type MailTransportName = 'log' | 'ses' | 'smtp'
-
-/** Where Redis is: exactly one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES. */
-export type RedisTopology =
-  | { kind: 'single', url: string }
-  | ({ kind: 'sentinel', sentinels: RedisNode[], name: string } & RedisAccess)
-  | ({ kind: 'cluster', nodes: RedisNode[] } & RedisAccess)
-
-export interface Config {
-  host: string
-  port: number
-  logLevel: Env['LOG_LEVEL']
-  tenantsFile: string | null
-  /** The root of the tenants' template folders (`<root>/<tenant id>/`); null without a tenants file. */
-  templatesDir: string | null
-  redisUrl: string | null
-  /** Null on the embedded (in-memory) default. */
-  redis: RedisTopology | null
-  redisCommandTimeoutMs: number
-  /** Replicas that must acknowledge a dispatch's or verify's write, and how long to wait for them. */
-  redisReplicaAcks: { count: number, timeoutMs: number }
-  hmacKeys: MacKey[]
-  /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
-  hmacKeyGenerated: boolean
-  otpTtlSeconds: number
-  memoryStoreMaxTokens: number
-  /** Live mail's providers, in the order a send tries them (or just `log`). */
-  mailTransports: MailTransportName[]
-  /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */
-  sesFeedback: { topicArns: ReadonlySet<string>, certUrlPattern: RegExp }
-  /** How long a suppression lasts. */
-  suppressionMs: number
-  /** When a provider of the list is skipped, and for how long. */
-  mailBreaker: { failures: number, openMs: number }
-  mailFrom: string
-  mailTimeoutMs: number
-  smtpUrl: string | null
-  ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
-  bodyLimitBytes: number
-  trustProxy: string[]
-  /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
-  meshIdentityHeader: MeshIdentityHeader | null
-  shutdownGraceMs: number
-  shutdownDrainMs: number
-  blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
-  ipv6BucketPrefix: number
-  rateLimits: VelocityLimits
-  /** The service-wide cap per mailbox across tenants; null when switched off. */
-  mailboxLimit: RateLimit | null
-  /** Limits of the routes outside the OTP admission step: per key (account), per tenant (preview), per client (public). */
-  routeLimits: { account: RateLimit, preview: RateLimit, public: RateLimit }
-  lockout: LockoutPolicy
-  metricsToken: string | null
-  /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
-  metricsListener: { host: string, port: number } | null
-  requestTimeoutMs: number
-  captchaTimeoutMs: number
-  keepAliveTimeoutMs: number
-  maxConnectionsPerSource: number
-  /** How refusals to one source are paced (lib/net/refusal-pacing.ts); null when off. */
-  refusalPace: { perSecond: number, burst: number, maxDelayMs: number } | null
-  receipts: {
-    /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
-    signingKeys: ReceiptKeyMaterial[] | null
-    issuer: string
-    ttlSeconds: number
-  }
-  webhooks: {
-    timeoutMs: number
-    concurrencyPerEndpoint: number
-    maxInFlightPerTenant: number
-    maxQueuedPerTenant: number
-    retry: { baseMs: number, maxDelayMs: number, forMs: number }
-    allowHttpLoopback: boolean
-    allowedNetworks: string[]
-  }
-  /** OpenTelemetry tracing; null when off (no OTLP endpoint set, or OTEL_TRACES_EXPORTER=none). */
-  tracing: TracingConfig | null
-}
+import { EnvSchema, secretEnvVariables, type Env } from '../../schemas/env.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../../schemas/patterns.js'
+import type { LockoutPolicy } from '../limits/lockout-policy.js'
+import { parseDuration, type DurationUnit } from '../duration.js'
+import { parseRateLimit, type RateLimit } from '../limits/rate-limit.js'
+import type { MacKey } from '../keys/mac-key.js'
+import type { MailTransportName } from '../mail/mailer.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
+import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/signing-keys.js'
+import { validateEmail } from '../recipients/address.js'
+import type { RedisAccess, RedisNode, RedisTopology } from '../redis/topology.js'
+import { tracingConfig } from '../telemetry/config.js'
+import type { Config } from './types.js'
 
 /** A configuration problem, reported as one line naming the variable. */
 export class ConfigError extends Error {

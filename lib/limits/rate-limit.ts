@@ -1,4 +1,4 @@
-import { parseWindow } from '../quota/window.js'
+import { parseWindow } from './window.js'
 
 /** A velocity limit: at most `max` requests per `windowMs`. */
 export interface RateLimit {
@@ -23,10 +23,4 @@ export interface VelocityLimits {
   backend: RateLimit
   recipient: RateLimit
   key: RateLimit
-}
-
-/** A counter after one hit: the count in its window and the milliseconds left in it. */
-export interface WindowCount {
-  current: number
-  ttlMs: number
 }

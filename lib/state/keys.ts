@@ -1,5 +1,5 @@
-import type { KeyMode } from '../../tenants/api-keys.js'
-import { tenantScope } from '../../tenants/scope.js'
+import type { KeyMode } from '../keys/api-keys.js'
+import { tenantScope } from '../keys/scope.js'
 
 /*
  * Every key name the service has in Redis, built here and nowhere else. The names are a

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/quota/window.js'
+import { currentWindow, parseWindow, type QuotaWindow } from '../../../lib/limits/window.js'
 
 function window (spec: string): QuotaWindow {
   const parsed = parseWindow(spec)

@@ -1,6 +1,6 @@
 import t from 'tap'
-import { ConfigError, parseConfig, parseRedisToolConfig } from '../../lib/config.js'
-import { TEST_HMAC_KEYS } from '../helper.js'
+import { ConfigError, parseConfig, parseRedisToolConfig } from '../../../lib/config/from-env.js'
+import { TEST_HMAC_KEYS } from '../../helper.js'
 
 t.test('defaults give the embedded service', async (t) => {
   const config = parseConfig({})
@@ -75,7 +75,7 @@ t.test('a bad value stops start-up with one line naming the variable', async (t)
 })
 
 t.test('every rule is said in words, never as a regular expression', async (t) => {
-  const { EnvSchema } = await import('../../schemas/env.js')
+  const { EnvSchema } = await import('../../../schemas/env.js')
   for (const [variable, schema] of Object.entries(EnvSchema.properties)) {
     const pattern = (schema as { pattern?: string }).pattern
     if (pattern === undefined) continue
@@ -96,8 +96,8 @@ t.test('secret values are never echoed', async (t) => {
 
 t.test('docs/configuration.md documents every variable the service reads', async (t) => {
   const { readFileSync } = await import('node:fs')
-  const { EnvSchema } = await import('../../schemas/env.js')
-  const readme = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8')
+  const { EnvSchema } = await import('../../../schemas/env.js')
+  const readme = readFileSync(new URL('../../../docs/configuration.md', import.meta.url), 'utf8')
   for (const variable of Object.keys(EnvSchema.properties)) {
     t.match(readme, new RegExp(`^\\| \`${variable}\` \\|`, 'm'), `${variable} is in the configuration table`)
   }

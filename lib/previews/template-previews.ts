@@ -1,9 +1,9 @@
 import { apiError } from '../errors.js'
-import type { Tenant } from '../tenants/registry.js'
+import type { Tenant } from '../tenants/tenant.js'
 import { TenantTimeShare } from '../tenants/time-share.js'
-import { previewVerificationParts } from './compose.js'
-import type { Part } from './liquid.js'
-import type { TemplateFallback } from './tenant-templates.js'
+import { previewVerificationParts } from '../mail/compose.js'
+import type { Part } from '../mail/liquid.js'
+import type { TemplateFallback } from '../mail/tenant-templates.js'
 
 /** The code a preview shows when the request names none. */
 const SAMPLE_CODE = '123456'

@@ -2,7 +2,9 @@ import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import type { Logger } from 'pino'
-import { TenantRegistry, TenantsFileError, demoRegistry, tenantsFileVersion } from './registry.js'
+import type { TenantRegistry } from '../tenants/registry.js'
+import { demoRegistry } from './demo.js'
+import { registryFromFile, TenantsFileError, tenantsFileVersion } from './load.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -51,7 +53,7 @@ const WATCH_DEBOUNCE_MS = 300
 export async function openTenantDirectory (source: TenantsSource, log: Pick<Logger, 'info' | 'warn' | 'error'>): Promise<TenantDirectory & { close: () => void }> {
   const path = source.tenantsFile
   const options = source.templatesDir === null ? {} : { templatesDir: source.templatesDir }
-  let current = path === null ? demoRegistry() : await TenantRegistry.fromFile(path, options)
+  let current = path === null ? demoRegistry() : await registryFromFile(path, options)
   for (const warning of current.warnings) log.warn(warning)
   if (path === null) {
     log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
@@ -65,7 +67,7 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
 
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
     try {
-      current = await TenantRegistry.fromFile(file, options)
+      current = await registryFromFile(file, options)
       for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true

@@ -1,0 +1,46 @@
+'use strict'
+
+/*
+ * The layers `npm run lint` holds the imports to (docs/architecture.md#layers).
+ *
+ * Outside lib/: server.ts and cli/ run the service, app.ts assembles it from plugins/ and
+ * routes/, which call lib/ and schemas/; schemas/ imports nothing of the service, and no
+ * production file imports test/ or bench/.
+ *
+ * Inside lib/, from the bottom up: a unit (a folder, or a file directly in lib/) imports only
+ * units of lower layers. Units of one layer never import each other, so no two units can import
+ * each other and no import runs back up. A new folder has to be placed here before it imports
+ * or is imported (lib-unplaced in .dependency-cruiser.cjs).
+ *
+ * lib/state/ is the storage behind the domain: its ports (lib/state/*.ts) are interfaces
+ * the domain uses, its adapters (lib/state/memory/, lib/state/redis/) implement them on top
+ * of the domain, and lib/state/index.ts chooses the adapters. Only lib/state/index.ts and
+ * lib/compose.ts import an adapter.
+ */
+const LIB_LAYERS = [
+  ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/telemetry', 'lib/redis'],
+  ['lib/state/*.ts'],
+  ['lib/mail'],
+  ['lib/tenants'],
+  ['lib/quota', 'lib/receipts', 'lib/webhooks', 'lib/feedback', 'lib/sandbox', 'lib/previews'],
+  ['lib/admission', 'lib/tenants-file'],
+  ['lib/config'],
+  ['lib/state/memory', 'lib/state/redis'],
+  ['lib/state/index.ts'],
+  ['lib/otp'],
+  ['lib/compose.ts']
+]
+
+const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+
+/** The paths of a unit: a file, the ports (the files of lib/state/ but its index), or a folder. */
+function unitPath (unit) {
+  if (unit === 'lib/state/*.ts') return '^lib/state/(?!index\\.ts$)[^/]+$'
+  if (unit.endsWith('.ts')) return `^${escape(unit)}$`
+  return `^${escape(unit)}/`
+}
+
+const anyOf = (units) => units.map(unitPath).join('|')
+
+module.exports = { LIB_LAYERS, unitPath, anyOf }
