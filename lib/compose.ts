@@ -20,6 +20,7 @@ import { createState, type State } from './state/index.js'
 import { createRedisClient, type RedisClient } from './state/redis/client.js'
 import type { Backlog } from './state/webhook-queue.js'
 import type { TenantRegistry } from './tenants/registry.js'
+import { TenantTurns } from './tenants/turns.js'
 import { openTenantDirectory, type TenantDirectory } from './tenants-file/directory.js'
 import { AddressPolicy } from './webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from './webhooks/events.js'
@@ -85,6 +86,12 @@ const WEBHOOK_POLL_MS = 1000
 const WEBHOOK_MAX_IN_FLIGHT = 64
 /** Past an attempt's timeout by this much, a held delivery is taken to be lost with its process. */
 const WEBHOOK_STUCK_MARGIN_MS = 30_000
+/**
+ * The event loop's time per turn for composing messages when tenants wait for it
+ * (lib/tenants/turns.ts): about one costly message (a tenant's largest templates take 0.3–1 ms
+ * to fill in), so another tenant's waits for one of them, not for a queue.
+ */
+const COMPOSE_QUANTUM_MS = 1
 
 const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 
@@ -246,7 +253,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       ipv6BucketPrefix: config.ipv6BucketPrefix,
       receipts,
       events: webhooks,
-      observer: observers.otp ?? NO_OTP_OBSERVER
+      observer: observers.otp ?? NO_OTP_OBSERVER,
+      turns: new TenantTurns(COMPOSE_QUANTUM_MS)
     })
 
     // SES feedback: events become the tenant's `delivery.*` webhooks, permanent bounces and

@@ -16,6 +16,7 @@ import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { Receipts } from '../receipts/receipts.js'
+import type { TenantTurns } from '../tenants/turns.js'
 import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
 import type { CodeSigner } from './signer.js'
@@ -76,6 +77,8 @@ export interface OtpServiceOptions {
   receipts: Pick<Receipts, 'addressHash' | 'issue'>
   /** The tenants' webhooks: events are queued, never delivered on the request path. */
   events: Pick<EventSink, 'emit'>
+  /** Whose message is composed next when several tenants' dispatches wait for the event loop. */
+  turns: Pick<TenantTurns, 'run'>
 }
 
 /**
@@ -122,7 +125,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, backend, mailer, defaults, observer, receipts, events } = this.#options
+    const { policy, signer, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -154,7 +157,8 @@ export class OtpService {
 
       let deliveredBy: string
       try {
-        deliveredBy = await mailer.send(composeVerificationMessage({
+        // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
+        const message = await turns.run(tenant.id, () => composeVerificationMessage({
           to: email.address,
           from: tenant.from ?? defaults.mailFrom,
           ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
@@ -167,7 +171,8 @@ export class OtpService {
           onTemplateFallback: (fallback) => {
             log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
           }
-        }), { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
+        }))
+        deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error

@@ -9,6 +9,7 @@ import { Receipts } from '../../../lib/receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from '../../../lib/receipts/signing-keys.js'
 import { Mailer } from '../../../lib/mail/mailer.js'
 import { parseWindow } from '../../../lib/limits/window.js'
+import { TenantTurns } from '../../../lib/tenants/turns.js'
 import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
 import { CodeSigner } from '../../../lib/otp/signer.js'
 import { generateKey, hashKey } from '../../../lib/keys/api-keys.js'
@@ -77,7 +78,8 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
       reviewed: () => { events.push('reviewed') }
     },
     receipts,
-    events: { emit: (_tenant, _mode, type) => { events.push(`event:${type}`) } }
+    events: { emit: (_tenant, _mode, type) => { events.push(`event:${type}`) } },
+    turns: new TenantTurns(1)
   })
   t.teardown(async () => { await mailer.close() })
   return { service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events, receipts }
