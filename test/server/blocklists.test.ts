@@ -16,6 +16,7 @@ t.test('a real process whose block list file is missing at start: runs, not read
 
   writeFileSync(list, '127.0.0.2\n')
   await until('the list to load on a retry', async () => (await send({ port, method: 'GET', path: '/readyz' })).status === 200)
-  t.match(server.output(), /block list loaded/)
+  // The log line goes through the process's stdout pipe, which can arrive after the answer.
+  await until('the load to be logged', async () => /block list loaded/.test(server.output()))
   t.equal((await send({ port, localAddress: '127.0.0.2', path: '/otp/request', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 403, 'the list is in force')
 })
