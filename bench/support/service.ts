@@ -107,6 +107,9 @@ export function benchTenant (dir: string): BenchTenant {
     LOCKOUT_THRESHOLD: NO_LOCKOUT,
     // The load generator is one source address opening up to 200 connections.
     MAX_CONNECTIONS_PER_SOURCE: '0',
+    // The refusal rows measure what answering a refusal costs, as fast as the load asks: the
+    // pace would hold them instead (bench:noisy measures the pace against a flood).
+    REFUSAL_PACE_PER_SECOND: '0',
     SHUTDOWN_GRACE_MS: '2000'
   }
   return { env, liveKey, hmacSecret, document, templatesFile: join(dir, 'tenants-templates.json') }
