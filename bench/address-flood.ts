@@ -13,7 +13,7 @@ import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CONNECTIONS, flood, healthLatencies, percentile } from '../test/support/address-flood.js'
-import { Resources } from './support/children.js'
+import { Resources, runWithResources } from './support/children.js'
 import { benchTenant, startService } from './support/service.js'
 
 const BASELINE_MS = 2000
@@ -53,12 +53,4 @@ async function main (resources: Resources): Promise<void> {
   ].join('\n'))
 }
 
-const resources = new Resources()
-try {
-  await main(resources)
-} catch (error) {
-  process.stderr.write(`bench failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
-  process.exitCode = 1
-} finally {
-  await resources.close()
-}
+await runWithResources(main)

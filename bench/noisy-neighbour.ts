@@ -26,7 +26,7 @@ import { generateKey, hashKey } from '../lib/keys/api-keys.js'
 import type { TenantsFile } from '../schemas/tenants.js'
 import { ATTACK_MINUTES, costliestPart } from '../test/support/preview-attack.js'
 import { freePort, startRedis } from '../test/support/redis.js'
-import { cpuSeconds, Resources, startNodeChild } from './support/children.js'
+import { cpuSeconds, Resources, startNodeChild, runWithResources } from './support/children.js'
 import { BASE_ENV, ROOT } from './support/service.js'
 import { SURFACES, type CalmJob, type CalmResult, type FloodJob, type FloodResult, type Surface } from './noisy-neighbour-load.js'
 
@@ -386,11 +386,4 @@ async function main (resources: Resources): Promise<void> {
 
 const resources = new Resources()
 resources.add(async () => { await Promise.all([...threads].map(async (thread) => await thread.terminate())) })
-try {
-  await main(resources)
-} catch (error) {
-  process.stderr.write(`bench failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
-  process.exitCode = 1
-} finally {
-  await resources.close()
-}
+await runWithResources(main, 'bench', resources)

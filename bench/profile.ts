@@ -24,7 +24,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { freePort, startRedis } from '../test/support/redis.js'
-import { Resources, startNodeChild } from './support/children.js'
+import { Resources, startNodeChild, runWithResources } from './support/children.js'
 import { CodeSeeder } from './support/seed.js'
 import { runLoad, type LoadResult } from './support/load.js'
 import { runLoadFrom } from './support/source-load.js'
@@ -251,12 +251,4 @@ async function main (resources: Resources): Promise<void> {
   }
 }
 
-const resources = new Resources()
-try {
-  await main(resources)
-} catch (error) {
-  process.stderr.write(`profile failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
-  process.exitCode = 1
-} finally {
-  await resources.close()
-}
+await runWithResources(main, 'profile')

@@ -15,7 +15,7 @@ import { Redis } from 'ioredis'
 import { generateKey, hashKey } from '../lib/keys/api-keys.js'
 import { freePort, startRedis } from '../test/support/redis.js'
 import { peerCodeDigest, peerTokenKey } from './peers/express-otp.js'
-import { Resources, cpuSeconds, startNodeChild, type NodeChild } from './support/children.js'
+import { Resources, cpuSeconds, startNodeChild, type NodeChild, runWithResources } from './support/children.js'
 import { runLoad, type LoadResult, type NextRequest } from './support/load.js'
 import { BASE_ENV, ROOT, benchTenant, benchTenantsDocument, dispatchRequest, nextAddress, NO_LIMIT, startService, verifyRequests, type Guesses, type Service, type Token, type VerifyBody } from './support/service.js'
 import { runLoadFrom } from './support/source-load.js'
@@ -695,12 +695,4 @@ async function main (resources: Resources): Promise<void> {
   }, null, 2) + '\n')
 }
 
-const resources = new Resources()
-try {
-  await main(resources)
-} catch (error) {
-  process.stderr.write(`bench failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
-  process.exitCode = 1
-} finally {
-  await resources.close()
-}
+await runWithResources(main)

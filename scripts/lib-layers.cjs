@@ -19,7 +19,7 @@
  */
 const LIB_LAYERS = [
   ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
-  ['lib/telemetry', 'lib/redis'],
+  ['lib/telemetry'],
   ['lib/state/*.ts'],
   ['lib/mail'],
   ['lib/tenants'],

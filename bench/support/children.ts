@@ -152,3 +152,18 @@ export class Resources {
     await this.#closing
   }
 }
+
+/**
+ * A benchmark's entry: runs `main` with the resources it starts, and stops them all however it
+ * ends; a failure is printed (as `<what> failed: …`) and sets the exit code.
+ */
+export async function runWithResources (main: (resources: Resources) => Promise<void>, what = 'bench', resources = new Resources()): Promise<void> {
+  try {
+    await main(resources)
+  } catch (error) {
+    process.stderr.write(`${what} failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
+    process.exitCode = 1
+  } finally {
+    await resources.close()
+  }
+}

@@ -12,7 +12,7 @@ import type { MailTransportName } from '../mail/mailer.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/signing-keys.js'
 import { validateEmail } from '../recipients/address.js'
-import type { RedisAccess, RedisNode, RedisTopology } from '../redis/topology.js'
+import type { RedisAccess, RedisNode, RedisTopology } from './redis-topology.js'
 import { tracingConfig } from '../telemetry/config.js'
 import type { Config } from './types.js'
 

@@ -5,7 +5,7 @@ import type { MacKey } from '../keys/mac-key.js'
 import type { MailTransportName } from '../mail/mailer.js'
 import type { MeshIdentityHeader } from '../net/workload-identity.js'
 import type { ReceiptKeyMaterial } from '../receipts/signing-keys.js'
-import type { RedisTopology } from '../redis/topology.js'
+import type { RedisTopology } from './redis-topology.js'
 import type { TracingConfig } from '../telemetry/config.js'
 
 /** The service's configuration: what lib/config/from-env.ts reads from the environment. */

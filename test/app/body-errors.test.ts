@@ -4,41 +4,23 @@
  * dropped) the connection serves the next request; a longer or undeclared oversized body
  * closes it unread; an oversized body that never finishes is closed by REQUEST_TIMEOUT_MS.
  */
-import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { DRAIN_LIMIT_BYTES } from '../../plugins/errors.js'
 import { buildApp } from '../helper.js'
-import { listenApp } from '../support/http.js'
+import { listenApp, openConnection, type RawConnection } from '../support/http.js'
 import { until } from '../support/wait.js'
-
-interface Connection {
-  socket: Socket
-  received: () => string
-  closed: Promise<unknown>
-}
-
-async function open (port: number): Promise<Connection> {
-  const socket = connect({ port, host: '127.0.0.1' })
-  let text = ''
-  socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
-  socket.on('error', () => {})
-  const closed = once(socket, 'close')
-  await once(socket, 'connect')
-  return { socket, received: () => text, closed }
-}
 
 const head = (length: number): string =>
   `POST /otp/request HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${DEMO_SANDBOX_KEY}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`
 
 /** Waits for the next complete answer (headers and JSON body) after `from` characters. */
-async function answerAfter (connection: Connection, from: number): Promise<string> {
+async function answerAfter (connection: RawConnection, from: number): Promise<string> {
   await until('an answer', () => /\r\n\r\n\{[^]*\}$/.test(connection.received().slice(from)))
   return connection.received().slice(from)
 }
 
-async function healthOn (connection: Connection): Promise<string> {
+async function healthOn (connection: RawConnection): Promise<string> {
   const before = connection.received().length
   connection.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
   return await answerAfter(connection, before)
@@ -46,7 +28,7 @@ async function healthOn (connection: Connection): Promise<string> {
 
 t.test('malformed JSON is answered 400 and the connection serves the next request', async (t) => {
   const { app } = await buildApp(t)
-  const connection = await open(await listenApp(app))
+  const connection = await openConnection(await listenApp(app))
   t.teardown(() => { connection.socket.destroy() })
   const body = '{"email": "someone@example.com"'
   connection.socket.write(head(Buffer.byteLength(body)) + body)
@@ -58,7 +40,7 @@ t.test('malformed JSON is answered 400 and the connection serves the next reques
 
 t.test(`a body over the limit, declared at most ${DRAIN_LIMIT_BYTES} bytes, is read and dropped: 413 and the connection stays`, async (t) => {
   const { app } = await buildApp(t)
-  const connection = await open(await listenApp(app))
+  const connection = await openConnection(await listenApp(app))
   t.teardown(() => { connection.socket.destroy() })
   const body = JSON.stringify({ email: 'a'.repeat(8000) + '@example.com' })
   connection.socket.write(head(Buffer.byteLength(body)) + body)
@@ -70,7 +52,7 @@ t.test(`a body over the limit, declared at most ${DRAIN_LIMIT_BYTES} bytes, is r
 
 t.test('a body declared over the drain limit is refused unread and the connection closed', async (t) => {
   const { app } = await buildApp(t)
-  const connection = await open(await listenApp(app))
+  const connection = await openConnection(await listenApp(app))
   t.teardown(() => { connection.socket.destroy() })
   connection.socket.write(head(DRAIN_LIMIT_BYTES + 1) + '{"email":"')
   const answer = await answerAfter(connection, 0)
@@ -81,7 +63,7 @@ t.test('a body declared over the drain limit is refused unread and the connectio
 
 t.test('an over-limit body that never finishes is closed by REQUEST_TIMEOUT_MS', async (t) => {
   const { app } = await buildApp(t, { REQUEST_TIMEOUT_MS: '500' })
-  const connection = await open(await listenApp(app))
+  const connection = await openConnection(await listenApp(app))
   t.teardown(() => { connection.socket.destroy() })
   connection.socket.write(head(6000) + '{"email":"' + 'a'.repeat(4500))
   await connection.closed

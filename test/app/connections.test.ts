@@ -5,11 +5,9 @@
  * proxies in TRUST_PROXY, through which every client arrives, have no cap. The abuse suite
  * (test/abuse/slow-bodies.abuse.ts) holds 300 slow connections against a real process.
  */
-import { once } from 'node:events'
-import { connect, type Socket } from 'node:net'
 import t from 'tap'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
-import { listenApp, send } from '../support/http.js'
+import { listenApp, openConnection, send, type RawConnection } from '../support/http.js'
 import { until } from '../support/wait.js'
 
 const CAP = 128
@@ -17,26 +15,8 @@ const PROXY = '127.0.0.2'
 const CLIENT = '127.0.0.3'
 const OTHER = '127.0.0.4'
 
-interface Connection {
-  socket: Socket
-  /** Everything the server sent on it so far. */
-  received: () => string
-  closed: Promise<unknown>
-}
-
-/** A connection from `from`, once established; it sends nothing until asked. */
-async function open (port: number, from: string): Promise<Connection> {
-  const socket = connect({ port, host: '127.0.0.1', localAddress: from })
-  let text = ''
-  socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
-  socket.on('error', () => {})
-  const closed = once(socket, 'close')
-  await once(socket, 'connect')
-  return { socket, received: () => text, closed }
-}
-
 /** GET /healthz on a held connection, answered on it; rejects if the server closed it instead. */
-async function healthOn (connection: Connection): Promise<void> {
+async function healthOn (connection: RawConnection): Promise<void> {
   const before = connection.received().length
   const answered = until('the answer on the held connection', () => /^HTTP\/1\.1 200 [^]*\{"ok":true\}$/.test(connection.received().slice(before)))
   const refused = connection.closed.then(() => { throw new Error(`the server closed the connection: ${connection.received().split('\r\n')[0] ?? ''}`) })
@@ -47,31 +27,31 @@ async function healthOn (connection: Connection): Promise<void> {
 t.test(`one address holds at most ${CAP} connections; a trusted proxy has no cap`, async (t) => {
   const { app } = await buildApp(t, { TRUST_PROXY: PROXY, REQUEST_TIMEOUT_MS: '120000' })
   const port = await listenApp(app)
-  const held: Connection[] = []
+  const held: RawConnection[] = []
   t.teardown(() => { for (const connection of held) connection.socket.destroy() })
 
   // One at a time: the server takes connections in the order they were established.
-  for (let i = 0; i < CAP; i++) held.push(await open(port, CLIENT))
-  const over = await open(port, CLIENT)
+  for (let i = 0; i < CAP; i++) held.push(await openConnection(port, CLIENT))
+  const over = await openConnection(port, CLIENT)
   await over.closed
   const [head = '', body = ''] = over.received().split('\r\n\r\n')
   t.match(head, /^HTTP\/1\.1 429 Too Many Requests\r\n/, `connection ${CAP + 1} is answered 429 at once`)
   t.match(head, /\r\nRetry-After: 1\r\n/)
   t.same(JSON.parse(body), { success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
-  await healthOn(held[0] as Connection)
-  await healthOn(held[CAP - 1] as Connection)
+  await healthOn(held[0] as RawConnection)
+  await healthOn(held[CAP - 1] as RawConnection)
   t.pass(`the ${CAP} held connections are served`)
   t.equal((await send({ port, localAddress: OTHER, method: 'GET', path: '/healthz' })).status, 200, 'another address is not affected')
   const metrics = (await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })).body
   t.match(metrics, /\nemail_otp_errors_total\{code="RATE_LIMITED"\} 1\n/, 'the refusal is counted')
 
-  const freed = held.shift() as Connection
+  const freed = held.shift() as RawConnection
   freed.socket.destroy()
   await freed.closed
   // The server learns of the close on its own turn of the event loop: until then a new
   // connection may still find the place taken.
   await until('a closed connection to free its place', async () => {
-    const again = await open(port, CLIENT)
+    const again = await openConnection(port, CLIENT)
     held.push(again)
     again.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
     await Promise.race([again.closed, until('an answer', () => again.received().includes('\r\n\r\n'))])
@@ -79,8 +59,8 @@ t.test(`one address holds at most ${CAP} connections; a trusted proxy has no cap
   })
   t.pass('a closed connection frees its place')
 
-  const throughProxy: Connection[] = []
-  for (let i = 0; i < CAP + 72; i++) throughProxy.push(await open(port, PROXY))
+  const throughProxy: RawConnection[] = []
+  for (let i = 0; i < CAP + 72; i++) throughProxy.push(await openConnection(port, PROXY))
   held.push(...throughProxy)
   await Promise.all(throughProxy.map(healthOn))
   t.pass(`${CAP + 72} connections from the trusted proxy, every one served`)

@@ -1,4 +1,6 @@
-import { request as httpRequest } from 'node:http'
+import { once } from 'node:events'
+import { request as httpRequest, type Agent } from 'node:http'
+import { connect, type Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 
 export interface RawAnswer {
@@ -18,6 +20,10 @@ export interface RawRequest {
   body?: string | Buffer
   /** Send the body with chunked transfer encoding, without Content-Length. */
   chunked?: boolean
+  /** Kept-alive connections of this agent (its own source address); a new connection otherwise. */
+  agent?: Agent
+  /** How long the answer may take (10 s). */
+  timeoutMs?: number
 }
 
 /** One request over a real socket, so the service sees a real source address. */
@@ -33,7 +39,7 @@ export async function send (options: RawRequest): Promise<RawAnswer> {
       path: options.path,
       headers,
       ...(options.localAddress === undefined ? {} : { localAddress: options.localAddress }),
-      agent: false
+      agent: options.agent ?? false
     }, (response) => {
       let text = ''
       response.on('data', (chunk: Buffer) => { text += chunk.toString() })
@@ -43,7 +49,8 @@ export async function send (options: RawRequest): Promise<RawAnswer> {
         resolve({ status: response.statusCode ?? 0, headers: response.headers, body: parsed })
       })
     })
-    outgoing.setTimeout(10_000, () => { outgoing.destroy(new Error('no answer within 10 s')) })
+    const timeoutMs = options.timeoutMs ?? 10_000
+    outgoing.setTimeout(timeoutMs, () => { outgoing.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)) })
     // The service may answer 413 and close before the whole body is written.
     outgoing.on('error', (error: NodeJS.ErrnoException) => {
       if (error.code !== 'EPIPE' && error.code !== 'ECONNRESET') reject(error)
@@ -65,4 +72,23 @@ export async function listenApp (app: FastifyInstance, host = '127.0.0.1'): Prom
   const address = app.server.address()
   if (address === null || typeof address === 'string') throw new Error('not listening')
   return address.port
+}
+
+/** A raw connection to the service, for tests that write the bytes themselves. */
+export interface RawConnection {
+  socket: Socket
+  /** Everything the server sent on it so far. */
+  received: () => string
+  closed: Promise<unknown>
+}
+
+/** A connection (from `localAddress`, when given), once established; it sends nothing until asked. */
+export async function openConnection (port: number, localAddress?: string): Promise<RawConnection> {
+  const socket = connect({ port, host: '127.0.0.1', ...(localAddress === undefined ? {} : { localAddress }) })
+  let text = ''
+  socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
+  socket.on('error', () => {})
+  const closed = once(socket, 'close')
+  await once(socket, 'connect')
+  return { socket, received: () => text, closed }
 }

@@ -4,10 +4,11 @@
  * dispatches and verifies codes from a third: the scenario of test/abuse/template-preview.abuse.ts
  * and of its short version in npm test (test/server/template-previews.test.ts).
  */
-import { Agent, request } from 'node:http'
+import { Agent } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { writeTenants } from '../helper.js'
+import { send, type RawAnswer } from './http.js'
 import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { DATE_FORMAT_LIMIT, MEMORY_LIMIT } from '../../lib/mail/liquid-bounds.js'
 import { SOURCE_LIMITS, type Part } from '../../lib/mail/liquid.js'
@@ -60,31 +61,18 @@ export function attackDeployment (t: Test, keys: number): AttackDeployment {
 }
 
 /** A JSON request over a kept-alive connection from `agent`'s source address. */
-async function call (agent: Agent, port: number, method: string, path: string, key?: string, body?: unknown): Promise<{ status: number, body: any }> {
-  return await new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body)
-    const outgoing = request({
-      host: '127.0.0.1',
-      port,
-      method,
-      path,
-      agent,
-      headers: {
-        ...(key === undefined ? {} : { authorization: `Bearer ${key}` }),
-        ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) })
-      }
-    }, (response) => {
-      let text = ''
-      response.on('data', (chunk: Buffer) => { text += chunk.toString() })
-      response.on('end', () => {
-        let parsed: unknown = text
-        try { parsed = JSON.parse(text) } catch { /* not JSON */ }
-        resolve({ status: response.statusCode ?? 0, body: parsed })
-      })
-    })
-    outgoing.setTimeout(30_000, () => { outgoing.destroy(new Error('no answer within 30 s')) })
-    outgoing.on('error', reject)
-    outgoing.end(payload)
+async function call (agent: Agent, port: number, method: string, path: string, key?: string, body?: unknown): Promise<RawAnswer> {
+  return await send({
+    port,
+    agent,
+    method,
+    path,
+    timeoutMs: 30_000,
+    headers: {
+      ...(key === undefined ? {} : { authorization: `Bearer ${key}` }),
+      ...(body === undefined ? {} : { 'content-type': 'application/json' })
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
   })
 }
 

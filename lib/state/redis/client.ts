@@ -1,5 +1,5 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
-import type { RedisTopology } from '../../redis/topology.js'
+import type { RedisTopology } from '../../config/redis-topology.js'
 
 /**
  * The shared connection the Redis-backed stores take: one server (plain or found through
