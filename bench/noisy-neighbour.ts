@@ -12,7 +12,7 @@
  * a second. See bench/noisy-neighbour.md.
  *
  *   npm run bench:noisy [-- --quick] [--store memory|redis] [--surface previews,webhooks,…]
- *                        [--rate 200] [--loops 8] [--cpu-prof]
+ *                        [--rate 200] [--loops 8] [--cpu-prof] [--service-env NAME=value …]
  */
 import { execFileSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -37,7 +37,8 @@ const { values: options } = parseArgs({
     surface: { type: 'string', multiple: true },
     rate: { type: 'string', default: '200' },
     loops: { type: 'string', default: '8' },
-    'cpu-prof': { type: 'boolean', default: false }
+    'cpu-prof': { type: 'boolean', default: false },
+    'service-env': { type: 'string', multiple: true }
   }
 })
 
@@ -62,6 +63,12 @@ const surfaces = (options.surface ?? [...SURFACES]).flatMap((value) => value.spl
 for (const store of stores) if (store !== 'memory' && store !== 'redis') throw new Error(`--store: memory or redis, not ${store}`)
 for (const surface of surfaces) if (!SURFACES.includes(surface)) throw new Error(`--surface: one of ${SURFACES.join(', ')}, not ${surface}`)
 if (!(RATE > 0) || !(LOOPS > 0)) throw new Error('--rate and --loops are positive numbers')
+/** The service's settings changed for this run (e.g. a control off, to compare with it on). */
+const SERVICE_ENV = Object.fromEntries((options['service-env'] ?? []).map((setting) => {
+  const equals = setting.indexOf('=')
+  if (equals < 1) throw new Error(`--service-env: NAME=value, not ${setting}`)
+  return [setting.slice(0, equals), setting.slice(equals + 1)]
+}))
 
 interface Phase {
   flows: number
@@ -249,7 +256,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     name: `email-otp (${store})`,
     args: [...nodeArgs, 'dist/server.js'],
     cwd: ROOT,
-    env: { ...setup.env, PORT: String(port) },
+    env: { ...setup.env, ...SERVICE_ENV, PORT: String(port) },
     port,
     stdout: 'ignore',
     readyPath: '/readyz',
@@ -364,7 +371,7 @@ async function main (resources: Resources): Promise<void> {
   const loadAfter = loadavg()
   const machine = `${cpus()[0]?.model ?? 'unknown'} × ${cpus().length}, node ${process.version}`
   process.stdout.write([
-    `noisy neighbour${QUICK ? ' (quick)' : ''}: ${machine}; calm ${RATE} flows/s, flood ${LOOPS} in flight per surface (${surfaces.join(', ')})`,
+    `noisy neighbour${QUICK ? ' (quick)' : ''}: ${machine}; calm ${RATE} flows/s, flood ${LOOPS} in flight per surface (${surfaces.join(', ')})${Object.keys(SERVICE_ENV).length === 0 ? '' : `; service ${Object.entries(SERVICE_ENV).map(([name, value]) => `${name}=${value}`).join(' ')}`}`,
     `load average before ${loadBefore.map((value) => value.toFixed(2)).join(' ')}, after ${loadAfter.map((value) => value.toFixed(2)).join(' ')}`,
     '',
     table(runs),
