@@ -48,6 +48,10 @@ export class MemoryTokenStore implements TokenStore {
     return size
   }
 
+  /**
+   * Stores the record unless a live token has the key: false on a collision. StoreFullError
+   * when its scope is at its cap. Admission writes the token this way (lib/state/memory/admission.ts).
+   */
   async put (key: string, record: string, ttlMs: number): Promise<boolean> {
     const now = this.#now()
     const scope = this.#scope(key)
@@ -73,12 +77,6 @@ export class MemoryTokenStore implements TokenStore {
     if (entry === undefined) return null
     const separator = entry.indexOf('|')
     return Number(entry.slice(0, separator)) > this.#now() ? entry.slice(separator + 1) : null
-  }
-
-  async take (key: string): Promise<string | null> {
-    const record = this.peek(key)
-    this.discard(key)
-    return record
   }
 
   async delete (key: string): Promise<void> {

@@ -6,6 +6,7 @@ import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
+import { assertLimit } from '../quota.js'
 import { quotaClaims } from '../../admission/plan.js'
 import type { DispatchPlan, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
 import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
@@ -146,7 +147,11 @@ export class RedisAdmission implements AdmissionStore {
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
     const { lockoutKey, quota, token } = plan
     const limits = [...plan.ownLimits, ...plan.sharedLimits]
-    const counters = quotaClaims(quota).map((claim) => ({ limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }))
+    const counters = quotaClaims(quota).map((claim) => {
+      // Checked here, as in process: in the script a NaN limit would compare false and admit everything.
+      assertLimit(claim.limit)
+      return { limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }
+    })
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
     const keys = [token.key, lockoutKey, ...slots.map((slot) => slot.key)]

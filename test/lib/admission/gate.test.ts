@@ -12,8 +12,6 @@ import { RedisQuotaStore } from '../../../lib/state/redis/quota-store.js'
 import { parseWindow } from '../../../lib/limits/window.js'
 import { StoreFullError } from '../../../lib/store-errors.js'
 import { MemoryTokenStore } from '../../../lib/state/memory/token-store.js'
-import { RedisTokenStore } from '../../../lib/state/redis/token-store.js'
-import type { TokenStore } from '../../../lib/state/tokens.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 import { until } from '../../support/wait.js'
 
@@ -24,7 +22,6 @@ const window = hour
 interface Peers {
   gate: AdmissionGate
   store: AdmissionStore
-  tokens: TokenStore
   quota: QuotaStore
 }
 
@@ -75,20 +72,20 @@ function verifyPlan (requestId: string, storedForms: string[], overrides: Partia
 /** The decisions the gate makes alike, whatever store holds the counters. */
 function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void {
   t.test('an admitted dispatch counts every limit, takes one unit and stores the token', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const decision = await gate.dispatch(dispatchPlan('a'))
     t.equal(decision.kind, 'admitted')
     t.match(decision, { headers: { 'ratelimit-limit': '100', 'ratelimit-remaining': '99', 'quota-limit': '100', 'quota-remaining': '99' } })
     t.equal(decision.kind === 'admitted' && decision.quota.used, 1)
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1)
-    t.equal(await tokens.take(`otp:${TAG}:a`), 'k1.code-a|ada')
     const counts = await store.dispatch(dispatchPlan('b'))
     t.strictSame(counts.kind === 'issued' && counts.counts.map((count) => count.current), [2, 2], 'each limit counted once per request')
     t.ok(counts.kind === 'issued' && counts.counts.every((count) => count.ttlMs > 30_000 && count.ttlMs <= 60_000), 'each window started with its first hit')
+    t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'verified', 'the token was stored')
   })
 
   t.test('a suppressed mailbox: refused after the caller\'s own limits, before shared ones, no unit, no token; a page hears a delivery failure', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const key = `suppressed:${TAG}:ada`
     t.equal(await gate.unsuppress(key), false, 'nothing to lift yet')
     await gate.suppress(key, 60_000)
@@ -98,7 +95,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.match(await gate.dispatch(dispatchPlan('b')), { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', headers: {} } })
     t.match(await gate.dispatch(dispatchPlan('c', { audience: 'browser' })), { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', headers: {} } })
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 0, 'no unit taken')
-    t.equal(await tokens.take(`otp:${TAG}:a`), null, 'no token')
+    t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'missing', 'no token')
     t.equal((await gate.dispatch(dispatchPlan('d', { suppressionKey: `suppressed:${TAG}:bob` }))).kind, 'admitted', 'another mailbox is not suppressed')
     t.equal(await gate.unsuppress(key), true, 'lifted')
     t.equal((await gate.dispatch(dispatchPlan('e'))).kind, 'admitted', 'and dispatch works again')
@@ -113,7 +110,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   })
 
   t.test('an exceeded limit refuses with 429 before the quota and the token', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { ownLimits: [limit('source', 100)], sharedLimits: [limit('recipient', 1)] })
     t.equal((await gate.dispatch(plan('a'))).kind, 'admitted')
     const refused = await gate.dispatch(plan('b'))
@@ -125,7 +122,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.strictSame(again.kind === 'limited' && again.counts.map((count) => count.current), [3, 3], 'a refused request still counted as a request')
     t.equal(again.kind === 'limited' && again.exceeded.limit.name, 'recipient', 'the store names the limit it stopped at')
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1, 'no unit taken')
-    t.equal(await tokens.take(`otp:${TAG}:b`), null, 'no token')
+    t.equal((await store.verify(verifyPlan('b', ['k1.code-b']))).kind, 'missing', 'no token')
   })
 
   t.test('limits count in order up to the first exceeded: a source past its limit no longer fills shared buckets', async (t) => {
@@ -205,7 +202,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   })
 
   t.test('a used-up allowance refuses with 402 and its Quota-* headers, without a token', async (t) => {
-    const { gate, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { quota: quota(1) })
     t.equal((await gate.dispatch(plan('a'))).kind, 'admitted')
     const refused = await gate.dispatch(plan('b'))
@@ -214,7 +211,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
       refusal: { code: 'QUOTA_EXCEEDED', message: /^The live allowance of tier "test" is used up until \d{4}-/, headers: { 'quota-limit': '1', 'quota-remaining': '0', 'ratelimit-limit': '100' } }
     })
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1, 'a refusal does not count')
-    t.equal(await tokens.take(`otp:${TAG}:b`), null)
+    t.equal((await store.verify(verifyPlan('b', ['k1.code-b']))).kind, 'missing', 'no token')
   })
 
   t.test('of 100 concurrent dispatches under an allowance of 10, exactly 10 are admitted', async (t) => {
@@ -333,7 +330,7 @@ function memoryPeers (t: Test, maxTokens = 1000): Peers {
   const quotaStore = new MemoryQuotaStore()
   const store = new MemoryAdmission(tokens, quotaStore)
   t.teardown(async () => { await tokens.close() })
-  return { gate: new AdmissionGate(store), store, tokens, quota: quotaStore }
+  return { gate: new AdmissionGate(store), store, quota: quotaStore }
 }
 
 t.test('in process', async (t) => {
@@ -377,7 +374,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.teardown(() => { client.disconnect() })
     await client.flushall()
     const store = new RedisAdmission(client)
-    return { gate: new AdmissionGate(store), store, tokens: new RedisTokenStore(client), quota: new RedisQuotaStore(client) }
+    return { gate: new AdmissionGate(store), store, quota: new RedisQuotaStore(client) }
   })
 
   t.test('a taken requestId is refused before anything counts', async (t) => {
