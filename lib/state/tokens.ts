@@ -1,3 +1,12 @@
+import type { KeyMode } from '../keys/api-keys.js'
+
+/** A code's token: its requestId, in the tenant and mode it was issued for. */
+export interface TokenRef {
+  tenantId: string
+  mode: KeyMode
+  requestId: string
+}
+
 /**
  * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a
  * recipient tag), never a plaintext code. A token is written by an admitted dispatch and
@@ -7,7 +16,7 @@
  */
 export interface TokenStore {
   /** Removes the record, if any (a code whose mail did not leave). */
-  delete (key: string): Promise<void>
+  delete (token: TokenRef): Promise<void>
   ready (): Promise<boolean>
 }
 

@@ -150,28 +150,29 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
 
     t.test('admission scripts: a token is consumed once, wrong guesses lock its recipient, on every slot', async (t) => {
       const admission = new RedisAdmission(client)
-      for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
+      for (const { tenantId, mode } of [ACME_LIVE, { tenantId: 'globex', mode: 'test' }, { tenantId: 'initech', mode: 'live' }] satisfies TenantMode[]) {
+        const scope = `${tenantId}:${mode}`
         const tag = `{${scope}}`
-        const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000, share: `rl:r:${tag}` }]
-        const lockout = { keyPrefix: `lockout:${tag}:`, policy: { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 } }
+        const limits = [{ name: 'recipient' as const, tenantId, mode, bucket: 'ada', max: 100, windowMs: 60_000 }]
+        const lockout = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 }
         const dispatch = async (requestId: string) => await admission.dispatch({
           audience: 'backend',
+          recipient: { tenantId, mode, recipientTag: 'ada' },
+          laneSubject: 'ada',
           ownLimits: [],
           sharedLimits: limits,
           // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
-          mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000, share: 'rl:m:live' },
-          lockoutKey: `lockout:${tag}:ada`,
-          suppressionKey: `suppressed:${tag}:ada`,
+          mailbox: { name: 'mailbox', mode: 'live', bucket: 'ada', max: 1_000_000, windowMs: 60_000 },
           quota: {
             tenant: { scope, share: null, limit: 1000, window: hour },
             share: { scope, share: 'rk1', limit: 100, window: hour },
             nowMs: Date.now(),
             description: 'allowance'
           },
-          token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
+          token: { requestId, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>
-          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], token: { tenantId, mode, requestId }, storedForms: [storedForm], lockout })
 
         t.equal((await dispatch('a')).kind, 'issued', scope)
         t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
@@ -191,18 +192,18 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
 
     t.test('admission: concurrent dispatches of tenants on different slots are grouped by their keys\' slots', async (t) => {
       const admission = new RedisAdmission(client)
-      const scopes = Array.from({ length: 12 }, (_, i) => `tenant${i}:live`)
-      const verdicts = await Promise.all(scopes.map(async (scope) => await admission.dispatch({
+      const tenants = Array.from({ length: 12 }, (_, i) => `tenant${i}`)
+      const verdicts = await Promise.all(tenants.map(async (tenantId) => await admission.dispatch({
         audience: 'backend',
-        ownLimits: [{ name: 'source', bucket: `rl:s:{${scope}}:x`, max: 100, windowMs: 60_000, share: `rl:s:{${scope}}` }],
+        recipient: { tenantId, mode: 'live', recipientTag: 'ada' },
+        laneSubject: 'ada',
+        ownLimits: [{ name: 'source', tenantId, mode: 'live', bucket: 'x', max: 100, windowMs: 60_000 }],
         sharedLimits: [],
         mailbox: null,
-        lockoutKey: `lockout:{${scope}}:ada`,
-        suppressionKey: `suppressed:{${scope}}:ada`,
-        quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
-        token: { key: `otp:{${scope}}:concurrent`, record: 'k1.x|ada', ttlMs: 60_000 }
+        quota: { tenant: { scope: `${tenantId}:live`, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
+        token: { requestId: 'concurrent', record: 'k1.x|ada', ttlMs: 60_000 }
       })))
-      t.strictSame(verdicts.map((verdict) => verdict.kind), scopes.map(() => 'issued'))
+      t.strictSame(verdicts.map((verdict) => verdict.kind), tenants.map(() => 'issued'))
     })
 
     t.test('admission: over the service-wide mailbox cap, an admitted dispatch is undone (its bucket lives in another slot)', async (t) => {
@@ -212,13 +213,13 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const quota = new RedisQuotaStore(client)
       const dispatch = async (requestId: string) => await admission.dispatch({
         audience: 'backend',
+        recipient: { tenantId: 'capped', mode: 'live', recipientTag: 'capped' },
+        laneSubject: 'capped',
         ownLimits: [],
         sharedLimits: [],
-        mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000, share: 'rl:m:live' },
-        lockoutKey: `lockout:${tag}:capped`,
-        suppressionKey: `suppressed:${tag}:capped`,
+        mailbox: { name: 'mailbox', mode: 'live', bucket: 'capped', max: 1, windowMs: 60_000 },
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
-        token: { key: `otp:${tag}:${requestId}`, record: 'k1.x|capped', ttlMs: 60_000 }
+        token: { requestId, record: 'k1.x|capped', ttlMs: 60_000 }
       })
       t.equal((await dispatch('first')).kind, 'issued')
       const capped = await dispatch('second')

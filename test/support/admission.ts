@@ -2,8 +2,8 @@ import type { KeyMode } from '../../lib/keys/api-keys.js'
 import { tenantScope } from '../../lib/keys/scope.js'
 import { parseWindow, type QuotaWindow } from '../../lib/limits/window.js'
 import type { AdmissionStore, DispatchPlan, VerifyPlan } from '../../lib/state/admission.js'
-import { lockoutKey, lockoutKeyPrefix, suppressionKey, tokenKey } from '../../lib/state/keys.js'
 import type { QuotaDecision } from '../../lib/state/quota.js'
+import type { TokenRef } from '../../lib/state/tokens.js'
 
 /*
  * Plans that exercise the token and the quota counters alone, for the stores' tests: they go
@@ -53,36 +53,34 @@ export function tokenDispatch (tenant: TenantMode, requestId: string, options: {
   const share = terms.share ?? null
   return {
     audience: 'backend',
+    recipient: { tenantId, mode, recipientTag: RECIPIENT },
+    laneSubject: RECIPIENT,
     ownLimits: [],
     sharedLimits: [],
     mailbox: null,
-    lockoutKey: lockoutKey(tenantId, mode, RECIPIENT),
-    suppressionKey: suppressionKey(tenantId, mode, RECIPIENT),
     quota: {
       tenant: { scope, share: null, limit: terms.limit, window: terms.window },
       share: share === null ? null : { scope, share: share.keyId, limit: share.limit, window: terms.window },
       nowMs: terms.nowMs,
       description: 'allowance'
     },
-    token: { key: tokenKey(tenantId, mode, requestId), record: options.record ?? record(requestId), ttlMs: options.ttlMs ?? 60_000 }
+    token: { requestId, record: options.record ?? record(requestId), ttlMs: options.ttlMs ?? 60_000 }
   }
 }
 
 export function tokenVerify (tenant: TenantMode, requestId: string, storedForms: readonly string[]): VerifyPlan {
-  const { tenantId, mode } = tenant
   return {
     audience: 'backend',
     ownLimits: [],
     sharedLimits: [],
-    tokenKey: tokenKey(tenantId, mode, requestId),
+    token: tokenRef(tenant, requestId),
     storedForms,
-    lockout: { keyPrefix: lockoutKeyPrefix(tenantId, mode), policy: { threshold: 1_000_000, baseMs: 1000, maxMs: 1000, resetAfterMs: 60_000 } }
+    lockout: { threshold: 1_000_000, baseMs: 1000, maxMs: 1000, resetAfterMs: 60_000 }
   }
 }
 
-/** The token of a dispatch the quota tests make, one per reservation. */
-export function tokenRef (tenant: TenantMode, requestId: string): string {
-  return tokenKey(tenant.tenantId, tenant.mode, requestId)
+export function tokenRef ({ tenantId, mode }: TenantMode, requestId: string): TokenRef {
+  return { tenantId, mode, requestId }
 }
 
 let reservations = 0

@@ -1,5 +1,5 @@
 import type { RedisClient } from './client.js'
-import { quotaKey } from '../keys.js'
+import { quotaKey } from './keys.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
 import { assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
 import { currentWindow, type QuotaWindow } from '../../limits/window.js'

@@ -1,6 +1,7 @@
 import type { RedisClient } from './client.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
-import type { TokenStore } from '../tokens.js'
+import type { TokenRef, TokenStore } from '../tokens.js'
+import { tokenKey } from './keys.js'
 
 /**
  * Tokens in Redis, shared by every instance, for what happens outside admission: the
@@ -15,7 +16,8 @@ export class RedisTokenStore implements TokenStore {
   }
 
   /** Sent even when this request found Redis stalled: a late deletion only removes a code whose mail did not leave. */
-  async delete (key: string): Promise<void> {
+  async delete ({ tenantId, mode, requestId }: TokenRef): Promise<void> {
+    const key = tokenKey(tenantId, mode, requestId)
     await storeUndo('token delete', async () => await this.#client.del(key))
   }
 
