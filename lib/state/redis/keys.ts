@@ -40,12 +40,12 @@ export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): s
 const VELOCITY = 'rl:'
 
 /** A tenant's velocity bucket for one limit (`s`ource, `b`ackend, `r`ecipient, `k`ey). */
-export function velocityBucket (limit: TenantLimitName, tenantId: string, mode: KeyMode, bucket: string): string {
+function velocityBucket (limit: TenantLimitName, tenantId: string, mode: KeyMode, bucket: string): string {
   return `${VELOCITY}${limit[0] ?? ''}:${scopeTag(tenantId, mode)}:${bucket}`
 }
 
 /** A mailbox's service-wide bucket (its lane subject), tagged by the mailbox. */
-export function mailboxBucket (mode: KeyMode, laneSubject: string): string {
+function mailboxBucket (mode: KeyMode, laneSubject: string): string {
   return `${VELOCITY}m:{mailbox:${mode}:${laneSubject}}`
 }
 
