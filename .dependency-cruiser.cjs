@@ -95,6 +95,13 @@ module.exports = {
       to: { path: '^lib/', pathNot: anyOf(LIB_LAYERS.flat()) }
     },
     {
+      name: 'redis-key-names-in-the-redis-adapter',
+      severity: 'error',
+      comment: 'every Redis key name is built inside the Redis adapter (lib/state/redis/keys.ts); everything else names state by identifiers (tenant, mode, requestId, bucket…)',
+      from: { pathNot: '^lib/state/redis/' },
+      to: { path: '^lib/state/redis/keys\\.ts$' }
+    },
+    {
       name: 'state-adapters-behind-the-index',
       severity: 'error',
       comment: 'the domain uses the ports (lib/state/*.ts); only lib/state/index.ts and lib/compose.ts pick an adapter',

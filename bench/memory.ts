@@ -74,7 +74,7 @@ async function main (resources: Resources): Promise<void> {
     what: 'MemoryTokenStore heap, same shapes as flat strings',
     bytes: await heapPerToken(async (store) => {
       for (let done = 0; done < TOKENS; done += 100_000) {
-        for (const { key, record } of tokenShapes(100_000)) await store.put(flat(key), flat(record), TOKEN_TTL_MS)
+        for (const { token, record } of tokenShapes(100_000)) await store.put({ ...token, requestId: flat(token.requestId) }, flat(record), TOKEN_TTL_MS)
       }
     }),
     target: null

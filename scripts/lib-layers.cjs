@@ -15,7 +15,8 @@
  * lib/state/ is the storage behind the domain: its ports (lib/state/*.ts) are interfaces
  * the domain uses, its adapters (lib/state/memory/, lib/state/redis/) implement them on top
  * of the domain, and lib/state/index.ts chooses the adapters. Only lib/state/index.ts and
- * lib/compose.ts import an adapter.
+ * lib/compose.ts import an adapter, and nothing outside the Redis adapter imports its key
+ * names (lib/state/redis/keys.ts).
  */
 const LIB_LAYERS = [
   ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],

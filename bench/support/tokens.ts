@@ -3,13 +3,15 @@ import type { Redis } from 'ioredis'
 import { REQUEST_ID_BYTES } from '../../lib/otp/codes.js'
 import { MAC_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
 import { ADDRESS_HASH_BYTES } from '../../lib/receipts/address-hash.js'
-import { tokenKey } from '../../lib/state/keys.js'
-import { tokenRecord } from '../../lib/state/tokens.js'
+import { tokenKey } from '../../lib/state/redis/keys.js'
+import { tokenRecord, type TokenRef } from '../../lib/state/tokens.js'
 
 /** The lifetime the service gives a code by default (OTP_TTL_SECONDS = 600). */
 export const TOKEN_TTL_MS = 600_000
 
 export interface TokenShape {
+  token: TokenRef
+  /** Its key in Redis. */
   key: string
   record: string
 }
@@ -18,8 +20,8 @@ export interface TokenShape {
 const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES + ADDRESS_HASH_BYTES
 
 /**
- * `count` tokens shaped exactly like the service's: the key from lib/tokens' tokenKey for
- * tenant `bench` in live mode, the record `k1.<mac>|<tag>|<address hash>` with the sizes of
+ * `count` tokens shaped exactly like the service's: a requestId of tenant `bench` in live mode
+ * and its Redis key (lib/state/redis/keys.ts), the record `k1.<mac>|<tag>|<address hash>` with the sizes of
  * lib/otp/signer.ts and lib/receipts/address-hash.ts.
  * Random bytes stand in for the HMACs: same lengths and alphabet, without a million HMAC
  * computations.
@@ -32,8 +34,10 @@ export function tokenShapes (count: number): TokenShape[] {
     const macAt = at + REQUEST_ID_BYTES
     const tagAt = macAt + MAC_BYTES
     const hashAt = tagAt + TAG_BYTES
+    const token: TokenRef = { tenantId: 'bench', mode: 'live', requestId: `otp_${bytes.toString('base64url', at, macAt)}` }
     tokens[i] = {
-      key: tokenKey('bench', 'live', `otp_${bytes.toString('base64url', at, macAt)}`),
+      token,
+      key: tokenKey(token.tenantId, token.mode, token.requestId),
       record: tokenRecord(`k1.${bytes.toString('base64url', macAt, tagAt)}`, bytes.toString('base64url', tagAt, hashAt), bytes.toString('base64url', hashAt, hashAt + ADDRESS_HASH_BYTES))
     }
   }

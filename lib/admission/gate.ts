@@ -1,6 +1,6 @@
 import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
-import type { AdmissionStore, Audience, DispatchPlan, Exceeded, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
+import type { AdmissionStore, Audience, DispatchPlan, Exceeded, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
 import type { QuotaDecision } from '../state/quota.js'
 import type { OverLimitMemory } from './over-limit.js'
 
@@ -165,15 +165,15 @@ export class AdmissionGate {
     return exceeded === null ? null : this.#limited(plan.audience, exceeded)
   }
 
-  async clearLockout (keys: readonly string[]): Promise<boolean> {
-    return await this.#store.clearLockout(keys)
+  async clearLockout (lanes: MailboxLanes): Promise<boolean> {
+    return await this.#store.clearLockout(lanes)
   }
 
-  async suppress (key: string, ttlMs: number): Promise<void> {
-    await this.#store.suppress(key, ttlMs)
+  async suppress (mailbox: Mailbox, ttlMs: number): Promise<void> {
+    await this.#store.suppress(mailbox, ttlMs)
   }
 
-  async unsuppress (key: string): Promise<boolean> {
-    return await this.#store.unsuppress(key)
+  async unsuppress (mailbox: Mailbox): Promise<boolean> {
+    return await this.#store.unsuppress(mailbox)
   }
 }

@@ -25,10 +25,11 @@ interface Entry {
  * it until the window ends. It only ever refuses, so no instance admits more than the shared
  * limit; its entries live at most OVER_LIMIT_MEMORY_MS, never past the window, so a caller is
  * admitted again as soon as the store would admit it (within that time when an operator raises
- * the limit). The bucket key holds the limit and its window, so a changed limit is a new entry.
- * The refusals it answers are not counted in the store: the bucket is past its limit already,
- * and the answer is the same. Who fills it: callers past their own limits, at most
- * OVER_LIMIT_MEMORY_ENTRIES of them within OVER_LIMIT_MEMORY_MS; beyond that the store answers.
+ * the limit). An entry is named by the bucket, its limit and its window, so a changed limit is
+ * a new entry. The refusals it answers are not counted in the store: the bucket is past its
+ * limit already, and the answer is the same. Who fills it: callers past their own limits, at
+ * most OVER_LIMIT_MEMORY_ENTRIES of them within OVER_LIMIT_MEMORY_MS; beyond that the store
+ * answers.
  */
 export class OverLimitMemory {
   readonly #entries = new Map<string, Entry>()
@@ -73,5 +74,6 @@ export class OverLimitMemory {
 }
 
 function idOf (limit: LimitHit): string {
-  return `${limit.bucket}\n${limit.max}\n${limit.windowMs}`
+  const tenantId = limit.name === 'mailbox' ? '' : limit.tenantId
+  return `${limit.name}\n${tenantId}\n${limit.mode}\n${limit.bucket}\n${limit.max}\n${limit.windowMs}`
 }

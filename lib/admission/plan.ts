@@ -1,15 +1,15 @@
-import { lockoutKey, lockoutKeyPrefix, mailboxBucket, mailboxShare, suppressionKey, velocityBucket, velocityShare } from '../state/keys.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
-import type { Audience, DispatchPlan, LimitHit, QuotaClaim, RefusalPlan, VerifyPlan } from '../state/admission.js'
+import type { Audience, DispatchPlan, LimitHit, MailboxLanes, QuotaClaim, RefusalPlan, TenantLimitName, VerifyPlan } from '../state/admission.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 
 /*
- * A request's admission plan: which counters it counts against, under which keys, with which
- * limits, and what it writes if admitted. Pure functions of the request and the
- * configuration; the gate (gate.ts) runs a plan on memory or on Redis in one step.
+ * A request's admission plan: which counters it counts against, named by what they count,
+ * with which limits, and what it writes if admitted. Pure functions of the request and the
+ * configuration; the gate (gate.ts) runs a plan on memory or on Redis in one step, and each
+ * adapter names the counters its own way.
  */
 
 /*
@@ -27,7 +27,7 @@ import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
  * the backend lane's.
  */
 
-/** The lane's name for a mailbox: what its lockout key and buckets end with, and what a record carries. */
+/** The lane's name for a mailbox: what its lockout state and buckets are named by, and what a record carries. */
 export function laneSubject (lane: Audience, recipientTag: string): string {
   return lane === 'backend' ? recipientTag : `browser:${recipientTag}`
 }
@@ -54,10 +54,9 @@ export interface Requester {
   backendBucket: string | null
 }
 
-function tenantLimit (policy: AdmissionPolicy, key: TenantKey, name: 'source' | 'backend' | 'recipient' | 'key', bucket: string): LimitHit {
+function tenantLimit (policy: AdmissionPolicy, key: TenantKey, name: TenantLimitName, bucket: string): LimitHit {
   const { max, windowMs } = key.tenant.limits[name] ?? policy.limits[name]
-  const share = velocityShare(name, key.tenant.id, key.mode)
-  return { name, bucket: velocityBucket(share, bucket), max, windowMs, share }
+  return { name, tenantId: key.tenant.id, mode: key.mode, bucket, max, windowMs }
 }
 
 /** The caller's own buckets, in the order they are counted: source, then a forwarding backend's. */
@@ -73,17 +72,9 @@ export function audienceOf (key: TenantKey): Audience {
   return key.kind === 'restricted' ? 'browser' : 'backend'
 }
 
-/** Both lanes' lockout keys of a mailbox, which a tenant's unlock clears together. */
-export function lockoutKeys (tenantId: string, mode: KeyMode, recipientTag: string): string[] {
-  return [lockoutKey(tenantId, mode, laneSubject('backend', recipientTag)), lockoutKey(tenantId, mode, laneSubject('browser', recipientTag))]
-}
-
-/**
- * The in-process share a lockout state belongs to: its tenant, mode and lane (the key up to
- * its last `:`, since neither tenant ids nor recipient tags hold one).
- */
-export function lockoutShare (lockoutKey: string): string {
-  return lockoutKey.slice(0, lockoutKey.lastIndexOf(':'))
+/** Both lanes of a mailbox, which a tenant's unlock clears together. */
+export function bothLanes (tenantId: string, mode: KeyMode, recipientTag: string): MailboxLanes {
+  return { tenantId, mode, laneSubjects: [laneSubject('backend', recipientTag), laneSubject('browser', recipientTag)] }
 }
 
 /**
@@ -92,9 +83,9 @@ export function lockoutShare (lockoutKey: string): string {
  * allowance. Each lane has its own, so that strangers filling the browser lane's cap through
  * several tenants' public keys cannot stop the partners' backends from reaching the owner.
  */
-function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): LimitHit | null {
+function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): DispatchPlan['mailbox'] {
   if (policy.mailbox === null) return null
-  return { name: 'mailbox', bucket: mailboxBucket(mode, subject), max: policy.mailbox.max, windowMs: policy.mailbox.windowMs, share: mailboxShare(mode) }
+  return { name: 'mailbox', mode, bucket: subject, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs }
 }
 
 /** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */
@@ -105,7 +96,7 @@ export function quotaClaims (quota: DispatchPlan['quota']): QuotaClaim[] {
 export interface DispatchRequest extends Requester {
   /** The keyed tag of the recipient's canonical mailbox. */
   recipientTag: string
-  token: { key: string, record: string, ttlMs: number }
+  token: DispatchPlan['token']
   nowMs: number
 }
 
@@ -118,13 +109,13 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
   const scope = tenantScope(tenant.id, mode)
   return {
     audience,
+    recipient: { tenantId: tenant.id, mode, recipientTag },
+    laneSubject: subject,
     ownLimits: ownLimits(policy, request),
     // The recipient's bucket before the key's: a dispatch refused for its recipient does not
     // use up the key's bucket for every other caller.
     sharedLimits: [tenantLimit(policy, key, 'recipient', subject), tenantLimit(policy, key, 'key', key.id)],
     mailbox: mailboxLimit(policy, mode, subject),
-    lockoutKey: lockoutKey(tenant.id, mode, subject),
-    suppressionKey: suppressionKey(tenant.id, mode, recipientTag),
     quota: {
       tenant: { scope, share: null, limit: allowance.limit, window: allowance.window },
       share: key.allowanceShare === null ? null : { scope, share: key.id, limit: Math.floor(allowance.limit * key.allowanceShare), window: allowance.window },
@@ -136,19 +127,19 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
 }
 
 export interface VerifyRequest extends Requester {
-  tokenKey: string
+  requestId: string
   storedForms: readonly string[]
 }
 
 export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): VerifyPlan {
-  const { key, tokenKey, storedForms } = request
+  const { key, requestId, storedForms } = request
   return {
     audience: audienceOf(key),
     ownLimits: ownLimits(policy, request),
     sharedLimits: [tenantLimit(policy, key, 'key', key.id)],
-    tokenKey,
+    token: { tenantId: key.tenant.id, mode: key.mode, requestId },
     storedForms,
-    lockout: { keyPrefix: lockoutKeyPrefix(key.tenant.id, key.mode), policy: policy.lockout }
+    lockout: policy.lockout
   }
 }
 

@@ -1,5 +1,4 @@
 import { randomBytes, randomInt } from 'node:crypto'
-import { tokenKey } from '../state/keys.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { CodeSigner } from './signer.js'
@@ -33,11 +32,10 @@ export function generateRequestId (): string {
 /** What verify accepts, once trimmed: exactly six ASCII digits. */
 export const GUESS_FORMAT = /^[0-9]{6}$/
 
-/** A new code, not yet stored: its requestId, the token's key and the record to store. */
+/** A new code, not yet stored: its requestId and the record to store. */
 export interface MintedCode {
   requestId: string
   code: string
-  tokenKey: string
   /** What the store keeps: the code's keyed hash, the recipient's tag and the address hash. */
   record: string
 }
@@ -53,7 +51,6 @@ export function mintCode (signer: CodeSigner, tenantId: string, mode: KeyMode, l
   return {
     requestId,
     code,
-    tokenKey: tokenKey(tenantId, mode, requestId),
     record: tokenRecord(signer.sign({ tenantId, mode, requestId }, code), laneSubject, addressHash)
   }
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { audienceOf, dispatchPlan, laneSubject, lockoutKeys, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -10,7 +10,6 @@ import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
-import { suppressionKey, tokenKey } from '../state/keys.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
@@ -147,7 +146,7 @@ export class OtpService {
       const plan = dispatchPlan(policy, {
         ...requester,
         recipientTag,
-        token: { key: minted.tokenKey, record: minted.record, ttlMs: ttlSeconds * 1000 },
+        token: { requestId: minted.requestId, record: minted.record, ttlMs: ttlSeconds * 1000 },
         nowMs
       })
       const decision = await backend.admission.dispatch(plan)
@@ -174,7 +173,7 @@ export class OtpService {
         }))
         deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
-        const refunded = await this.#undo(caller, minted.tokenKey, minted.requestId, decision.quota, plan.quota.share !== null)
+        const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
         events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
@@ -209,7 +208,7 @@ export class OtpService {
     if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
     const decision = await backend.admission.verify(verifyPlan(policy, {
       ...this.#requester(caller),
-      tokenKey: tokenKey(key.tenant.id, key.mode, requestId),
+      requestId,
       storedForms: malformed ? [] : storedForms
     }))
     if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
@@ -253,7 +252,7 @@ export class OtpService {
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const cleared = await this.#options.backend.admission.clearLockout(lockoutKeys(key.tenant.id, key.mode, this.mailboxTag(address)))
+    const cleared = await this.#options.backend.admission.clearLockout(bothLanes(key.tenant.id, key.mode, this.mailboxTag(address)))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
   }
@@ -271,14 +270,14 @@ export class OtpService {
   /** Lifts a mailbox's suppression in the key's tenant and mode; true when there was one. */
   async unsuppress (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const lifted = await this.#options.backend.admission.unsuppress(suppressionKey(key.tenant.id, key.mode, this.mailboxTag(address)))
+    const lifted = await this.#options.backend.admission.unsuppress({ tenantId: key.tenant.id, mode: key.mode, recipientTag: this.mailboxTag(address) })
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, lifted }, 'recipient suppression lifted')
     return lifted
   }
 
   /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
   async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
-    await this.#options.backend.admission.suppress(suppressionKey(tenantId, mode, recipientTag), this.#options.suppressionMs)
+    await this.#options.backend.admission.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
   }
 
   /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
@@ -325,12 +324,12 @@ export class OtpService {
    * After a failed send: the code is destroyed before the answer so it can never verify, and
    * the unit is given back so the tenant pays only for mail that left. True when refunded.
    */
-  async #undo (caller: Caller, key: string, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
+  async #undo (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
     const { backend } = this.#options
     const { tenant, mode, id } = caller.key
     const scope = tenantScope(tenant.id, mode)
     const [deleted, refunded, shareRefunded] = await Promise.allSettled([
-      backend.tokens.delete(key),
+      backend.tokens.delete({ tenantId: tenant.id, mode, requestId }),
       backend.quota.refund(scope, quota.windowId),
       shared ? backend.quota.refund(scope, quota.windowId, id) : Promise.resolve()
     ])

@@ -1,6 +1,8 @@
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
 import type { QuotaWindow } from '../limits/window.js'
 import type { QuotaDecision } from './quota.js'
+import type { TokenRef } from './tokens.js'
+import type { KeyMode } from '../keys/api-keys.js'
 
 /**
  * - `source`: the client, or the end user a backend forwards (End-User-IP), per address
@@ -12,24 +14,33 @@ import type { QuotaDecision } from './quota.js'
  */
 export type LimitName = 'source' | 'backend' | 'recipient' | 'key' | 'mailbox'
 
-/** One velocity counter a request counts against: at most `max` per `windowMs`. */
-export interface LimitHit {
-  name: LimitName
+/** The limits counted per tenant and mode. */
+export type TenantLimitName = Exclude<LimitName, 'mailbox'>
+
+interface Counter {
+  /** Live and sandbox traffic never share a counter. */
+  mode: KeyMode
+  /** What the counter counts: an address bucket, a key id (and a backend's address), a lane subject. */
   bucket: string
   max: number
   windowMs: number
-  /**
-   * The share of the in-process counters the bucket lives in (lib/state/memory/admission.ts): one per
-   * kind of limit and tenant scope, the service-wide mailbox cap one per mode. New buckets
-   * only ever displace old ones of their own share, so a flood through one tenant never
-   * resets another's counters. Redis keeps every bucket and ignores it.
-   */
-  share: string
 }
+
+/**
+ * One velocity counter a request counts against: at most `max` per `windowMs`. Each adapter
+ * names the counter from these identifiers (the Redis keys in lib/state/redis/keys.ts); the
+ * in-process one keeps a share per limit, tenant and mode (the mailbox cap one per mode), so
+ * that new buckets only ever displace old ones of their own share, and a flood through one
+ * tenant never resets another's counters.
+ */
+export type LimitHit =
+  | Counter & { name: TenantLimitName, tenantId: string }
+  /** The service-wide cap of a mailbox (its lane subject is the bucket), across tenants. */
+  | Counter & { name: 'mailbox' }
 
 /** One allowance counter a dispatch takes a unit of: the tenant's, or a restricted key's share. */
 export interface QuotaClaim {
-  /** The tenant's scope (`acme:live`), which is also the counter's hash tag. */
+  /** The tenant's scope (`acme:live`, lib/keys/scope.ts), as the quota port counts it. */
   scope: string
   /** The key whose share this is; null for the tenant's whole allowance. */
   share: string | null
@@ -44,6 +55,23 @@ export interface QuotaClaim {
  */
 export type Audience = 'backend' | 'browser'
 
+/** A recipient mailbox of a tenant in one mode, by the keyed tag of its canonical address. */
+export interface Mailbox {
+  tenantId: string
+  mode: KeyMode
+  recipientTag: string
+}
+
+/**
+ * A mailbox's lockout states in some of its lanes, by their lane subjects (the tag as a lane
+ * counts it: lib/admission/plan.ts, "Lanes").
+ */
+export interface MailboxLanes {
+  tenantId: string
+  mode: KeyMode
+  laneSubjects: readonly string[]
+}
+
 /**
  * Everything a dispatch must pass and write, decided together. The limits are counted in
  * order, up to the first one exceeded: the caller's own (`ownLimits`: its source, and a
@@ -55,16 +83,17 @@ export type Audience = 'backend' | 'browser'
  */
 export interface DispatchPlan {
   audience: Audience
+  /** The mailbox, in the tenant and mode: its suppression there (both lanes) means nothing is sent. */
+  recipient: Mailbox
+  /** The mailbox as the lane of the dispatching key counts it: its lockout state. */
+  laneSubject: string
   ownLimits: readonly LimitHit[]
   sharedLimits: readonly LimitHit[]
-  mailbox: LimitHit | null
-  /** The mailbox's lockout state in the lane of the dispatching key. */
-  lockoutKey: string
-  /** The mailbox's suppression in the tenant and mode (both lanes): set, the dispatch sends nothing. */
-  suppressionKey: string
+  mailbox: Extract<LimitHit, { name: 'mailbox' }> | null
   /** The tenant's allowance and, for a restricted key, its own share: a unit of both or of none. */
   quota: { tenant: QuotaClaim, share: QuotaClaim | null, nowMs: number, description: string }
-  token: { key: string, record: string, ttlMs: number }
+  /** The new code's token, in the recipient's tenant and mode. */
+  token: { requestId: string, record: string, ttlMs: number }
 }
 
 /**
@@ -80,10 +109,10 @@ export interface VerifyPlan {
   audience: Audience
   ownLimits: readonly LimitHit[]
   sharedLimits: readonly LimitHit[]
-  tokenKey: string
+  /** The code's token; the lane whose lockout counts the guess is the one its record carries. */
+  token: TokenRef
   storedForms: readonly string[]
-  /** The lane's state is `<prefix><lane subject>`, the subject being read from the token. */
-  lockout: { keyPrefix: string, policy: LockoutPolicy }
+  lockout: LockoutPolicy
 }
 
 /**
@@ -139,10 +168,10 @@ export interface AdmissionStore {
   verify (plan: VerifyPlan): Promise<VerifyCounts>
   /** Counts a refused request against the caller's limits, up to the first one exceeded. */
   count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
-  /** Ends the locks of these lockout keys and forgets their runs of failures; true when there was one. */
-  clearLockout (keys: readonly string[]): Promise<boolean>
-  /** Suppresses a mailbox (its suppression key) for `ttlMs`; a later suppression extends it. */
-  suppress (key: string, ttlMs: number): Promise<void>
+  /** Ends the locks of these lanes of a mailbox and forgets their runs of failures; true when there was one. */
+  clearLockout (lanes: MailboxLanes): Promise<boolean>
+  /** Suppresses a mailbox in its tenant and mode for `ttlMs`; a later suppression extends it. */
+  suppress (mailbox: Mailbox, ttlMs: number): Promise<void>
   /** Lifts a suppression; true when there was one. */
-  unsuppress (key: string): Promise<boolean>
+  unsuppress (mailbox: Mailbox): Promise<boolean>
 }

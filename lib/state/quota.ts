@@ -1,6 +1,6 @@
 import type { QuotaWindow } from '../limits/window.js'
 
-/** The outcome of one `reserve` call. */
+/** The outcome of one reservation: a dispatch's unit of allowance (lib/state/admission.ts). */
 export interface QuotaDecision {
   /** Whether a unit was taken; when false nothing was counted. */
   readonly allowed: boolean
@@ -16,7 +16,7 @@ export interface QuotaDecision {
 
 /**
  * A read of the current window's count. There is no limit here on purpose: the store only
- * counts, the limit belongs to the caller's configuration and is passed to `reserve`.
+ * counts, the limit belongs to the caller's configuration and comes with each dispatch's claim.
  */
 export interface QuotaUsage {
   readonly used: number
@@ -27,16 +27,13 @@ export interface QuotaUsage {
 /**
  * Counts units (sent emails) per scope (an opaque tenant+mode string such as `acme:live`) in
  * fixed windows; a `share` (a restricted key's id) names a separate counter within the scope.
- * Implementations must make `reserve` atomic: under any concurrency, across any
- * number of instances sharing the store, exactly `limit` reservations succeed in one window.
+ * Units are taken by an admitted dispatch (lib/state/admission.ts), atomically with its other
+ * counters: under any concurrency, across any number of instances sharing the store, exactly
+ * `limit` reservations succeed in one window. The limit comes with each dispatch, so a config
+ * reload applies at once while the window's count is kept. What is left here is what happens
+ * after admission.
  */
 export interface QuotaStore {
-  /**
-   * Takes one unit if fewer than `limit` are used in the window containing `nowMs`. The limit is
-   * per call so a config reload applies at once while the window's count is kept. `nowMs` must
-   * be the real clock: the shared store expires a window's counter from it.
-   */
-  reserve(scope: string, limit: number, window: QuotaWindow, nowMs: number, share?: string | null): Promise<QuotaDecision>
   /**
    * Gives one unit back to the window named by `windowId` (from a decision), e.g. when the email
    * could not be handed to the provider. Never goes below zero; a no-op once the window is gone.

@@ -1,16 +1,22 @@
+import type { KeyMode } from '../keys/api-keys.js'
+
+/** A code's token: its requestId, in the tenant and mode it was issued for. */
+export interface TokenRef {
+  tenantId: string
+  mode: KeyMode
+  requestId: string
+}
+
 /**
  * Where issued codes wait for their verify. Values are opaque records (a keyed hash and a
- * recipient tag), never a plaintext code. Both implementations pass
- * test/lib/state/token-store.test.ts. On Redis the admission scripts write and take tokens
- * with the Lua functions of lib/state/redis/token-store.ts, in the same round trip as the counters.
+ * recipient tag), never a plaintext code. A token is written by an admitted dispatch and
+ * consumed by a verify, both through the admission port (lib/state/admission.ts), in the same
+ * step as the counters; this port holds what happens outside admission. Both adapters pass
+ * test/lib/state/token-store.test.ts.
  */
 export interface TokenStore {
-  /** Stores the record unless the key already exists; false on a collision. */
-  put (key: string, record: string, ttlMs: number): Promise<boolean>
-  /** Reads and removes the record in one atomic step: of concurrent takers, one gets it. */
-  take (key: string): Promise<string | null>
   /** Removes the record, if any (a code whose mail did not leave). */
-  delete (key: string): Promise<void>
+  delete (token: TokenRef): Promise<void>
   ready (): Promise<boolean>
 }
 

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
 import { apiError } from '../../lib/errors.js'
 import type { RedisClient } from '../../lib/state/redis/client.js'
-import { ROUTE_LIMIT_NAMESPACE } from '../../lib/state/keys.js'
+import { ROUTE_LIMIT_NAMESPACE } from '../../lib/state/route-limits.js'
 import { storeCall } from '../../lib/store-errors.js'
 import { workloadBucket } from '../../lib/net/workload-identity.js'
 

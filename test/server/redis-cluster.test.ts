@@ -9,6 +9,7 @@ import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { parseWindow } from '../../lib/limits/window.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
 import { freePort } from '../support/redis.js'
+import { ACME_LIVE, reserve, rightForm, tokenDispatch, tokenRef, tokenVerify, type TenantMode } from '../support/admission.js'
 import { startCluster, topologyTestOptions } from '../support/redis-topologies.js'
 
 /*
@@ -81,47 +82,51 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
   t.test('stores on the Cluster', async (t) => {
     await flush()
 
-    t.test('token store: put, NX, take once, delete, ready', async (t) => {
-      const store = new RedisTokenStore(client)
-      t.equal(await store.ready(), true)
-      const keys = Array.from({ length: 30 }, (_, i) => `otp:acme:live:put-${i}`)
-      t.ok((await Promise.all(keys.map(async (key) => await store.put(key, `record of ${key}`, 10_000)))).every(Boolean), 'written')
-      t.notOk((await Promise.all(keys.map(async (key) => await store.put(key, 'other', 10_000)))).some(Boolean), 'NX: an existing token is never overwritten')
-      t.strictSame(await Promise.all(keys.map(async (key) => await store.take(key))), keys.map((key) => `record of ${key}`), 'taken')
-      t.ok((await Promise.all(keys.map(async (key) => await store.take(key)))).every((record) => record === null), 'single use')
-      await store.put('otp:acme:live:deleted', 'r', 10_000)
-      await store.delete('otp:acme:live:deleted')
-      t.equal(await store.take('otp:acme:live:deleted'), null)
+    t.test('tokens through admission: written once, a taken requestId collides, consumed once, deleted, ready', async (t) => {
+      const admission = new RedisAdmission(client)
+      const tokens = new RedisTokenStore(client)
+      t.equal(await tokens.ready(), true)
+      // A tenant's tokens share its slot: many tenants spread them over the primaries.
+      const tenants = Array.from({ length: 30 }, (_, i): TenantMode => ({ tenantId: `holder${i}`, mode: 'live' }))
+      const each = async <T>(run: (tenant: TenantMode) => Promise<T>): Promise<T[]> => await Promise.all(tenants.map(run))
+      t.ok((await each(async (tenant) => await admission.dispatch(tokenDispatch(tenant, 'put')))).every((counts) => counts.kind === 'issued'), 'written')
+      t.ok((await each(async (tenant) => await admission.dispatch(tokenDispatch(tenant, 'put', { record: 'k1.other|tag|other' })))).every((counts) => counts.kind === 'collision'), 'an existing token is never overwritten')
+      t.ok((await each(async (tenant) => await admission.verify(tokenVerify(tenant, 'put', [rightForm('put')])))).every((counts) => counts.kind === 'verified' && counts.addressHash === 'hash-put'), 'taken, as written')
+      t.ok((await each(async (tenant) => await admission.verify(tokenVerify(tenant, 'put', [rightForm('put')])))).every((counts) => counts.kind === 'missing'), 'single use')
+      await admission.dispatch(tokenDispatch(ACME_LIVE, 'deleted'))
+      await tokens.delete(tokenRef(ACME_LIVE, 'deleted'))
+      t.equal((await admission.verify(tokenVerify(ACME_LIVE, 'deleted', [rightForm('deleted')]))).kind, 'missing')
     })
 
-    t.test('token store: of 50 concurrent takes exactly one gets the record', async (t) => {
-      const store = new RedisTokenStore(client)
-      for (const key of ['otp:acme:live:race-a', 'otp:globex:test:race-b', 'otp:initech:live:race-c']) {
-        await store.put(key, 'record', 10_000)
-        const results = await Promise.all(Array.from({ length: 50 }, async () => await store.take(key)))
-        t.equal(results.filter((result) => result === 'record').length, 1, key)
-        t.equal(results.filter((result) => result === null).length, 49)
+    t.test('tokens: of 50 concurrent verifies exactly one gets the record', async (t) => {
+      const admission = new RedisAdmission(client)
+      for (const tenant of [ACME_LIVE, { tenantId: 'globex', mode: 'test' }, { tenantId: 'initech', mode: 'live' }] satisfies TenantMode[]) {
+        await admission.dispatch(tokenDispatch(tenant, 'race'))
+        const results = await Promise.all(Array.from({ length: 50 }, async () => await admission.verify(tokenVerify(tenant, 'race', [rightForm('race')]))))
+        t.equal(results.filter((result) => result.kind === 'verified').length, 1, `${tenant.tenantId}:${tenant.mode}`)
+        t.equal(results.filter((result) => result.kind === 'missing').length, 49)
       }
     })
 
-    t.test('token store: expiry is enforced', async (t) => {
-      const store = new RedisTokenStore(client)
-      await store.put('otp:acme:live:short', 'r', 150)
+    t.test('tokens: expiry is enforced', async (t) => {
+      const admission = new RedisAdmission(client)
+      await admission.dispatch(tokenDispatch(ACME_LIVE, 'short', { ttlMs: 150 }))
       await new Promise((resolve) => setTimeout(resolve, 400))
-      t.equal(await store.take('otp:acme:live:short'), null)
-      t.equal(await store.put('otp:acme:live:short', 'again', 10_000), true, 'an expired key can be used again')
+      t.equal((await admission.verify(tokenVerify(ACME_LIVE, 'short', [rightForm('short')]))).kind, 'missing')
+      t.equal((await admission.dispatch(tokenDispatch(ACME_LIVE, 'short'))).kind, 'issued', 'an expired requestId can be used again')
     })
 
-    t.test('quota store: of 100 concurrent reservations with limit 10, exactly 10 succeed, in every scope', async (t) => {
+    t.test('quota: of 100 concurrent reservations with limit 10, exactly 10 succeed, in every scope', async (t) => {
+      const admission = new RedisAdmission(client)
       const quota = new RedisQuotaStore(client)
       const now = Date.now()
-      const scopes = Array.from({ length: 6 }, (_, i) => `tenant${i}:live`)
-      const decisions = await Promise.all(scopes.map(async (scope) =>
-        await Promise.all(Array.from({ length: 100 }, async () => await quota.reserve(scope, 10, hour, now)))))
-      for (const [index, scope] of scopes.entries()) {
+      const tenants = Array.from({ length: 6 }, (_, i): TenantMode => ({ tenantId: `tenant${i}`, mode: 'live' }))
+      const decisions = await Promise.all(tenants.map(async (tenant) =>
+        await Promise.all(Array.from({ length: 100 }, async () => await reserve(admission, tenant, { limit: 10, window: hour, nowMs: now })))))
+      for (const [index, tenant] of tenants.entries()) {
         const allowed = (decisions[index] ?? []).filter((decision) => decision.allowed)
-        t.strictSame(allowed.map((decision) => decision.used).sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], scope)
-        t.equal((await quota.usage(scope, hour, now)).used, 10, 'refusals did not count')
+        t.strictSame(allowed.map((decision) => decision.used).sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], tenant.tenantId)
+        t.equal((await quota.usage(`${tenant.tenantId}:live`, hour, now)).used, 10, 'refusals did not count')
       }
       await quota.refund('tenant0:live', decisions[0]?.[0]?.windowId ?? '')
       t.equal((await quota.usage('tenant0:live', hour, now)).used, 9, 'refund runs on the Cluster too')
@@ -145,28 +150,29 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
 
     t.test('admission scripts: a token is consumed once, wrong guesses lock its recipient, on every slot', async (t) => {
       const admission = new RedisAdmission(client)
-      for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
+      for (const { tenantId, mode } of [ACME_LIVE, { tenantId: 'globex', mode: 'test' }, { tenantId: 'initech', mode: 'live' }] satisfies TenantMode[]) {
+        const scope = `${tenantId}:${mode}`
         const tag = `{${scope}}`
-        const limits = [{ name: 'recipient' as const, bucket: `rl:r:${tag}:ada`, max: 100, windowMs: 60_000, share: `rl:r:${tag}` }]
-        const lockout = { keyPrefix: `lockout:${tag}:`, policy: { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 } }
+        const limits = [{ name: 'recipient' as const, tenantId, mode, bucket: 'ada', max: 100, windowMs: 60_000 }]
+        const lockout = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 }
         const dispatch = async (requestId: string) => await admission.dispatch({
           audience: 'backend',
+          recipient: { tenantId, mode, recipientTag: 'ada' },
+          laneSubject: 'ada',
           ownLimits: [],
           sharedLimits: limits,
           // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
-          mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 1_000_000, windowMs: 60_000, share: 'rl:m:live' },
-          lockoutKey: `lockout:${tag}:ada`,
-          suppressionKey: `suppressed:${tag}:ada`,
+          mailbox: { name: 'mailbox', mode: 'live', bucket: 'ada', max: 1_000_000, windowMs: 60_000 },
           quota: {
             tenant: { scope, share: null, limit: 1000, window: hour },
             share: { scope, share: 'rk1', limit: 100, window: hour },
             nowMs: Date.now(),
             description: 'allowance'
           },
-          token: { key: `otp:${tag}:${requestId}`, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
+          token: { requestId, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>
-          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], tokenKey: `otp:${tag}:${requestId}`, storedForms: [storedForm], lockout })
+          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], token: { tenantId, mode, requestId }, storedForms: [storedForm], lockout })
 
         t.equal((await dispatch('a')).kind, 'issued', scope)
         t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
@@ -186,18 +192,18 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
 
     t.test('admission: concurrent dispatches of tenants on different slots are grouped by their keys\' slots', async (t) => {
       const admission = new RedisAdmission(client)
-      const scopes = Array.from({ length: 12 }, (_, i) => `tenant${i}:live`)
-      const verdicts = await Promise.all(scopes.map(async (scope) => await admission.dispatch({
+      const tenants = Array.from({ length: 12 }, (_, i) => `tenant${i}`)
+      const verdicts = await Promise.all(tenants.map(async (tenantId) => await admission.dispatch({
         audience: 'backend',
-        ownLimits: [{ name: 'source', bucket: `rl:s:{${scope}}:x`, max: 100, windowMs: 60_000, share: `rl:s:{${scope}}` }],
+        recipient: { tenantId, mode: 'live', recipientTag: 'ada' },
+        laneSubject: 'ada',
+        ownLimits: [{ name: 'source', tenantId, mode: 'live', bucket: 'x', max: 100, windowMs: 60_000 }],
         sharedLimits: [],
         mailbox: null,
-        lockoutKey: `lockout:{${scope}}:ada`,
-        suppressionKey: `suppressed:{${scope}}:ada`,
-        quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
-        token: { key: `otp:{${scope}}:concurrent`, record: 'k1.x|ada', ttlMs: 60_000 }
+        quota: { tenant: { scope: `${tenantId}:live`, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
+        token: { requestId: 'concurrent', record: 'k1.x|ada', ttlMs: 60_000 }
       })))
-      t.strictSame(verdicts.map((verdict) => verdict.kind), scopes.map(() => 'issued'))
+      t.strictSame(verdicts.map((verdict) => verdict.kind), tenants.map(() => 'issued'))
     })
 
     t.test('admission: over the service-wide mailbox cap, an admitted dispatch is undone (its bucket lives in another slot)', async (t) => {
@@ -207,13 +213,13 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const quota = new RedisQuotaStore(client)
       const dispatch = async (requestId: string) => await admission.dispatch({
         audience: 'backend',
+        recipient: { tenantId: 'capped', mode: 'live', recipientTag: 'capped' },
+        laneSubject: 'capped',
         ownLimits: [],
         sharedLimits: [],
-        mailbox: { name: 'mailbox', bucket: 'rl:m:{mailbox:live:capped}', max: 1, windowMs: 60_000, share: 'rl:m:live' },
-        lockoutKey: `lockout:${tag}:capped`,
-        suppressionKey: `suppressed:${tag}:capped`,
+        mailbox: { name: 'mailbox', mode: 'live', bucket: 'capped', max: 1, windowMs: 60_000 },
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
-        token: { key: `otp:${tag}:${requestId}`, record: 'k1.x|capped', ttlMs: 60_000 }
+        token: { requestId, record: 'k1.x|capped', ttlMs: 60_000 }
       })
       t.equal((await dispatch('first')).kind, 'issued')
       const capped = await dispatch('second')

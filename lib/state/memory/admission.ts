@@ -5,9 +5,10 @@ import { splitRecord } from '../tokens.js'
 import { ShareLru } from '../../memory/share-lru.js'
 import { StoreFullError } from '../../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
-import { lockoutShare, quotaClaims } from '../../admission/plan.js'
-import type { DispatchPlan, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
-import { MemoryLockout } from './lockout.js'
+import { quotaClaims } from '../../admission/plan.js'
+import type { DispatchPlan, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
+import { tenantScope } from '../../keys/scope.js'
+import { lockoutKey, lockoutShare, MemoryLockout } from './lockout.js'
 import { MemoryVelocityCounter } from './velocity.js'
 
 /**
@@ -29,6 +30,14 @@ export const LOCKOUT_STATES_PER_SHARE = 100_000
  */
 export const SUPPRESSIONS_PER_SHARE = 100_000
 
+/**
+ * The share of a limit's buckets: one per kind of limit, tenant and mode, the mailbox cap one
+ * per mode. Within it a bucket is named by what it counts.
+ */
+function velocityShare (limit: LimitHit): string {
+  return limit.name === 'mailbox' ? `mailbox:${limit.mode}` : `${limit.name}:${tenantScope(limit.tenantId, limit.mode)}`
+}
+
 function sameForm (stored: string, candidate: string): boolean {
   const a = Buffer.from(stored)
   const b = Buffer.from(candidate)
@@ -45,7 +54,7 @@ export class MemoryAdmission implements AdmissionStore {
   readonly #lockout: MemoryLockout
   readonly #tokens: MemoryTokenStore
   readonly #quota: MemoryQuotaStore
-  /** Per tenant scope: suppression key → when it ends (epoch ms). */
+  /** Per tenant scope: recipient tag → when its suppression ends (epoch ms). */
   readonly #suppressions: ShareLru<number>
 
   constructor (tokens: MemoryTokenStore, quota: MemoryQuotaStore, capacity: { velocityBucketsPerShare?: number, lockoutStatesPerShare?: number, suppressionsPerShare?: number } = {}) {
@@ -57,20 +66,21 @@ export class MemoryAdmission implements AdmissionStore {
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
-    const { mailbox, lockoutKey, quota, token } = plan
+    const { mailbox, recipient, quota } = plan
+    const lockout = lockoutKey(recipient.tenantId, recipient.mode, plan.laneSubject)
     const now = Date.now()
     const counts: WindowCount[] = []
     const own = this.#hit(plan.ownLimits, now, counts)
     if (own !== null) return { kind: 'limited', counts, exceeded: own }
-    const lockedForMs = this.#lockout.lockedFor(lockoutKey, now)
+    const lockedForMs = this.#lockout.lockedFor(lockout, now)
     if (lockedForMs > 0) return { kind: 'locked', counts, lockedForMs }
-    if (this.#suppressedUntil(plan.suppressionKey) > now) return { kind: 'suppressed', counts }
+    if (this.#suppressedUntil(recipient) > now) return { kind: 'suppressed', counts }
     // A code whose wrong guess could not be counted must not be sent.
-    if (!this.#lockout.hasRoom(lockoutKey, now)) throw lockoutFull()
+    if (!this.#lockout.hasRoom(lockout, now)) throw lockoutFull()
     const shared = this.#hit(plan.sharedLimits, now, counts)
     if (shared !== null) return { kind: 'limited', counts, exceeded: shared }
     if (mailbox !== null) {
-      const count = this.#velocity.hit(mailbox.share, mailbox.bucket, mailbox.windowMs, now)
+      const count = this.#velocity.hit(velocityShare(mailbox), mailbox.bucket, mailbox.windowMs, now)
       if (count.current > mailbox.max) return { kind: 'limited', counts, exceeded: { limit: mailbox, count } }
     }
     const claims = quotaClaims(quota)
@@ -79,9 +89,10 @@ export class MemoryAdmission implements AdmissionStore {
     // The token comes last, as in the Redis script, but unlike the script this can fail after
     // the units are taken (a full store, a taken requestId): they are given back.
     const refund = async (): Promise<void> => { for (const claim of claims) await this.#quota.refund(claim.scope, decision.windowId, claim.share) }
+    const { requestId, record, ttlMs } = plan.token
     let stored: boolean
     try {
-      stored = await this.#tokens.put(token.key, token.record, token.ttlMs)
+      stored = await this.#tokens.put({ tenantId: recipient.tenantId, mode: recipient.mode, requestId }, record, ttlMs)
     } catch (error) {
       await refund()
       throw error
@@ -98,25 +109,26 @@ export class MemoryAdmission implements AdmissionStore {
     const counts: WindowCount[] = []
     const own = this.#hit(plan.ownLimits, now, counts)
     if (own !== null) return { kind: 'limited', counts, exceeded: own }
-    const record = this.#tokens.peek(plan.tokenKey)
+    const { token } = plan
+    const record = this.#tokens.peek(token)
     if (record === null) return { kind: 'missing', counts }
     const shared = this.#hit(plan.sharedLimits, now, counts)
     if (shared !== null) return { kind: 'limited', counts, exceeded: shared }
     const { storedForm, laneSubject, addressHash } = splitRecord(record)
-    const lockoutKey = plan.lockout.keyPrefix + laneSubject
-    const locked = this.#lockout.lockedFor(lockoutKey, now) > 0
+    const lockout = lockoutKey(token.tenantId, token.mode, laneSubject)
+    const locked = this.#lockout.lockedFor(lockout, now) > 0
     // Refused before the code is used: it stays for a later try.
-    if (!locked && !this.#lockout.hasRoom(lockoutKey, now)) throw lockoutFull()
-    this.#tokens.discard(plan.tokenKey)
+    if (!locked && !this.#lockout.hasRoom(lockout, now)) throw lockoutFull()
+    this.#tokens.discard(token)
     if (locked) return { kind: 'locked', counts }
     let verified = false
     // Every form is compared, so timing does not tell which key matched.
     for (const form of plan.storedForms) if (sameForm(storedForm, form)) verified = true
     if (verified) {
-      this.#lockout.clear(lockoutKey)
+      this.#lockout.clear(lockout)
       return { kind: 'verified', counts, addressHash }
     }
-    return { kind: 'mismatch', counts, lockStartedMs: this.#lockout.recordFailure(lockoutKey, plan.lockout.policy, now), addressHash }
+    return { kind: 'mismatch', counts, lockStartedMs: this.#lockout.recordFailure(lockout, plan.lockout, now), addressHash }
   }
 
   async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {
@@ -125,30 +137,30 @@ export class MemoryAdmission implements AdmissionStore {
     return { counts, exceeded }
   }
 
-  async clearLockout (keys: readonly string[]): Promise<boolean> {
+  async clearLockout ({ tenantId, mode, laneSubjects }: MailboxLanes): Promise<boolean> {
     let cleared = false
-    for (const key of keys) if (this.#lockout.clear(key)) cleared = true
+    for (const subject of laneSubjects) if (this.#lockout.clear(lockoutKey(tenantId, mode, subject))) cleared = true
     return cleared
   }
 
-  async suppress (key: string, ttlMs: number): Promise<void> {
-    this.#suppressions.set(lockoutShare(key), key, Date.now() + ttlMs)
+  async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<void> {
+    this.#suppressions.set(tenantScope(tenantId, mode), recipientTag, Date.now() + ttlMs)
   }
 
-  async unsuppress (key: string): Promise<boolean> {
-    const active = this.#suppressedUntil(key) > Date.now()
-    this.#suppressions.delete(lockoutShare(key), key)
+  async unsuppress (mailbox: Mailbox): Promise<boolean> {
+    const active = this.#suppressedUntil(mailbox) > Date.now()
+    this.#suppressions.delete(tenantScope(mailbox.tenantId, mailbox.mode), mailbox.recipientTag)
     return active
   }
 
-  #suppressedUntil (key: string): number {
-    return this.#suppressions.get(lockoutShare(key), key) ?? 0
+  #suppressedUntil ({ tenantId, mode, recipientTag }: Mailbox): number {
+    return this.#suppressions.get(tenantScope(tenantId, mode), recipientTag) ?? 0
   }
 
   /** Counts the limits in order into `counts`, up to the first one exceeded, which it returns. */
   #hit (limits: readonly LimitHit[], now: number, counts: WindowCount[]): Exceeded | null {
     for (const limit of limits) {
-      const count = this.#velocity.hit(limit.share, limit.bucket, limit.windowMs, now)
+      const count = this.#velocity.hit(velocityShare(limit), limit.bucket, limit.windowMs, now)
       counts.push(count)
       if (count.current > limit.max) return { limit, count }
     }

@@ -1,8 +1,24 @@
 import { lockDurationMs, type LockoutState } from '../../admission/lockout.js'
 import type { LockoutPolicy } from '../../limits/lockout-policy.js'
 import { StoreFullError } from '../../store-errors.js'
+import type { KeyMode } from '../../keys/api-keys.js'
+import { tenantScope } from '../../keys/scope.js'
 
 type StoredState = LockoutState & { forgetAtMs: number }
+
+/** A mailbox's lockout state in one lane, as this process names it: `<tenant>:<mode>:<lane subject>`. */
+export function lockoutKey (tenantId: string, mode: KeyMode, laneSubject: string): string {
+  return `${tenantScope(tenantId, mode)}:${laneSubject}`
+}
+
+/**
+ * The share a lockout state belongs to: its tenant, mode and lane (the key up to its last `:`,
+ * since neither tenant ids nor recipient tags hold one, and a lane subject is the bare tag or
+ * `browser:<tag>`).
+ */
+export function lockoutShare (key: string): string {
+  return key.slice(0, key.lastIndexOf(':'))
+}
 
 /** A share whose states are all live is scanned for forgotten ones at most this often. */
 const FULL_SHARE_SWEEP_MS = 1000
@@ -10,7 +26,7 @@ const FULL_SHARE_SWEEP_MS = 1000
 export interface MemoryLockoutOptions {
   /** The most mailboxes one share keeps a state for. */
   statesPerShare: number
-  /** The share a lockout key belongs to (lib/admission/plan.ts: its tenant, mode and lane); one share by default. */
+  /** The share a lockout key belongs to (lockoutShare: its tenant, mode and lane); one share by default. */
   shareOf?: (key: string) => string
 }
 

@@ -24,13 +24,10 @@ export class MemoryQuotaStore implements QuotaStore {
     return this.#counters.size
   }
 
-  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
-    return this.reserveAll([{ scope, share, limit, window }], nowMs)
-  }
-
   /**
-   * A unit of every claim or of none, synchronously (so nothing can run in between); the
-   * decision describes the first claim's counter.
+   * A unit of every claim or of none, synchronously (so nothing can run in between): what an
+   * admitted dispatch takes (lib/state/memory/admission.ts). The decision describes the first
+   * claim's counter.
    */
   reserveAll (claims: ReadonlyArray<{ scope: string, share: string | null, limit: number, window: QuotaWindow }>, nowMs: number): QuotaDecision {
     this.#sweep(nowMs)

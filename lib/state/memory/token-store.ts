@@ -1,6 +1,6 @@
 import { StoreFullError } from '../../store-errors.js'
-import { scopeTagOf } from '../keys.js'
-import type { TokenStore } from '../tokens.js'
+import { tenantScope } from '../../keys/scope.js'
+import type { TokenRef, TokenStore } from '../tokens.js'
 
 export interface MemoryTokenStoreOptions {
   /** Cap on live codes per tenant scope (tenant and mode). */
@@ -23,10 +23,10 @@ interface Scope {
 /**
  * Tokens in one process, capped per tenant scope: a tenant that reaches its cap gets 503 for
  * its own dispatches while every other tenant goes on (a single cap for all would let one
- * tenant's flood refuse everyone's codes). Each entry is a single string `expiresAt|record`
- * (one object per token keeps the heap small at a million tokens). A scope's map order is
- * insertion order, and within a tenant insertion order is expiry order (one lifetime per
- * tenant), so the sweep walks each scope from its oldest entry.
+ * tenant's flood refuse everyone's codes). Each scope maps requestIds to a single string
+ * `expiresAt|record` (one object per token keeps the heap small at a million tokens). A
+ * scope's map order is insertion order, and within a tenant insertion order is expiry order
+ * (one lifetime per tenant), so the sweep walks each scope from its oldest entry.
  */
 export class MemoryTokenStore implements TokenStore {
   readonly #scopes = new Map<string, Scope>()
@@ -48,10 +48,16 @@ export class MemoryTokenStore implements TokenStore {
     return size
   }
 
-  async put (key: string, record: string, ttlMs: number): Promise<boolean> {
+  /**
+   * Stores the record unless a live token has its requestId: false on a collision.
+   * StoreFullError when its scope is at its cap. Admission writes the token this way
+   * (lib/state/memory/admission.ts).
+   */
+  async put (token: TokenRef, record: string, ttlMs: number): Promise<boolean> {
     const now = this.#now()
-    const scope = this.#scope(key)
-    const existing = scope.entries.get(key)
+    const scope = this.#scope(token)
+    const { requestId } = token
+    const existing = scope.entries.get(requestId)
     if (existing !== undefined && expiresAt(existing) > now) return false
     if (existing === undefined && scope.entries.size >= this.#maxTokensPerScope) {
       // Scanned at most once a second: a tenant at its cap must not cost every request a full scan.
@@ -61,33 +67,27 @@ export class MemoryTokenStore implements TokenStore {
       }
       if (scope.entries.size >= this.#maxTokensPerScope) throw new StoreFullError()
     }
-    // Re-inserting moves the key to the end, keeping the map in expiry order for the sweep.
-    scope.entries.delete(key)
-    scope.entries.set(flat(key), flat(`${now + ttlMs}|${record}`))
+    // Re-inserting moves the token to the end, keeping the map in expiry order for the sweep.
+    scope.entries.delete(requestId)
+    scope.entries.set(flat(requestId), flat(`${now + ttlMs}|${record}`))
     return true
   }
 
   /** The record of a live token, left in place (admission counts the key's bucket only for live codes). */
-  peek (key: string): string | null {
-    const entry = this.#scopes.get(scopeTagOf(key))?.entries.get(key)
+  peek (token: TokenRef): string | null {
+    const entry = this.#scopes.get(scopeOf(token))?.entries.get(token.requestId)
     if (entry === undefined) return null
     const separator = entry.indexOf('|')
     return Number(entry.slice(0, separator)) > this.#now() ? entry.slice(separator + 1) : null
   }
 
-  async take (key: string): Promise<string | null> {
-    const record = this.peek(key)
-    this.discard(key)
-    return record
-  }
-
-  async delete (key: string): Promise<void> {
-    this.discard(key)
+  async delete (token: TokenRef): Promise<void> {
+    this.discard(token)
   }
 
   /** Removes the token at once (admission consumes a peeked code in the same synchronous step). */
-  discard (key: string): void {
-    this.#scopes.get(scopeTagOf(key))?.entries.delete(key)
+  discard (token: TokenRef): void {
+    this.#scopes.get(scopeOf(token))?.entries.delete(token.requestId)
   }
 
   /** Drops expired entries from each scope's oldest on, until `liveBudget` live ones of it were passed. */
@@ -109,8 +109,8 @@ export class MemoryTokenStore implements TokenStore {
     this.#scopes.clear()
   }
 
-  #scope (key: string): Scope {
-    const name = scopeTagOf(key)
+  #scope (token: TokenRef): Scope {
+    const name = scopeOf(token)
     let scope = this.#scopes.get(name)
     if (scope === undefined) {
       scope = { entries: new Map(), nextFullSweepMs: 0 }
@@ -118,6 +118,10 @@ export class MemoryTokenStore implements TokenStore {
     }
     return scope
   }
+}
+
+function scopeOf ({ tenantId, mode }: TokenRef): string {
+  return tenantScope(tenantId, mode)
 }
 
 function sweepScope ({ entries }: Scope, now: number, liveBudget: number): number {

@@ -11,7 +11,7 @@ import { ShareLru } from '../../memory/share-lru.js'
 
 /**
  * The in-process twin of HIT_LIMIT_LUA, for the embedded default. Buckets live in shares
- * (lib/admission/plan.ts names them: one per kind of limit and tenant scope), each an LRU map of
+ * (lib/state/memory/admission.ts names them: one per kind of limit and tenant scope), each an LRU map of
  * `bucketsPerShare`: past it the least recently hit buckets of that share are forgotten,
  * which bounds memory under a flood of distinct sources without letting a flood through one
  * tenant reset another's counters.

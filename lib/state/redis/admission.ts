@@ -6,8 +6,10 @@ import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
+import { assertLimit } from '../quota.js'
 import { quotaClaims } from '../../admission/plan.js'
-import type { DispatchPlan, LimitHit, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
+import type { DispatchPlan, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
+import { limitKey, lockoutKey, lockoutKeyPrefix, suppressionKey, tokenKey } from './keys.js'
 import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
 
 /*
@@ -83,7 +85,7 @@ function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[
 
 function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[]): void {
   for (const limit of limits) {
-    keys.push(limit.bucket)
+    keys.push(limitKey(limit))
     args.push(String(limit.max), String(limit.windowMs))
   }
 }
@@ -144,25 +146,31 @@ export class RedisAdmission implements AdmissionStore {
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchCounts> {
-    const { lockoutKey, quota, token } = plan
+    const { recipient, quota, token } = plan
+    const { tenantId, mode } = recipient
+    const tokenAt = tokenKey(tenantId, mode, token.requestId)
     const limits = [...plan.ownLimits, ...plan.sharedLimits]
-    const counters = quotaClaims(quota).map((claim) => ({ limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }))
+    const counters = quotaClaims(quota).map((claim) => {
+      // Checked here, as in process: in the script a NaN limit would compare false and admit everything.
+      assertLimit(claim.limit)
+      return { limit: claim.limit, slot: quotaSlot(claim.scope, claim.window, quota.nowMs, claim.share) }
+    })
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
-    const keys = [token.key, lockoutKey, ...slots.map((slot) => slot.key)]
+    const keys = [tokenAt, lockoutKey(tenantId, mode, plan.laneSubject), ...slots.map((slot) => slot.key)]
     const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length)]
     for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
     if (mailbox !== null) {
-      keys.push(mailbox.bucket)
+      keys.push(limitKey(mailbox))
       args.push(String(mailbox.max), String(mailbox.windowMs))
     }
     limitArgs(limits, keys, args)
-    keys.push(plan.suppressionKey)
+    keys.push(suppressionKey(tenantId, mode, recipient.recipientTag))
     const { raw, reply } = await this.#run('dispatch', keys, args).catch(async (error: unknown) => {
       // No answer (or an unreadable one): the script may have run all the same, its reply
       // lost or late. The undo goes on the same connection, so Redis runs it after the
       // dispatch, and takes back whatever the dispatch did.
-      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
       throw error
     })
     const verdict = reply[0]
@@ -183,12 +191,12 @@ export class RedisAdmission implements AdmissionStore {
     const decision = quotaDecision([reply[2], reply[3]], quota.tenant.limit, quotaSlot(quota.tenant.scope, quota.tenant.window, quota.nowMs))
     if (verdict === DISPATCH.quotaExceeded) return { kind: 'quota_exceeded', counts: hits, quota: decision }
     if (plan.mailbox !== null && mailbox === null) {
-      const over = await this.#mailboxOverCap(plan.mailbox, token.key, slots)
+      const over = await this.#mailboxOverCap(plan.mailbox, tokenAt, slots)
       if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
     }
     if (!await this.#acks.acknowledged()) {
       // A code only the primary holds could vanish in a failover after its dispatch said 200.
-      await this.#run('undo', [token.key, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
     }
     return { kind: 'issued', counts: hits, quota: decision }
@@ -198,11 +206,11 @@ export class RedisAdmission implements AdmissionStore {
    * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
    * not counted (the answer is then 503), the dispatch is undone.
    */
-  async #mailboxOverCap (mailbox: LimitHit, tokenKey: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
-    const undo = async (): Promise<void> => { await this.#run('undo', [tokenKey, ...slots.map((slot) => slot.key)], []) }
+  async #mailboxOverCap (mailbox: LimitHit, tokenAt: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
+    const undo = async (): Promise<void> => { await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []) }
     let counted: { raw: unknown, reply: number[] }
     try {
-      counted = await this.#run('mailbox', [mailbox.bucket], [String(mailbox.max), String(mailbox.windowMs)])
+      counted = await this.#run('mailbox', [limitKey(mailbox)], [String(mailbox.max), String(mailbox.windowMs)])
     } catch (error) {
       await undo().catch(() => {})
       throw error
@@ -215,17 +223,18 @@ export class RedisAdmission implements AdmissionStore {
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {
-    const { policy, keyPrefix } = plan.lockout
+    const { lockout: policy, token } = plan
+    const tokenAt = tokenKey(token.tenantId, token.mode, token.requestId)
     const limits = [...plan.ownLimits, ...plan.sharedLimits]
-    const keys = [plan.tokenKey]
-    const args = [keyPrefix, String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
+    const keys = [tokenAt]
+    const args = [lockoutKeyPrefix(token.tenantId, token.mode), String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
     limitArgs(limits, keys, args)
     const attempt = nextAttempt()
     args.push(attempt)
     const { raw, reply, text } = await this.#run('verify', keys, args, 3).catch(async (error: unknown) => {
       // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
       // token it may have consumed is put back, by a command Redis runs after it.
-      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
       throw error
     })
     const hits = counts(reply, 4)
@@ -234,7 +243,7 @@ export class RedisAdmission implements AdmissionStore {
     if (consumed && !await this.#acks.acknowledged()) {
       // A code used only on the primary would be back on a promoted replica: put it back here
       // too, and let the caller retry.
-      await this.#run('restore', [plan.tokenKey], [attempt]).catch(() => {})
+      await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the used code')
     }
     switch (reply[0]) {
@@ -257,16 +266,19 @@ export class RedisAdmission implements AdmissionStore {
     return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
   }
 
-  async suppress (key: string, ttlMs: number): Promise<void> {
+  async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<void> {
+    const key = suppressionKey(tenantId, mode, recipientTag)
     await storeCall('suppress', async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
   }
 
-  async unsuppress (key: string): Promise<boolean> {
+  async unsuppress ({ tenantId, mode, recipientTag }: Mailbox): Promise<boolean> {
+    const key = suppressionKey(tenantId, mode, recipientTag)
     return await storeCall('unsuppress', async () => await this.#client.del(key)) > 0
   }
 
   /** One DEL: a mailbox's lanes share their tenant's hash tag, so on a Cluster they live in one slot. */
-  async clearLockout (keys: readonly string[]): Promise<boolean> {
+  async clearLockout ({ tenantId, mode, laneSubjects }: MailboxLanes): Promise<boolean> {
+    const keys = laneSubjects.map((subject) => lockoutKey(tenantId, mode, subject))
     return await storeCall('lockout clear', async () => await this.#client.del(...keys)) > 0
   }
 }

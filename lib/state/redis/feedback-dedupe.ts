@@ -1,5 +1,5 @@
 import type { RedisClient } from './client.js'
-import { feedbackKey } from '../keys.js'
+import { feedbackKey } from './keys.js'
 import { storeCall } from '../../store-errors.js'
 import { DEDUPE_TTL_MS } from '../../feedback/ses-feedback.js'
 import type { FeedbackDedupe } from '../feedback-dedupe.js'

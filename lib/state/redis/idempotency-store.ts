@@ -1,5 +1,5 @@
 import type { RedisClient } from './client.js'
-import { idempotencyKeys } from '../keys.js'
+import { idempotencyKeys } from './keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
 import {

@@ -1,10 +1,9 @@
 import type { RedisClient } from './client.js'
-import { quotaKey } from '../keys.js'
-import { redisClock, type RedisClock } from './fence.js'
+import { quotaKey } from './keys.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
-import { assertLimit, assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
+import { assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
 import { currentWindow, type QuotaWindow } from '../../limits/window.js'
-import { QUOTA_REFUND_LUA, QUOTA_RESERVE_LUA } from './scripts.js'
+import { QUOTA_REFUND_LUA } from './scripts.js'
 
 /**
  * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the
@@ -14,13 +13,11 @@ import { QUOTA_REFUND_LUA, QUOTA_RESERVE_LUA } from './scripts.js'
  */
 const EXPIRY_GRACE_MS = 5 * 60_000
 
-/** Names are specific to this service: defineCommand adds methods to a client others share. */
-const RESERVE_COMMAND = 'emailOtpQuotaReserve'
+/** Specific to this service: defineCommand adds methods to a client others share. */
 const REFUND_COMMAND = 'emailOtpQuotaRefund'
 
-/** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
+/** The method defineCommand adds; ioredis cannot type it, so this describes it. */
 interface QuotaCommands {
-  [RESERVE_COMMAND](key: string, limit: string, expireAtMs: string, deadline: string): Promise<unknown>
   [REFUND_COMMAND](key: string): Promise<unknown>
 }
 
@@ -44,10 +41,10 @@ export function quotaSlot (scope: string, window: QuotaWindow, nowMs: number, sh
   return { key: quotaKey(scope, share, id), windowId: id, resetMs, expireAtMs: resetMs + EXPIRY_GRACE_MS }
 }
 
-/** The decision for a reservation script's reply `{ allowed 0|1, used }`. */
+/** The decision for the dispatch script's reservation, `{ allowed 0|1, used }`. */
 export function quotaDecision (reply: unknown, limit: number, slot: QuotaSlot): QuotaDecision {
   if (!Array.isArray(reply) || typeof reply[0] !== 'number' || typeof reply[1] !== 'number') {
-    throw new Error(`unexpected reply from the quota reserve script: ${JSON.stringify(reply)}`)
+    throw new Error(`unexpected quota reservation from the dispatch script: ${JSON.stringify(reply)}`)
   }
   const used = reply[1]
   // `used` can exceed a limit lowered mid-window; remaining never goes negative.
@@ -57,30 +54,20 @@ export function quotaDecision (reply: unknown, limit: number, slot: QuotaSlot): 
 /**
  * Quota store shared by every instance through Redis. Each window's count is one key,
  * `quota:{<scope>}:<windowId>`; the scope is the hash tag so all of a tenant's counters live on
- * one Cluster slot. Each operation is a single script, hence atomic across instances. Failures
- * (Redis down) reject promptly as long as the client is built to fail fast; the caller maps
- * them to 503.
+ * one Cluster slot. Units are taken by the dispatch script (lib/state/redis/admission.ts); a
+ * refund is a single script, hence atomic across instances. Failures (Redis down) reject
+ * promptly as long as the client is built to fail fast; the caller maps them to 503.
  */
 export class RedisQuotaStore implements QuotaStore {
   readonly #client: RedisClient
-  readonly #clock: RedisClock
   readonly #commands: QuotaCommands
 
   constructor (client: RedisClient) {
     this.#client = client
-    this.#clock = redisClock(client)
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
-    // (first use, restart, failover), so scripts are sent in full only when needed.
-    client.defineCommand(RESERVE_COMMAND, { lua: QUOTA_RESERVE_LUA, numberOfKeys: 1 })
+    // (first use, restart, failover), so the script is sent in full only when needed.
     client.defineCommand(REFUND_COMMAND, { lua: QUOTA_REFUND_LUA, numberOfKeys: 1 })
     this.#commands = client as unknown as QuotaCommands
-  }
-
-  async reserve (scope: string, limit: number, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaDecision> {
-    assertLimit(limit)
-    const slot = quotaSlot(scope, window, nowMs, share)
-    const reply = await storeCall('quota reserve', async () => await this.#commands[RESERVE_COMMAND](slot.key, String(limit), String(slot.expireAtMs), await this.#clock.deadline()))
-    return quotaDecision(reply, limit, slot)
   }
 
   async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {

@@ -2,7 +2,7 @@ import type { RedisClient } from './client.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
 import { assertRedemption, newEpoch, type Redemption, type RedemptionStore } from '../redemptions.js'
-import { epochKey, redemptionKey } from '../keys.js'
+import { epochKey, redemptionKey } from './keys.js'
 import { RECEIPT_EPOCH_LUA, RECEIPT_REDEEM_LUA } from './scripts.js'
 
 /** How long an instance trusts the epoch it read (it only changes when Redis lost its data). */

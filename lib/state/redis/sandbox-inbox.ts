@@ -1,5 +1,5 @@
 import type { RedisClient } from './client.js'
-import { sandboxKey } from '../keys.js'
+import { sandboxKey } from './keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
 import { isFresh, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'

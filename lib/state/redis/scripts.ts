@@ -88,30 +88,17 @@ local function setTokenAside (key, attempt)
 end
 `
 
-/* Quota reservation and refund (lib/state/redis/quota-store.ts). */
+/* Quota reservation (a function of the dispatch script) and refund (lib/state/redis/quota-store.ts). */
 
 /**
- * Takes one unit of the counter at `key` unless `limit` are used; returns allowed 0|1 and the
- * count. Checking before INCR (rather than INCR then DECR on refusal) keeps refused calls
- * from ever changing the count. PEXPIREAT is set on every grant, not only the first, so a
- * counter that somehow lost its expiry still gets one.
- *
- * `reserveQuotas` takes a unit of every counter or of none (a restricted key's share and its
- * tenant's whole allowance): KEYS[first + i - 1] with limit and expiry in
- * ARGV[firstArg + 2(i - 1)] and the next one, for i = 1..count. It returns allowed 0|1 and the
- * count of the first counter (the tenant's, which the Quota-* headers describe).
- * Both are Lua functions, shared with the dispatch script of lib/admission.
+ * Takes a unit of every counter or of none (a restricted key's share and its tenant's whole
+ * allowance): KEYS[first + i - 1] with limit and expiry in ARGV[firstArg + 2(i - 1)] and the
+ * next one, for i = 1..count. It returns allowed 0|1 and the count of the first counter (the
+ * tenant's, which the Quota-* headers describe). Checking before INCR (rather than INCR then
+ * DECR on refusal) keeps refused calls from ever changing the counts. PEXPIREAT is set on
+ * every grant, not only the first, so a counter that somehow lost its expiry still gets one.
  */
 const RESERVE_QUOTA_LUA = `
-local function reserveQuota (key, limit, expireAtMs)
-  local used = tonumber(redis.call('GET', key) or '0')
-  if used >= limit then
-    return 0, used
-  end
-  used = redis.call('INCR', key)
-  redis.call('PEXPIREAT', key, expireAtMs)
-  return 1, used
-end
 local function reserveQuotas (first, count, firstArg)
   local firstUsed = tonumber(redis.call('GET', KEYS[first]) or '0')
   for i = 0, count - 1 do
@@ -125,10 +112,6 @@ local function reserveQuotas (first, count, firstArg)
   end
   return 1, firstUsed
 end
-`
-/** KEYS[1] counter; ARGV[1] limit, ARGV[2] expiry (epoch ms), ARGV[3] the fence's deadline. Returns { allowed 0|1, used }. */
-export const QUOTA_RESERVE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${RESERVE_QUOTA_LUA}
-return { reserveQuota(KEYS[1], tonumber(ARGV[1]), ARGV[2]) }
 `
 /**
  * KEYS[1] counter. A missing key means the window is over (or never counted anything), and

@@ -1,11 +1,12 @@
 import type { RedisClient } from './client.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
-import type { TokenStore } from '../tokens.js'
+import type { TokenRef, TokenStore } from '../tokens.js'
+import { tokenKey } from './keys.js'
 
 /**
  * Tokens in Redis, shared by every instance, for what happens outside admission: the
- * clean-up of a code whose mail did not leave, readiness, and the stores' shared suite.
- * `SET … PX … NX` writes value and expiry in one step; `GETDEL` consumes atomically.
+ * clean-up of a code whose mail did not leave, and readiness. The admission scripts write and
+ * consume them (lib/state/redis/scripts.ts).
  */
 export class RedisTokenStore implements TokenStore {
   readonly #client: RedisClient
@@ -14,16 +15,9 @@ export class RedisTokenStore implements TokenStore {
     this.#client = client
   }
 
-  async put (key: string, record: string, ttlMs: number): Promise<boolean> {
-    return await storeCall('token put', async () => await this.#client.set(key, record, 'PX', ttlMs, 'NX') === 'OK')
-  }
-
-  async take (key: string): Promise<string | null> {
-    return await storeCall('token take', async () => await this.#client.getdel(key))
-  }
-
   /** Sent even when this request found Redis stalled: a late deletion only removes a code whose mail did not leave. */
-  async delete (key: string): Promise<void> {
+  async delete ({ tenantId, mode, requestId }: TokenRef): Promise<void> {
+    const key = tokenKey(tenantId, mode, requestId)
     await storeUndo('token delete', async () => await this.#client.del(key))
   }
 

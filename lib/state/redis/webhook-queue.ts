@@ -1,5 +1,5 @@
 import type { RedisClient } from './client.js'
-import { WEBHOOK_INDEX, WEBHOOK_LEGACY, webhookTenantKeys } from '../keys.js'
+import { WEBHOOK_INDEX, WEBHOOK_LEGACY, webhookTenantKeys } from './keys.js'
 import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, parseDelivery, revived, tenantOf,
   type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits

@@ -4,7 +4,8 @@ import type { AdmissionStore } from '../../../lib/state/admission.js'
 import { MemoryAdmission } from '../../../lib/state/memory/admission.js'
 import { OVER_LIMIT_MEMORY_ENTRIES, OVER_LIMIT_MEMORY_MS, OverLimitMemory } from '../../../lib/admission/over-limit.js'
 import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
-import type { DispatchPlan, LimitHit, LimitName, VerifyPlan } from '../../../lib/state/admission.js'
+import type { DispatchPlan, LimitHit, Mailbox, TenantLimitName, VerifyPlan } from '../../../lib/state/admission.js'
+import { bothLanes } from '../../../lib/admission/plan.js'
 import { RedisAdmission } from '../../../lib/state/redis/admission.js'
 import { MemoryQuotaStore } from '../../../lib/state/memory/quota-store.js'
 import type { QuotaStore } from '../../../lib/state/quota.js'
@@ -12,8 +13,6 @@ import { RedisQuotaStore } from '../../../lib/state/redis/quota-store.js'
 import { parseWindow } from '../../../lib/limits/window.js'
 import { StoreFullError } from '../../../lib/store-errors.js'
 import { MemoryTokenStore } from '../../../lib/state/memory/token-store.js'
-import { RedisTokenStore } from '../../../lib/state/redis/token-store.js'
-import type { TokenStore } from '../../../lib/state/tokens.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 import { until } from '../../support/wait.js'
 
@@ -24,15 +23,16 @@ const window = hour
 interface Peers {
   gate: AdmissionGate
   store: AdmissionStore
-  tokens: TokenStore
   quota: QuotaStore
 }
 
 const SCOPE = 'acme:live'
+/** The tenant's hash tag on Redis, for the tests that read its keys there. */
 const TAG = `{${SCOPE}}`
+const ADA: Mailbox = { tenantId: 'acme', mode: 'live', recipientTag: 'ada' }
 
-function limit (name: LimitName, max: number): LimitHit {
-  return { name, bucket: `rl:${name}:${TAG}:x`, max, windowMs: 60_000, share: `rl:${name}:${TAG}` }
+function limit (name: TenantLimitName, max: number): LimitHit {
+  return { name, tenantId: 'acme', mode: 'live', bucket: 'x', max, windowMs: 60_000 }
 }
 
 function quota (limit: number, share: number | null = null): DispatchPlan['quota'] {
@@ -49,13 +49,13 @@ const LOCKOUT: LockoutPolicy = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000,
 function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {}): DispatchPlan {
   return {
     audience: 'backend',
+    recipient: ADA,
+    laneSubject: 'ada',
     ownLimits: [limit('source', 100)],
     sharedLimits: [limit('recipient', 100)],
     mailbox: null,
-    lockoutKey: `lockout:${TAG}:ada`,
-    suppressionKey: `suppressed:${TAG}:ada`,
     quota: quota(100),
-    token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 },
+    token: { requestId, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 },
     ...overrides
   }
 }
@@ -65,9 +65,9 @@ function verifyPlan (requestId: string, storedForms: string[], overrides: Partia
     audience: 'backend',
     ownLimits: [limit('source', 100)],
     sharedLimits: [],
-    tokenKey: `otp:${TAG}:${requestId}`,
+    token: { tenantId: 'acme', mode: 'live', requestId },
     storedForms,
-    lockout: { keyPrefix: `lockout:${TAG}:`, policy: LOCKOUT },
+    lockout: LOCKOUT,
     ...overrides
   }
 }
@@ -75,34 +75,33 @@ function verifyPlan (requestId: string, storedForms: string[], overrides: Partia
 /** The decisions the gate makes alike, whatever store holds the counters. */
 function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void {
   t.test('an admitted dispatch counts every limit, takes one unit and stores the token', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const decision = await gate.dispatch(dispatchPlan('a'))
     t.equal(decision.kind, 'admitted')
     t.match(decision, { headers: { 'ratelimit-limit': '100', 'ratelimit-remaining': '99', 'quota-limit': '100', 'quota-remaining': '99' } })
     t.equal(decision.kind === 'admitted' && decision.quota.used, 1)
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1)
-    t.equal(await tokens.take(`otp:${TAG}:a`), 'k1.code-a|ada')
     const counts = await store.dispatch(dispatchPlan('b'))
     t.strictSame(counts.kind === 'issued' && counts.counts.map((count) => count.current), [2, 2], 'each limit counted once per request')
     t.ok(counts.kind === 'issued' && counts.counts.every((count) => count.ttlMs > 30_000 && count.ttlMs <= 60_000), 'each window started with its first hit')
+    t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'verified', 'the token was stored')
   })
 
   t.test('a suppressed mailbox: refused after the caller\'s own limits, before shared ones, no unit, no token; a page hears a delivery failure', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
-    const key = `suppressed:${TAG}:ada`
-    t.equal(await gate.unsuppress(key), false, 'nothing to lift yet')
-    await gate.suppress(key, 60_000)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
+    t.equal(await gate.unsuppress(ADA), false, 'nothing to lift yet')
+    await gate.suppress(ADA, 60_000)
     const counts = await store.dispatch(dispatchPlan('a'))
     t.equal(counts.kind, 'suppressed')
     t.strictSame(counts.kind === 'suppressed' && counts.counts.map((count) => count.current), [1], 'the source counted, the recipient bucket not')
     t.match(await gate.dispatch(dispatchPlan('b')), { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', headers: {} } })
     t.match(await gate.dispatch(dispatchPlan('c', { audience: 'browser' })), { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', headers: {} } })
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 0, 'no unit taken')
-    t.equal(await tokens.take(`otp:${TAG}:a`), null, 'no token')
-    t.equal((await gate.dispatch(dispatchPlan('d', { suppressionKey: `suppressed:${TAG}:bob` }))).kind, 'admitted', 'another mailbox is not suppressed')
-    t.equal(await gate.unsuppress(key), true, 'lifted')
+    t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'missing', 'no token')
+    t.equal((await gate.dispatch(dispatchPlan('d', { recipient: { ...ADA, recipientTag: 'bob' } }))).kind, 'admitted', 'another mailbox is not suppressed')
+    t.equal(await gate.unsuppress(ADA), true, 'lifted')
     t.equal((await gate.dispatch(dispatchPlan('e'))).kind, 'admitted', 'and dispatch works again')
-    await gate.suppress(key, 1)
+    await gate.suppress(ADA, 1)
     await until('a suppression ends by itself', async () => (await store.dispatch(dispatchPlan(`f${Date.now()}`))).kind === 'issued')
   })
 
@@ -113,7 +112,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   })
 
   t.test('an exceeded limit refuses with 429 before the quota and the token', async (t) => {
-    const { gate, store, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { ownLimits: [limit('source', 100)], sharedLimits: [limit('recipient', 1)] })
     t.equal((await gate.dispatch(plan('a'))).kind, 'admitted')
     const refused = await gate.dispatch(plan('b'))
@@ -125,7 +124,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.strictSame(again.kind === 'limited' && again.counts.map((count) => count.current), [3, 3], 'a refused request still counted as a request')
     t.equal(again.kind === 'limited' && again.exceeded.limit.name, 'recipient', 'the store names the limit it stopped at')
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1, 'no unit taken')
-    t.equal(await tokens.take(`otp:${TAG}:b`), null, 'no token')
+    t.equal((await store.verify(verifyPlan('b', ['k1.code-b']))).kind, 'missing', 'no token')
   })
 
   t.test('limits count in order up to the first exceeded: a source past its limit no longer fills shared buckets', async (t) => {
@@ -135,7 +134,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     for (let i = 0; i < 5; i++) await gate.verify(verifyPlan(`v${i}`, [], mine))
     const counted = await store.verify(verifyPlan('last', [], mine))
     t.strictSame(counted.counts.map((count) => count.current), [6], 'the source counted six times, the key only while the source was within its limit')
-    const other = await store.verify(verifyPlan('other', [], { ...mine, ownLimits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }] }))
+    const other = await store.verify(verifyPlan('other', [], { ...mine, ownLimits: [{ ...limit('source', 2), bucket: 'y' }] }))
     t.strictSame(other.counts.map((count) => count.current), [1, 3], 'another source still has its whole budget and the key bucket holds two of the first source\'s hits')
   })
 
@@ -143,7 +142,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const { gate, store } = await makePeers(t)
     const plan = (requestId: string, source: string, forms: string[] = []): VerifyPlan => verifyPlan(requestId, forms, {
       audience: 'browser',
-      ownLimits: [{ ...limit('source', 3), bucket: `rl:source:${TAG}:${source}` }],
+      ownLimits: [{ ...limit('source', 3), bucket: source }],
       sharedLimits: [limit('key', 2)]
     })
     const junk = []
@@ -164,7 +163,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     await gate.dispatch(dispatchPlan('kept'))
     const full = { sharedLimits: [limit('key', 0)] }
     t.match(await gate.verify(verifyPlan('kept', ['k1.code-kept'], full)), { kind: 'refused', refusal: { code: 'RATE_LIMITED' } })
-    t.equal((await gate.verify(verifyPlan('kept', ['k1.code-kept'], { sharedLimits: [{ ...limit('key', 100), bucket: `rl:key:${TAG}:other` }] }))).kind, 'verified', 'not consumed by the refusal')
+    t.equal((await gate.verify(verifyPlan('kept', ['k1.code-kept'], { sharedLimits: [{ ...limit('key', 100), bucket: 'other' }] }))).kind, 'verified', 'not consumed by the refusal')
   })
 
   t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
@@ -195,8 +194,8 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('the service-wide mailbox cap counts only dispatches that pass everything else', async (t) => {
     const { gate, quota: quotaStore } = await makePeers(t)
-    const mailbox: LimitHit = { name: 'mailbox', bucket: 'rl:m:{mailbox:live:ada}', max: 2, windowMs: 60_000, share: 'rl:m:live' }
-    const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, sharedLimits: [{ ...limit('recipient', recipientMax), bucket: `rl:recipient:${TAG}:${requestId}` }] })
+    const mailbox: DispatchPlan['mailbox'] = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 2, windowMs: 60_000 }
+    const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, sharedLimits: [{ ...limit('recipient', recipientMax), bucket: requestId }] })
     t.match(await gate.dispatch(plan('a', 0)), { kind: 'refused', refusal: { message: /recipient/ } }, 'a dispatch refused by its tenant\'s limit')
     t.equal((await gate.dispatch(plan('b'))).kind, 'admitted')
     t.equal((await gate.dispatch(plan('c'))).kind, 'admitted', 'the refused one did not count against the mailbox')
@@ -205,7 +204,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   })
 
   t.test('a used-up allowance refuses with 402 and its Quota-* headers, without a token', async (t) => {
-    const { gate, tokens, quota: quotaStore } = await makePeers(t)
+    const { gate, store, quota: quotaStore } = await makePeers(t)
     const plan = (requestId: string): DispatchPlan => dispatchPlan(requestId, { quota: quota(1) })
     t.equal((await gate.dispatch(plan('a'))).kind, 'admitted')
     const refused = await gate.dispatch(plan('b'))
@@ -214,7 +213,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
       refusal: { code: 'QUOTA_EXCEEDED', message: /^The live allowance of tier "test" is used up until \d{4}-/, headers: { 'quota-limit': '1', 'quota-remaining': '0', 'ratelimit-limit': '100' } }
     })
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 1, 'a refusal does not count')
-    t.equal(await tokens.take(`otp:${TAG}:b`), null)
+    t.equal((await store.verify(verifyPlan('b', ['k1.code-b']))).kind, 'missing', 'no token')
   })
 
   t.test('of 100 concurrent dispatches under an allowance of 10, exactly 10 are admitted', async (t) => {
@@ -266,24 +265,23 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.ok(retry > 30 && retry <= 60, `dispatch waits for the lock to end (retry after ${retry} s)`)
     t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'locked', 'a code minted before the lock cannot be tried, even with the right guess')
     t.equal((await gate.verify(verifyPlan('outstanding', ['k1.code-outstanding']))).kind, 'missing', 'and it is used up')
-    const other = await gate.dispatch(dispatchPlan('other', { lockoutKey: `lockout:${TAG}:bob` }))
+    const other = await gate.dispatch(dispatchPlan('other', { laneSubject: 'bob' }))
     t.equal(other.kind, 'admitted', 'another recipient is not locked')
-    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), true, 'a tenant clears the lock')
+    t.equal(await gate.clearLockout(bothLanes('acme', 'live', 'ada')), true, 'a tenant clears the lock')
     t.equal((await gate.dispatch(dispatchPlan('cleared'))).kind, 'admitted')
-    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), false, 'nothing left to clear')
+    t.equal(await gate.clearLockout(bothLanes('acme', 'live', 'ada')), false, 'nothing left to clear')
   })
 
   t.test('lanes: wrong guesses on codes a page asked for lock the browser lane only, and a page never hears when it ends', async (t) => {
     const { gate } = await makePeers(t)
     const policy = { ...LOCKOUT, baseMs: 600_000 }
-    const browserLane = { keyPrefix: `lockout:${TAG}:`, policy }
     const pageCode = (requestId: string): DispatchPlan => dispatchPlan(requestId, {
       audience: 'browser',
-      sharedLimits: [{ ...limit('recipient', 100), bucket: `rl:recipient:${TAG}:browser:ada` }],
-      lockoutKey: `lockout:${TAG}:browser:ada`,
-      token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|browser:ada`, ttlMs: 60_000 }
+      sharedLimits: [{ ...limit('recipient', 100), bucket: 'browser:ada' }],
+      laneSubject: 'browser:ada',
+      token: { requestId, record: `k1.code-${requestId}|browser:ada`, ttlMs: 60_000 }
     })
-    const guess = async (requestId: string, form: string, audience: 'backend' | 'browser' = 'browser') => await gate.verify(verifyPlan(requestId, [form], { audience, lockout: browserLane }))
+    const guess = async (requestId: string, form: string, audience: 'backend' | 'browser' = 'browser') => await gate.verify(verifyPlan(requestId, [form], { audience, lockout: policy }))
     t.equal((await gate.dispatch(dispatchPlan('owner'))).kind, 'admitted', 'the owner\'s backend asked for a code')
     t.equal((await gate.dispatch(pageCode('outstanding'))).kind, 'admitted')
     for (const requestId of ['s1', 's2', 's3']) {
@@ -304,7 +302,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.match(backendLocked, { kind: 'refused', refusal: { message: /wrong codes/ } }, 'a backend-lane code guessed through a page counts in the backend lane')
     const retry = backendLocked.kind === 'refused' ? Number(backendLocked.refusal.headers['retry-after']) : 0
     t.ok(retry > 300 && retry <= 600, `the backend hears the lock's own end (retry after ${retry} s)`)
-    t.equal(await gate.clearLockout([`lockout:${TAG}:ada`, `lockout:${TAG}:browser:ada`]), true)
+    t.equal(await gate.clearLockout(bothLanes('acme', 'live', 'ada')), true)
     t.equal((await gate.dispatch(pageCode('s5'))).kind, 'admitted', 'an unlock clears both lanes')
     t.equal((await gate.dispatch(dispatchPlan('b5'))).kind, 'admitted')
   })
@@ -312,7 +310,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   t.test('a record written before lanes counts in the backend lane', async (t) => {
     const { gate } = await makePeers(t)
     for (const requestId of ['o1', 'o2', 'o3']) {
-      await gate.dispatch(dispatchPlan(requestId, { token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 } }))
+      await gate.dispatch(dispatchPlan(requestId, { token: { requestId, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 } }))
       await gate.verify(verifyPlan(requestId, ['k1.nope'], { audience: 'browser' }))
     }
     t.match(await gate.dispatch(dispatchPlan('after')), { kind: 'refused', refusal: { message: /wrong codes/ } })
@@ -333,7 +331,7 @@ function memoryPeers (t: Test, maxTokens = 1000): Peers {
   const quotaStore = new MemoryQuotaStore()
   const store = new MemoryAdmission(tokens, quotaStore)
   t.teardown(async () => { await tokens.close() })
-  return { gate: new AdmissionGate(store), store, tokens, quota: quotaStore }
+  return { gate: new AdmissionGate(store), store, quota: quotaStore }
 }
 
 t.test('in process', async (t) => {
@@ -345,8 +343,8 @@ t.test('in process', async (t) => {
     const gate = new AdmissionGate(new MemoryAdmission(tokens, new MemoryQuotaStore(), { lockoutStatesPerShare: 2 }))
     const pageCode = (requestId: string, mailbox: string): DispatchPlan => dispatchPlan(requestId, {
       audience: 'browser',
-      lockoutKey: `lockout:${TAG}:browser:${mailbox}`,
-      token: { key: `otp:${TAG}:${requestId}`, record: `k1.code-${requestId}|browser:${mailbox}`, ttlMs: 60_000 }
+      laneSubject: `browser:${mailbox}`,
+      token: { requestId, record: `k1.code-${requestId}|browser:${mailbox}`, ttlMs: 60_000 }
     })
     for (const mailbox of ['m1', 'm2']) {
       await gate.dispatch(pageCode(mailbox, mailbox))
@@ -357,7 +355,7 @@ t.test('in process', async (t) => {
     t.match(await gate.verify(verifyPlan('m1-again', ['k1.nope'])), { kind: 'mismatch' }, 'and its run grows')
     await gate.dispatch(pageCode('m1-last', 'm1'))
     t.match(await gate.verify(verifyPlan('m1-last', ['k1.nope'])), { kind: 'mismatch', lockStartedMs: 60_000 }, 'the run was never forgotten: the third wrong guess locks')
-    t.equal((await gate.dispatch(dispatchPlan('backend-lane', { lockoutKey: `lockout:${TAG}:m3` }))).kind, 'admitted', 'the backend lane has its own share')
+    t.equal((await gate.dispatch(dispatchPlan('backend-lane', { laneSubject: 'm3' }))).kind, 'admitted', 'the backend lane has its own share')
     t.equal((await gate.verify(verifyPlan('backend-lane', ['k1.nope']))).kind, 'mismatch')
   })
 
@@ -377,7 +375,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.teardown(() => { client.disconnect() })
     await client.flushall()
     const store = new RedisAdmission(client)
-    return { gate: new AdmissionGate(store), store, tokens: new RedisTokenStore(client), quota: new RedisQuotaStore(client) }
+    return { gate: new AdmissionGate(store), store, quota: new RedisQuotaStore(client) }
   })
 
   t.test('a taken requestId is refused before anything counts', async (t) => {
@@ -386,9 +384,10 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     await client.flushall()
     const gate = new AdmissionGate(new RedisAdmission(client))
     await gate.dispatch(dispatchPlan('taken'))
-    const before = await client.get(`rl:recipient:${TAG}:x`)
+    const before = await client.get(`rl:r:${TAG}:x`)
+    t.equal(before, '1', 'the first dispatch counted its recipient')
     t.strictSame(await gate.dispatch(dispatchPlan('taken')), { kind: 'collision' })
-    t.equal(await client.get(`rl:recipient:${TAG}:x`), before, 'no velocity hit')
+    t.equal(await client.get(`rl:r:${TAG}:x`), before, 'no velocity hit')
     t.equal(await client.get(`otp:${TAG}:taken`), 'k1.code-taken|ada', 'the first token is untouched')
   })
 
@@ -409,7 +408,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.match(fromMemory, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests for this source; retry in (59|60) s$/, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^(59|60)$/ } } })
     t.match(await gate.verify(verifyPlan('a', ['k1.code-a'], mine)), { kind: 'refused' }, 'a verify from the same source too')
     t.match(await gate.countRefused({ audience: 'backend', limits: mine.ownLimits }), { code: 'RATE_LIMITED' }, 'and a request refused before admission')
-    t.equal((await gate.dispatch(dispatchPlan('other', { ownLimits: [{ ...limit('source', 2), bucket: `rl:source:${TAG}:y` }] }))).kind, 'admitted', 'another source is asked about')
+    t.equal((await gate.dispatch(dispatchPlan('other', { ownLimits: [{ ...limit('source', 2), bucket: 'y' }] }))).kind, 'admitted', 'another source is asked about')
     await client.echo('end of the commands under test')
     await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
     t.strictSame(seen, ['evalsha', 'echo'], 'only the other source\'s dispatch went to Redis')
@@ -466,7 +465,7 @@ t.test('the memory of callers past their limits', async (t) => {
   memory.remember({ limit: limit('recipient', 1), count: { current: 2, ttlMs: 40_000 } })
   memory.remember({ limit: limit('key', 1), count: { current: 2, ttlMs: 40_000 } })
   t.equal(memory.size, 0, 'shared buckets are not remembered: the store decides for every caller')
-  for (let i = 0; i < OVER_LIMIT_MEMORY_ENTRIES + 10; i++) memory.remember({ limit: { ...source, bucket: `rl:source:${TAG}:${i}` }, count: { current: 3, ttlMs: 40_000 } })
+  for (let i = 0; i < OVER_LIMIT_MEMORY_ENTRIES + 10; i++) memory.remember({ limit: { ...source, bucket: String(i) }, count: { current: 3, ttlMs: 40_000 } })
   t.equal(memory.size, OVER_LIMIT_MEMORY_ENTRIES, 'bounded: past the bound a refusal is not remembered')
   nowMs += OVER_LIMIT_MEMORY_MS
   memory.remember({ limit: source, count: { current: 3, ttlMs: 40_000 } })

@@ -2,9 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { lockDurationMs } from '../../../lib/admission/lockout.js'
 import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
-import { MemoryLockout } from '../../../lib/state/memory/lockout.js'
+import { lockoutKey, lockoutShare, MemoryLockout } from '../../../lib/state/memory/lockout.js'
 import { LOCKOUT_LUA } from '../../../lib/state/redis/scripts.js'
-import { lockoutKeys, lockoutShare } from '../../../lib/admission/plan.js'
+import { bothLanes } from '../../../lib/admission/plan.js'
+import type { KeyMode } from '../../../lib/keys/api-keys.js'
 import { StoreFullError } from '../../../lib/store-errors.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 
@@ -16,6 +17,11 @@ interface Lockout {
   untilUnlocked (key: string): Promise<void>
   /** Returns once the key's run is forgotten, `afterMs` after its last failure. */
   untilForgotten (key: string, afterMs: number): Promise<void>
+}
+
+/** A mailbox's lockout states in process, in its two lanes: backend, then browser. */
+function laneKeys (tenantId: string, mode: KeyMode, recipientTag: string): string[] {
+  return bothLanes(tenantId, mode, recipientTag).laneSubjects.map((subject) => lockoutKey(tenantId, mode, subject))
 }
 
 const POLICY: LockoutPolicy = { threshold: 3, baseMs: 1000, maxMs: 4000, resetAfterMs: 60_000 }
@@ -100,7 +106,7 @@ t.test('the lock a run earns, and what it bounds', async (t) => {
   // restricted key (requestIds are secret), so all his guesses count in the browser lane, the
   // same lane from any source and through any of the tenant's keys (the state is keyed by
   // tenant, mode, lane and mailbox, nothing else).
-  const [backendLane, browserLane] = lockoutKeys('acme', 'live', 'tag')
+  const [backendLane, browserLane] = laneKeys('acme', 'live', 'tag')
   t.not(lockoutShare(backendLane ?? ''), lockoutShare(browserLane ?? ''), 'the two lanes are two states')
   const stranger = perLane
   t.equal(stranger, 204, `a stranger with any number of sources and public keys: ≤ ${stranger} guesses a year, P ≤ ${(stranger * 1e-6).toExponential(1)}`)
@@ -124,10 +130,10 @@ t.test('in process', async (t) => {
   t.test('a full share takes no new mailbox and forgets no live run; other shares go on', async (t) => {
     const lockout = new MemoryLockout({ statesPerShare: 2, shareOf: lockoutShare })
     const policy = { ...POLICY, resetAfterMs: 10_000 }
-    const [ada, adaPage] = lockoutKeys('acme', 'live', 'ada')
-    const [, bobPage] = lockoutKeys('acme', 'live', 'bob')
-    const [, eve] = lockoutKeys('acme', 'live', 'eve')
-    const [, globex] = lockoutKeys('globex', 'live', 'eve')
+    const [ada, adaPage] = laneKeys('acme', 'live', 'ada')
+    const [, bobPage] = laneKeys('acme', 'live', 'bob')
+    const [, eve] = laneKeys('acme', 'live', 'eve')
+    const [, globex] = laneKeys('globex', 'live', 'eve')
     if (ada === undefined || adaPage === undefined || bobPage === undefined || eve === undefined || globex === undefined) throw new Error('two lanes')
     let now = 0
     lockout.recordFailure(adaPage, policy, now)

@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/keys.js'
+import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/redis/keys.js'
 import { hashKey, generateKey } from '../../../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../../../helper.js'
 import { redisTestOptions, startRedis } from '../../../support/redis.js'

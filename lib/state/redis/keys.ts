@@ -1,10 +1,15 @@
-import type { KeyMode } from '../keys/api-keys.js'
-import { tenantScope } from '../keys/scope.js'
+import type { KeyMode } from '../../keys/api-keys.js'
+import { tenantScope } from '../../keys/scope.js'
+import type { LimitHit, TenantLimitName } from '../admission.js'
 
 /*
- * Every key name the service has in Redis, built here and nowhere else. The names are a
+ * Every key name the service has in Redis, built here and nowhere else: the rest of the
+ * service names its state by identifiers (tenant, mode, requestId, limit and bucket, lane
+ * subject…), and the Redis adapter turns them into keys with this module. The names are a
  * contract with the instances already deployed (a rolling upgrade runs old and new on one
  * Redis): test/lib/state/redis/key-names.test.ts holds them to the list those instances use.
+ * The one namespace built elsewhere is @fastify/rate-limit's, ROUTE_LIMIT_NAMESPACE
+ * (lib/state/route-limits.ts), since the plugin names its own keys.
  *
  * The part in braces is the Redis Cluster hash tag, the part of a key that picks its slot.
  * Every key one script touches carries the same tag, so the script runs on one slot:
@@ -26,11 +31,6 @@ export function scopeTag (tenantId: string, mode: KeyMode): string {
   return `{${tenantScope(tenantId, mode)}}`
 }
 
-/** A key up to its tenant hash tag (`otp:{acme:live}`): what the in-process token store caps tokens per. */
-export function scopeTagOf (key: string): string {
-  return key.slice(0, key.indexOf('}') + 1)
-}
-
 /** A code's record: `otp:{acme:live}:<requestId>`. */
 export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): string {
   return `otp:${scopeTag(tenantId, mode)}:${requestId}`
@@ -39,28 +39,20 @@ export function tokenKey (tenantId: string, mode: KeyMode, requestId: string): s
 /** The namespace of velocity counters, as @fastify/rate-limit names them. */
 const VELOCITY = 'rl:'
 
-/** The per-tenant velocity counters of one limit (`s`ource, `b`ackend, `r`ecipient, `k`ey): the bucket follows. */
-export function velocityShare (limit: 'source' | 'backend' | 'recipient' | 'key', tenantId: string, mode: KeyMode): string {
-  return `${VELOCITY}${limit[0] ?? ''}:${scopeTag(tenantId, mode)}`
-}
-
-/** One velocity bucket of a share. */
-export function velocityBucket (share: string, bucket: string): string {
-  return `${share}:${bucket}`
-}
-
-/** The service-wide counters of mailboxes in one mode. */
-export function mailboxShare (mode: KeyMode): string {
-  return `${VELOCITY}m:${mode}`
+/** A tenant's velocity bucket for one limit (`s`ource, `b`ackend, `r`ecipient, `k`ey). */
+function velocityBucket (limit: TenantLimitName, tenantId: string, mode: KeyMode, bucket: string): string {
+  return `${VELOCITY}${limit[0] ?? ''}:${scopeTag(tenantId, mode)}:${bucket}`
 }
 
 /** A mailbox's service-wide bucket (its lane subject), tagged by the mailbox. */
-export function mailboxBucket (mode: KeyMode, laneSubject: string): string {
+function mailboxBucket (mode: KeyMode, laneSubject: string): string {
   return `${VELOCITY}m:{mailbox:${mode}:${laneSubject}}`
 }
 
-/** The counters of @fastify/rate-limit (account and public routes), under its own namespace. */
-export const ROUTE_LIMIT_NAMESPACE = 'rl:route:'
+/** The counter of a limit a request counts against. */
+export function limitKey (limit: LimitHit): string {
+  return limit.name === 'mailbox' ? mailboxBucket(limit.mode, limit.bucket) : velocityBucket(limit.name, limit.tenantId, limit.mode, limit.bucket)
+}
 
 /** Where a recipient's wrong guesses are counted, per tenant and mode; the lane subject follows. */
 export function lockoutKeyPrefix (tenantId: string, mode: KeyMode): string {
