@@ -23,7 +23,6 @@ import openapiPlugin from './plugins/openapi.js'
 import refusalPacingPlugin from './plugins/refusal-pacing.js'
 import refusalsPlugin from './plugins/refusals.js'
 import servicesPlugin from './plugins/services.js'
-import tenantSharesPlugin from './plugins/tenant-shares.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
@@ -132,7 +131,6 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(workloadIdentityPlugin)
   await fastify.register(metricsPlugin)
   await fastify.register(servicesPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
-  await fastify.register(tenantSharesPlugin)
   await fastify.register(refusalPacingPlugin)
   await fastify.register(rateLimitPlugin)
   // Before any route: a route keeps the error handler in force when it is added.

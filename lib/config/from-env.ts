@@ -146,7 +146,6 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     captchaTimeoutMs: durationMs(valid, 'CAPTCHA_TIMEOUT_MS'),
     keepAliveTimeoutMs: durationMs(valid, 'KEEP_ALIVE_TIMEOUT_MS'),
     maxConnectionsPerSource: valid.MAX_CONNECTIONS_PER_SOURCE,
-    tenantRequestsWhenBusy: valid.TENANT_REQUESTS_WHEN_BUSY === 0 ? null : valid.TENANT_REQUESTS_WHEN_BUSY,
     refusalPace: valid.REFUSAL_PACE_PER_SECOND === 0 ? null : { perSecond: valid.REFUSAL_PACE_PER_SECOND, burst: valid.REFUSAL_PACE_BURST, maxDelayMs: durationMs(valid, 'REFUSAL_PACE_MAX_DELAY_MS') },
     receipts: { signingKeys: receiptSigningKeys, issuer: valid.RECEIPT_ISSUER, ttlSeconds: durationSeconds(valid, 'RECEIPT_TTL_SECONDS') },
     webhooks: {

@@ -62,8 +62,6 @@ export interface Config {
   maxConnectionsPerSource: number
   /** How refusals to one source are paced (lib/net/refusal-pacing.ts); null when off. */
   refusalPace: { perSecond: number, burst: number, maxDelayMs: number } | null
-  /** Requests of one tenant in flight while the event loop is contended (lib/tenants/shares.ts); null: no cap. */
-  tenantRequestsWhenBusy: number | null
   receipts: {
     /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
     signingKeys: ReceiptKeyMaterial[] | null
