@@ -27,7 +27,7 @@ import type { LimitHit, TenantLimitName } from '../admission.js'
  */
 
 /** The hash tag of a tenant's traffic in one mode, `{acme:live}`. */
-export function scopeTag (tenantId: string, mode: KeyMode): string {
+function scopeTag (tenantId: string, mode: KeyMode): string {
   return `{${tenantScope(tenantId, mode)}}`
 }
 
