@@ -108,6 +108,15 @@ export class AdmissionGate {
     return exceeded === null ? null : limitRefusal(audience, exceeded)
   }
 
+  /**
+   * The refusal a dispatch or verify of this caller would get first, when it is known without
+   * the store (a bucket of the caller's own remembered past its limit): the service asks before
+   * it computes the keyed hashes and the new code a refused request never uses.
+   */
+  refusedAtOnce (plan: RefusalPlan): Refusal | null {
+    return this.#remembered(plan.audience, plan.limits)
+  }
+
   async dispatch (plan: DispatchPlan): Promise<DispatchDecision> {
     const { audience } = plan
     const remembered = this.#remembered(audience, plan.ownLimits)

@@ -130,11 +130,12 @@ export class OtpService {
     const recipient = acceptableRecipient(input.email, key)
     if (!recipient.ok) throw recipient.refusal
     const { email } = recipient
+    const requester = this.#requester(caller)
+    this.#refuseAtOnce(requester)
 
     const recipientTag = signer.tag(email.canonical)
     const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
-    const requester = this.#requester(caller)
     const review = tenant.reviewAddresses.get(email.address.toLowerCase())
     const reviewing = review !== undefined && review.expiresAtMs > Date.now()
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
@@ -201,13 +202,15 @@ export class OtpService {
   async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
     const { policy, signer, backend, observer, receipts, events } = this.#options
     const { key, log } = caller
+    const requester = this.#requester(caller)
+    this.#refuseAtOnce(requester)
     const guess = rawGuess.trim()
     const malformed = !GUESS_FORMAT.test(guess)
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
     if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
     const decision = await backend.admission.verify(verifyPlan(policy, {
-      ...this.#requester(caller),
+      ...requester,
       requestId,
       storedForms: malformed ? [] : storedForms
     }))
@@ -285,6 +288,12 @@ export class OtpService {
     const checked = validateEmail(address)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
     return this.#options.signer.tag(checked.email.canonical)
+  }
+
+  /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */
+  #refuseAtOnce (requester: Requester): void {
+    const refusal = this.#options.backend.admission.refusedAtOnce(refusalPlan(this.#options.policy, requester))
+    if (refusal !== null) throw apiError(refusal.code, refusal.message, refusal.headers)
   }
 
   /** The caller's per-source buckets: the end user's when a backend forwards one, and the backend's own. */

@@ -21,7 +21,28 @@ import { connectFailFast, redisTestOptions, startRedis } from '../../support/red
 const quiet = { info () {}, warn () {}, error () {} }
 const DAY = parseWindow('1d') ?? (() => { throw new Error('test setup: 1d should parse') })()
 
+/** The real signer, counting the keyed hashes it computes. */
+class CountingSigner extends CodeSigner {
+  hashes = 0
+
+  override sign (...args: Parameters<CodeSigner['sign']>): string {
+    this.hashes++
+    return super.sign(...args)
+  }
+
+  override storedForms (...args: Parameters<CodeSigner['storedForms']>): string[] {
+    this.hashes++
+    return super.storedForms(...args)
+  }
+
+  override tag (value: string): string {
+    this.hashes++
+    return super.tag(value)
+  }
+}
+
 interface Harness {
+  signer: CountingSigner
   receipts: Receipts
   service: OtpService
   backend: State
@@ -35,7 +56,7 @@ interface Harness {
  * The service over a backend, the real mailer (log transport for live mail, sandbox inbox for
  * test keys) and real receipts, no server; webhook events are collected.
  */
-async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => void = () => {}): Promise<Harness> {
+async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => void = () => {}, env: Record<string, string> = {}): Promise<Harness> {
   const liveKey = generateKey('secret', 'live')
   const testKey = generateKey('secret', 'test')
   const file: TenantsFile = {
@@ -57,7 +78,8 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     if (found === null) throw new Error('test setup: the key does not authenticate')
     return { key: found, address: '192.0.2.1', log: quiet }
   }
-  const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3' })
+  const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3', ...env })
+  const signer = new CountingSigner(config.hmacKeys)
   const mail = new MailCapture()
   const mailer = new Mailer(config, backend.sandboxInbox, mail)
   const events: string[] = []
@@ -65,7 +87,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
   const receipts = new Receipts(issuer, new AddressHasher(config.hmacKeys), backend.redemptions)
   const service = new OtpService({
     policy: admissionPolicy(config),
-    signer: new CodeSigner(config.hmacKeys),
+    signer,
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
@@ -82,7 +104,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     turns: new TenantTurns(1)
   })
   t.teardown(async () => { await mailer.close() })
-  return { service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events, receipts }
+  return { signer, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events, receipts }
 }
 
 async function refusal (promise: Promise<unknown>): Promise<ApiError> {
@@ -182,5 +204,25 @@ t.test('Redis backend', redisTestOptions(), async (t) => {
     t.teardown(() => { client.disconnect() })
     await client.flushall()
     return createState(client, { memoryStoreMaxTokens: 1 })
+  })
+
+  t.test('a caller Redis found past its own limit is refused again before any keyed hash is computed for it', async (t) => {
+    const client = await connectFailFast(server.url)
+    t.teardown(() => { client.disconnect() })
+    await client.flushall()
+    const { service, signer, sandbox, events } = await harness(t, createState(client, { memoryStoreMaxTokens: 1000 }), () => {}, { RATE_LIMIT_SOURCE: '2/1m' })
+    const sent = await service.dispatch(sandbox, { email: 'ada@example.com' })
+    await service.dispatch(sandbox, { email: 'bob@example.com' })
+    t.match(await refusal(service.dispatch(sandbox, { email: 'cy@example.com' })), { code: 'RATE_LIMITED', statusCode: 429 }, 'the store\'s 429')
+    const hashed = signer.hashes
+    t.ok(hashed > 0, 'the admitted dispatches and the store\'s refusal were hashed')
+    const again = await refusal(service.dispatch(sandbox, { email: 'dee@example.com' }))
+    t.match(again, { code: 'RATE_LIMITED', statusCode: 429, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^\d+$/ } }, 'the same 429, from memory')
+    t.match(await refusal(service.verify(sandbox, sent.requestId, '123456')), { code: 'RATE_LIMITED' }, 'a verify from the source too')
+    t.equal(signer.hashes, hashed, 'neither computed a keyed hash')
+    t.notOk(events.includes('mismatch'), 'the refused verify checked no guess')
+    const other: Caller = { ...sandbox, address: '192.0.2.2' }
+    await service.dispatch(other, { email: 'eve@example.com' })
+    t.ok(signer.hashes > hashed, 'another source is served as before')
   })
 })
