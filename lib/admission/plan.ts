@@ -93,7 +93,10 @@ export function quotaClaims (quota: DispatchPlan['quota']): QuotaClaim[] {
   return quota.share === null ? [quota.tenant] : [quota.tenant, quota.share]
 }
 
-export interface DispatchRequest extends Requester {
+export interface DispatchRequest {
+  key: TenantKey
+  /** The caller's own limits (`refusalPlan`), built once for the request. */
+  ownLimits: readonly LimitHit[]
   /** The keyed tag of the recipient's canonical mailbox. */
   recipientTag: string
   token: DispatchPlan['token']
@@ -101,7 +104,7 @@ export interface DispatchRequest extends Requester {
 }
 
 export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest): DispatchPlan {
-  const { key, recipientTag, token, nowMs } = request
+  const { key, ownLimits, recipientTag, token, nowMs } = request
   const { tenant, mode } = key
   const audience = audienceOf(key)
   const subject = laneSubject(audience, recipientTag)
@@ -111,7 +114,7 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
     audience,
     recipient: { tenantId: tenant.id, mode, recipientTag },
     laneSubject: subject,
-    ownLimits: ownLimits(policy, request),
+    ownLimits,
     // The recipient's bucket before the key's: a dispatch refused for its recipient does not
     // use up the key's bucket for every other caller.
     sharedLimits: [tenantLimit(policy, key, 'recipient', subject), tenantLimit(policy, key, 'key', key.id)],
@@ -126,16 +129,19 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
   }
 }
 
-export interface VerifyRequest extends Requester {
+export interface VerifyRequest {
+  key: TenantKey
+  /** The caller's own limits (`refusalPlan`), built once for the request. */
+  ownLimits: readonly LimitHit[]
   requestId: string
   storedForms: readonly string[]
 }
 
 export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): VerifyPlan {
-  const { key, requestId, storedForms } = request
+  const { key, ownLimits, requestId, storedForms } = request
   return {
     audience: audienceOf(key),
-    ownLimits: ownLimits(policy, request),
+    ownLimits,
     sharedLimits: [tenantLimit(policy, key, 'key', key.id)],
     token: { tenantId: key.tenant.id, mode: key.mode, requestId },
     storedForms,
@@ -143,6 +149,7 @@ export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): Ve
   }
 }
 
+/** The caller's own limits: what a refused request counts against, and what a dispatch or verify counts first. */
 export function refusalPlan (policy: AdmissionPolicy, requester: Requester): RefusalPlan {
   return { audience: audienceOf(requester.key), limits: ownLimits(policy, requester) }
 }

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import type { RefusalPlan } from '../state/admission.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -130,8 +131,8 @@ export class OtpService {
     const recipient = acceptableRecipient(input.email, key)
     if (!recipient.ok) throw recipient.refusal
     const { email } = recipient
-    const requester = this.#requester(caller)
-    this.#refuseAtOnce(requester)
+    const own = refusalPlan(policy, this.#requester(caller))
+    this.#refuseAtOnce(own)
 
     const recipientTag = signer.tag(email.canonical)
     const addressHash = receipts.addressHash(tenant, email.address)
@@ -145,7 +146,8 @@ export class OtpService {
       if (reviewing) minted.record = tokenRecord(reviewForm(review.codeSha256), subject, addressHash)
       const nowMs = Date.now()
       const plan = dispatchPlan(policy, {
-        ...requester,
+        key,
+        ownLimits: own.limits,
         recipientTag,
         token: { requestId: minted.requestId, record: minted.record, ttlMs: ttlSeconds * 1000 },
         nowMs
@@ -202,15 +204,16 @@ export class OtpService {
   async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
     const { policy, signer, backend, observer, receipts, events } = this.#options
     const { key, log } = caller
-    const requester = this.#requester(caller)
-    this.#refuseAtOnce(requester)
+    const own = refusalPlan(policy, this.#requester(caller))
+    this.#refuseAtOnce(own)
     const guess = rawGuess.trim()
     const malformed = !GUESS_FORMAT.test(guess)
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
     if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
     const decision = await backend.admission.verify(verifyPlan(policy, {
-      ...requester,
+      key,
+      ownLimits: own.limits,
       requestId,
       storedForms: malformed ? [] : storedForms
     }))
@@ -291,8 +294,8 @@ export class OtpService {
   }
 
   /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */
-  #refuseAtOnce (requester: Requester): void {
-    const refusal = this.#options.backend.admission.refusedAtOnce(refusalPlan(this.#options.policy, requester))
+  #refuseAtOnce (own: RefusalPlan): void {
+    const refusal = this.#options.backend.admission.refusedAtOnce(own)
     if (refusal !== null) throw apiError(refusal.code, refusal.message, refusal.headers)
   }
 
