@@ -2,14 +2,18 @@ import type { Env } from '../../schemas/env.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 import type { MacKey } from '../keys/mac-key.js'
-import type { MailTransportName } from '../mail/mailer.js'
+import type { MailerConfig } from '../mail/mailer.js'
 import type { MeshIdentityHeader } from '../net/workload-identity.js'
 import type { ReceiptKeyMaterial } from '../receipts/signing-keys.js'
 import type { RedisTopology } from './redis-topology.js'
 import type { TracingConfig } from '../telemetry/config.js'
 
-/** The service's configuration: what lib/config/from-env.ts reads from the environment. */
-export interface Config {
+/**
+ * The service's configuration: what lib/config/from-env.ts reads from the environment. The
+ * mail providers' settings are the mailer's own (MailerConfig: `mailTransports`,
+ * `mailTimeoutMs`, `mailBreaker`, `ses`, `smtpUrl`).
+ */
+export interface Config extends MailerConfig {
   host: string
   port: number
   logLevel: Env['LOG_LEVEL']
@@ -27,18 +31,11 @@ export interface Config {
   hmacKeyGenerated: boolean
   otpTtlSeconds: number
   memoryStoreMaxTokens: number
-  /** Live mail's providers, in the order a send tries them (or just `log`). */
-  mailTransports: MailTransportName[]
   /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */
   sesFeedback: { topicArns: ReadonlySet<string>, certUrlPattern: RegExp }
   /** How long a suppression lasts. */
   suppressionMs: number
-  /** When a provider of the list is skipped, and for how long. */
-  mailBreaker: { failures: number, openMs: number }
   mailFrom: string
-  mailTimeoutMs: number
-  smtpUrl: string | null
-  ses: { region: string | null, endpoint: string | null, configurationSet: string | null }
   bodyLimitBytes: number
   trustProxy: string[]
   /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
