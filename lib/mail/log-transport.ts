@@ -14,7 +14,10 @@ interface Pending {
  *
  * Messages sent in the same turn of the event loop go out in one write (stdout on a file or
  * a pipe is a synchronous write per call, 5% of a dispatch under load); each send resolves
- * once its message is written.
+ * once its message is written. Each message is encoded on its own before the batch is joined:
+ * one character outside Latin-1 (the built-in French wording has some) makes a joined string
+ * two bytes a character, and encoding it then costs about nine times as much for every other
+ * message of the batch (0.4 ms for a tenant's 64 KiB text part instead of 0.04 ms).
  */
 export class LogTransport implements MailTransport {
   readonly name = 'log'
@@ -54,7 +57,7 @@ export class LogTransport implements MailTransport {
     const batch = this.#pending
     if (batch.length === 0) return
     this.#pending = []
-    this.#out.write(batch.map((pending) => pending.text).join(''), (error?: Error | null) => {
+    this.#out.write(Buffer.concat(batch.map((pending) => Buffer.from(pending.text))), (error?: Error | null) => {
       for (const pending of batch) {
         if (error === undefined || error === null) pending.resolve()
         else pending.reject(error)

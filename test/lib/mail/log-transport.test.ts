@@ -44,3 +44,15 @@ t.test('a failed write fails every send of its batch', async (t) => {
   const results = await Promise.allSettled([transport.send(message('a@example.com')), transport.send(message('b@example.com'))])
   t.strictSame(results.map((result) => result.status), ['rejected', 'rejected'])
 })
+
+t.test('a batch mixing characters beyond Latin-1 with plain messages prints each one exactly', async (t) => {
+  const out = new Recorder()
+  const transport = new LogTransport(out)
+  const plain = { ...message('a@example.com'), text: `${'x'.repeat(70_000)} 123456\n` }
+  const french = { ...message('b@example.com'), subject: 'Votre code', text: 'Votre code de vérification est\u00a0: 654321 — l\u2019équipe\n' }
+  await Promise.all([transport.send(plain), transport.send(french)])
+  t.equal(out.writes.length, 1, 'one write')
+  const written = out.writes[0] ?? ''
+  t.ok(written.includes(`${'x'.repeat(70_000)} 123456\n---`), 'the long message, whole')
+  t.ok(written.includes('Subject: Votre code\n\nVotre code de vérification est\u00a0: 654321 — l\u2019équipe\n---'), 'the other message, its characters intact')
+})

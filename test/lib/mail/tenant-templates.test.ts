@@ -356,3 +356,18 @@ t.test('a tenants file\'s templates load from templates/<tenant id>/ beside it, 
   t.equal(compose((await registryFromFile(path)).tenants.get('acme')!.templates, 'en').html, `<b>${CODE}</b>`)
   t.equal(compose((await registryFromFile(path, { templatesDir: join(dir, 'elsewhere') })).tenants.get('acme')!.templates, 'en').html, `<i>${CODE}</i>`)
 })
+
+t.test('every character around the code survives the splice, Latin-1 or not, and each dispatch gets its own code', async (t) => {
+  const text = 'Ça coûte 5 €… ÿ ß — ✓ 🙂\n{{ code }}\nfin: ü\u00a0¿\ud83d\ude00'
+  const html = '<p>Code: {{ code }} — “quoted” é</p>'
+  const templates = load({ templates: { fr: { subject: 'Sujet é', text, html } } })
+  const first = compose(templates, 'fr')
+  t.equal(first.text, `Ça coûte 5 €… ÿ ß — ✓ 🙂\n${CODE}\nfin: ü\u00a0¿\ud83d\ude00`)
+  t.equal(first.html, `<p>Code: ${CODE} — “quoted” é</p>`)
+  const latin1 = load({ templates: { en: { subject: 'Hi', text: 'café ÿ\n{{ code }}\nnaïve', html: '<p>{{ code }} ñ</p>' } } })
+  const second = compose(latin1, 'en', { code: '000111' })
+  const third = compose(latin1, 'en', { code: '999888' })
+  t.equal(second.text, 'café ÿ\n000111\nnaïve')
+  t.equal(third.text, 'café ÿ\n999888\nnaïve', 'the kept pieces take the next code')
+  t.equal(Buffer.from(second.html).toString(), '<p>000111 ñ</p>', 'encodes to the same UTF-8')
+})
