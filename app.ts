@@ -23,6 +23,7 @@ import openapiPlugin from './plugins/openapi.js'
 import refusalPacingPlugin from './plugins/refusal-pacing.js'
 import refusalsPlugin from './plugins/refusals.js'
 import servicesPlugin from './plugins/services.js'
+import tenantTurnsPlugin from './plugins/tenant-turns.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import workloadIdentityPlugin from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
@@ -153,6 +154,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     })
     await api.register(abuseGuardPlugin)
     await api.register(authPlugin)
+    await api.register(tenantTurnsPlugin)
     await api.register(refusalsPlugin)
     await api.register(idempotencyPlugin)
     await api.register(captchaPlugin)
