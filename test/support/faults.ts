@@ -102,7 +102,7 @@ export class FaultLoad {
       const outstanding = this.#issued.filter((issued) => !issued.verified)
       t.equal(tokens.length, outstanding.length, `${this.#mode}: a code in Redis for every dispatch answered 200 and not verified (${outstanding.length}), and no other`)
       if (this.#mode === 'test') {
-        const messages = await inspect.eval("local n = 0 for _, key in ipairs(redis.call('KEYS', 'sandbox:{acme}:*')) do n = n + redis.call('LLEN', key) end return n", 0)
+        const messages = await inspect.eval("local n = 0 for _, key in ipairs(redis.call('KEYS', 'sandbox-entries:{acme}:*')) do n = n + redis.call('LLEN', key) end return n", 0)
         t.equal(messages, this.#issued.length, 'sandbox: an inbox message for every dispatch answered 200, and no other')
       }
     } finally {

@@ -96,9 +96,21 @@ export function epochKey (scope: string): string {
   return `receipt-epoch:{${scope}}`
 }
 
-/** A sandbox address's messages. */
+/**
+ * A sandbox address's messages as earlier versions wrote them (one JSON object each): still
+ * read, so that a rolling upgrade loses none of the last hour's messages; no longer written.
+ */
 export function sandboxKey (tenantId: string, address: string): string {
   return `sandbox:{${tenantId}}:${address.toLowerCase()}`
+}
+
+/**
+ * A sandbox address's messages, in lib/state/redis/sandbox-entry.ts's format. A key of its
+ * own, in the same slot as sandboxKey: an instance of an earlier version, which parses every
+ * entry of sandboxKey as JSON, never meets one it cannot read.
+ */
+export function sandboxEntriesKey (tenantId: string, address: string): string {
+  return `sandbox-entries:{${tenantId}}:${address.toLowerCase()}`
 }
 
 /** A handled SNS MessageId. */
