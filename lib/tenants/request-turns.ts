@@ -1,3 +1,5 @@
+import { TenantQueues } from './tenant-queues.js'
+
 /**
  * Tenants' turns at the event loop for their requests, once the loop is saturated.
  *
@@ -19,8 +21,7 @@
 export class TenantRequestTurns {
   readonly #quantumMs: number
   readonly #now: () => number
-  /** Waiting requests per tenant, the tenants in the order they go next. */
-  readonly #waiting = new Map<string, Array<() => void>>()
+  readonly #waiting = new TenantQueues<() => void>()
   /** When the first request of this turn of the event loop came here; null between turns. */
   #turnStartedAt: number | null = null
   #pumpScheduled = false
@@ -37,21 +38,17 @@ export class TenantRequestTurns {
       this.#turnStartedAt = now
       setImmediate(() => { this.#turnStartedAt = null })
     }
-    if (this.#waiting.size === 0 && now - this.#turnStartedAt < this.#quantumMs) {
+    if (this.#waiting.tenants === 0 && now - this.#turnStartedAt < this.#quantumMs) {
       proceed()
       return
     }
-    const queue = this.#waiting.get(tenantId)
-    if (queue === undefined) this.#waiting.set(tenantId, [proceed])
-    else queue.push(proceed)
+    this.#waiting.push(tenantId, proceed)
     this.#schedulePump()
   }
 
   /** Requests waiting now, all tenants together. */
   get waiting (): number {
-    let count = 0
-    for (const queue of this.#waiting.values()) count += queue.length
-    return count
+    return this.#waiting.size
   }
 
   #schedulePump (): void {
@@ -67,19 +64,12 @@ export class TenantRequestTurns {
    */
   #pump (): void {
     this.#pumpScheduled = false
-    if (this.#waiting.size === 1) {
-      const [queue] = this.#waiting.values() as MapIterator<Array<() => void>>
-      this.#waiting.clear()
-      for (const proceed of queue ?? []) proceed()
+    const round = this.#waiting.tenants
+    if (round === 1) {
+      for (const proceed of this.#waiting.drain()) proceed()
       return
     }
-    for (const [tenantId, queue] of [...this.#waiting]) {
-      const proceed = queue.shift() as () => void
-      // To the back of the next round, or out of it.
-      this.#waiting.delete(tenantId)
-      if (queue.length > 0) this.#waiting.set(tenantId, queue)
-      proceed()
-    }
-    if (this.#waiting.size > 0) this.#schedulePump()
+    for (let turn = 0; turn < round; turn++) this.#waiting.next()?.()
+    if (this.#waiting.tenants > 0) this.#schedulePump()
   }
 }

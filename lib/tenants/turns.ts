@@ -1,3 +1,5 @@
+import { TenantQueues } from './tenant-queues.js'
+
 /**
  * The event loop's time for a CPU-heavy step (composing a message from a tenant's templates,
  * up to 330,000 characters a message), taken by tenants in turns. Requests are otherwise
@@ -15,8 +17,7 @@
 export class TenantTurns {
   readonly #quantumMs: number
   readonly #now: () => number
-  /** Waiting steps per tenant, the tenants in the order they get their next step. */
-  readonly #waiting = new Map<string, Array<() => void>>()
+  readonly #waiting = new TenantQueues<() => void>()
   /** Time the steps of this turn of the event loop took. */
   #spentMs = 0
   #resetScheduled = false
@@ -29,27 +30,22 @@ export class TenantTurns {
 
   /** Runs `step` in the tenant's turn: at once when nobody waits and the turn has time left. */
   async run<T> (tenantId: string, step: () => T): Promise<T> {
-    if (this.#waiting.size === 0 && this.#spentMs < this.#quantumMs) return this.#timed(step)
+    if (this.#waiting.tenants === 0 && this.#spentMs < this.#quantumMs) return this.#timed(step)
     return await new Promise<T>((resolve, reject) => {
-      const queue = this.#waiting.get(tenantId)
-      const waiting = (): void => {
+      this.#waiting.push(tenantId, (): void => {
         try {
           resolve(this.#timed(step))
         } catch (error) {
           reject(error)
         }
-      }
-      if (queue === undefined) this.#waiting.set(tenantId, [waiting])
-      else queue.push(waiting)
+      })
       this.#schedulePump()
     })
   }
 
   /** Steps waiting now, all tenants together. */
   get waiting (): number {
-    let count = 0
-    for (const queue of this.#waiting.values()) count += queue.length
-    return count
+    return this.#waiting.size
   }
 
   #timed<T> (step: () => T): T {
@@ -79,14 +75,10 @@ export class TenantTurns {
     this.#pumpScheduled = false
     const started = this.#now()
     // At least one step a turn, whatever the quantum.
-    for (const [tenantId, queue] of this.#waiting) {
-      const step = queue.shift() as () => void
-      // To the back of the round, or out of it.
-      this.#waiting.delete(tenantId)
-      if (queue.length > 0) this.#waiting.set(tenantId, queue)
+    for (let step = this.#waiting.next(); step !== undefined; step = this.#waiting.next()) {
       step()
       if (this.#now() - started >= this.#quantumMs) break
     }
-    if (this.#waiting.size > 0) this.#schedulePump()
+    if (this.#waiting.tenants > 0) this.#schedulePump()
   }
 }
