@@ -1,18 +1,4 @@
-import { SANDBOX_MESSAGES_PER_ADDRESS, isFresh, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
-
-/**
- * Addresses whose messages one tenant keeps in process: past it (or past
- * MEMORY_CHARACTERS_PER_TENANT), that tenant's least recently written box goes, never another
- * tenant's (sandbox keys can be public, the demo key is).
- */
-export const MEMORY_ADDRESSES_PER_TENANT = 1000
-/**
- * Characters of messages one tenant keeps in process. A tenant's own templates can make a
- * message about 330,000 characters (a 64 KiB text part and a 256 KiB HTML part), so the count
- * of addresses alone would let one tenant hold several GB; 32 Mi characters keep at least a
- * hundred of the largest messages and thousands of ordinary ones.
- */
-export const MEMORY_CHARACTERS_PER_TENANT = 32 * 1024 * 1024
+import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 
 function characters (message: SandboxMessage): number {
   return message.requestId.length + message.to.length + message.from.length + message.subject.length + message.text.length + message.html.length + message.code.length + message.createdAt.length
@@ -34,7 +20,7 @@ export class MemorySandboxInbox implements SandboxInbox {
   readonly #addressesPerTenant: number
   readonly #charactersPerTenant: number
 
-  constructor (addressesPerTenant = MEMORY_ADDRESSES_PER_TENANT, charactersPerTenant = MEMORY_CHARACTERS_PER_TENANT) {
+  constructor (addressesPerTenant = SANDBOX_ADDRESSES_PER_TENANT, charactersPerTenant = SANDBOX_SIZE_PER_TENANT) {
     this.#addressesPerTenant = addressesPerTenant
     this.#charactersPerTenant = charactersPerTenant
   }

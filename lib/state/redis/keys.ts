@@ -17,13 +17,14 @@ import type { LimitHit, TenantLimitName } from '../admission.js'
  *                            suppression, quota, idempotency, receipts
  *   {mailbox:<mode>:<lane>}  the service-wide bucket of one mailbox (its own slot: on a
  *                            Cluster it is counted by a second command, lib/state/redis/admission.ts)
- *   {<tenant>}               the sandbox inbox
+ *   {<tenant>}               the sandbox inbox: its addresses' boxes and their index
  *   {webhooks:<tenant>}      a tenant's webhook queue;  {webhooks}  the queue index
  *
- * Two names are derived inside scripts from a key they were given, and so share its slot: a
+ * Three names are derived inside scripts from a key they were given, and so share its slot: a
  * token set aside by a verify (`<token key>:used:<attempt>`, until the verify's outcome is
- * known) and a mailbox's lockout state (`<lockout prefix><lane subject>`, the subject being
- * read from the token, whose tag the prefix carries).
+ * known), a mailbox's lockout state (`<lockout prefix><lane subject>`, the subject being
+ * read from the token, whose tag the prefix carries) and a sandbox box the inbox forgets
+ * (`<sandbox entries prefix><address>`, the address being read from the tenant's index).
  */
 
 /** The hash tag of a tenant's traffic in one mode, `{acme:live}`. */
@@ -110,7 +111,31 @@ export function sandboxKey (tenantId: string, address: string): string {
  * entry of sandboxKey as JSON, never meets one it cannot read.
  */
 export function sandboxEntriesKey (tenantId: string, address: string): string {
-  return `sandbox-entries:{${tenantId}}:${address.toLowerCase()}`
+  return sandboxEntriesKeyPrefix(tenantId) + address.toLowerCase()
+}
+
+/** Where a tenant's sandbox boxes are, the address follows: the inbox script builds the keys of the boxes it forgets. */
+export function sandboxEntriesKeyPrefix (tenantId: string): string {
+  return `sandbox-entries:{${tenantId}}:`
+}
+
+export interface SandboxShareKeys {
+  /** A sorted set: the tenant's addresses, scored by their box's last write (ms on Redis's clock). */
+  boxes: string
+  /** A hash: address → bytes of its box's entries. */
+  bytes: string
+  /** The bytes of all the tenant's boxes: a key of its own, so that no address can name it. */
+  total: string
+}
+
+/**
+ * A tenant's share of the sandbox inbox: its sandbox key can be public (the demo key is), so
+ * without a bound of its own one tenant could fill Redis for an hour and, under `noeviction`,
+ * have every tenant's writes refused. In the slot of the tenant's boxes, so that the inbox
+ * script writes a message and trims the share in one step.
+ */
+export function sandboxShareKeys (tenantId: string): SandboxShareKeys {
+  return { boxes: `sandbox-boxes:{${tenantId}}`, bytes: `sandbox-bytes:{${tenantId}}`, total: `sandbox-total:{${tenantId}}` }
 }
 
 /** A handled SNS MessageId. */

@@ -357,15 +357,70 @@ return { 2, current }
 /* The sandbox inbox (lib/state/redis/sandbox-inbox.ts). */
 
 /**
- * KEYS the address's list; ARGV the message, its cap, the retention ms, the fence's deadline
- * (lib/state/redis/fence.ts). A script rather than MULTI: fenced, a message the caller gave up on
- * (its dispatch answered 503 and refunded) never appears later, and with its shebang Redis
- * refuses it whole at its memory limit.
+ * KEYS the address's box (its list), the tenant's share (sandboxShareKeys: boxes by last
+ * write, bytes per box, their total); ARGV the message, the address, the prefix of the
+ * tenant's boxes, messages per address, the retention ms, addresses and bytes per tenant, the
+ * fence's deadline (lib/state/redis/fence.ts). A script rather than MULTI: fenced, a message
+ * the caller gave up on (its dispatch answered 503 and refunded) never appears later, and with
+ * its shebang Redis refuses it whole at its memory limit. The share is trimmed in the same
+ * step, so that it never stays over its bounds: the tenant's least recently written boxes go
+ * first, never the one just written. A box's bytes are recorded when it is written, since an
+ * evicted or expired box's entries are not read again to know what they took.
  */
 export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}
-redis.call('LPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local box, boxes, bytes, total = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local entry, address, boxPrefix = ARGV[1], ARGV[2], ARGV[3]
+local perAddress, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5])
+local maxAddresses, maxBytes = tonumber(ARGV[6]), tonumber(ARGV[7])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local stored = tonumber(redis.call('GET', total) or '0')
+local function forget (member)
+  stored = stored - tonumber(redis.call('HGET', bytes, member) or '0')
+  redis.call('HDEL', bytes, member)
+  redis.call('ZREM', boxes, member)
+  redis.call('DEL', boxPrefix .. member)
+end
+-- Boxes last written a retention ago expired with their lists: out of the share, each once.
+for _, expired in ipairs(redis.call('ZRANGE', boxes, '-inf', now - retentionMs, 'BYSCORE')) do forget(expired) end
+
+local recorded = redis.call('HGET', bytes, address)
+stored = stored - tonumber(recorded or '0')
+-- What the box held: nothing when its list is gone (it expired a moment before its score
+-- says), and a list without a record, written by a build without the share, is measured once.
+local size = 0
+if redis.call('EXISTS', box) == 1 then
+  if recorded then
+    size = tonumber(recorded)
+  else
+    for _, kept in ipairs(redis.call('LRANGE', box, 0, -1)) do size = size + #kept end
+  end
+end
+redis.call('LPUSH', box, entry)
+size = size + #entry
+for _, dropped in ipairs(redis.call('LRANGE', box, perAddress, -1)) do size = size - #dropped end
+redis.call('LTRIM', box, 0, perAddress - 1)
+redis.call('PEXPIRE', box, retentionMs)
+stored = stored + size
+redis.call('HSET', bytes, address, size)
+redis.call('ZADD', boxes, now, address)
+
+local addresses = redis.call('ZCARD', boxes)
+local position = 0
+while addresses > maxAddresses or stored > maxBytes do
+  local oldest = redis.call('ZRANGE', boxes, position, position)[1]
+  if not oldest then break end
+  if oldest == address then
+    position = position + 1
+  else
+    forget(oldest)
+    addresses = addresses - 1
+  end
+end
+-- The share outlives every box of the tenant, and goes with the last of them.
+redis.call('SET', total, stored, 'PX', retentionMs)
+redis.call('PEXPIRE', boxes, retentionMs)
+redis.call('PEXPIRE', bytes, retentionMs)
 return 1
 `
 

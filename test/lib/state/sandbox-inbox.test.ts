@@ -1,13 +1,20 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { MemorySandboxInbox } from '../../../lib/state/memory/sandbox-inbox.js'
-import type { SandboxMessage } from '../../../lib/state/sandbox-inbox.js'
+import { SANDBOX_MESSAGES_PER_ADDRESS, type SandboxMessage } from '../../../lib/state/sandbox-inbox.js'
 import { decodeJsonSandboxEntry, decodeSandboxEntry, encodeSandboxEntry } from '../../../lib/state/redis/sandbox-entry.js'
+import { sandboxEntriesKeyPrefix, sandboxShareKeys } from '../../../lib/state/redis/keys.js'
 import { RedisSandboxInbox } from '../../../lib/state/redis/sandbox-inbox.js'
 import { redisTestOptions, startRedis } from '../../support/redis.js'
 
 function message (to: string, requestId: string): SandboxMessage {
   return { requestId, to, from: 'noreply@example.com', subject: 's', text: 't', html: 'h', code: '123456', createdAt: new Date().toISOString() }
+}
+
+/** About 330,000 characters (and bytes), as a tenant's largest templates make a message: three fit in 1,000,000, not four. */
+function large (to: string, requestId: string): SandboxMessage {
+  return { ...message(to, requestId), text: 't'.repeat(64 * 1024), html: 'h'.repeat(256 * 1024) }
 }
 
 t.test('in process, each tenant keeps its own addresses: a flood through one never empties another\'s inbox', async (t) => {
@@ -23,8 +30,6 @@ t.test('in process, a tenant\'s large messages are bounded by characters: its ow
   const budget = 1_000_000
   const inbox = new MemorySandboxInbox(1000, budget)
   await inbox.add('globex', message('qa@globex.test', 'g1'))
-  // Messages of about 330,000 characters, as a tenant's largest templates make them: three fit, not four.
-  const large = (to: string, requestId: string): SandboxMessage => ({ ...message(to, requestId), text: 't'.repeat(64 * 1024), html: 'h'.repeat(256 * 1024) })
   for (let i = 0; i < 50; i++) await inbox.add('acme', large(`big${i}@example.com`, `a${i}`))
   const kept = []
   for (let i = 0; i < 50; i++) if ((await inbox.list('acme', `big${i}@example.com`)).length > 0) kept.push(i)
@@ -61,6 +66,44 @@ t.test('on Redis', redisTestOptions(), async (t) => {
   t.teardown(() => { client.disconnect() })
   const inbox = new RedisSandboxInbox(client)
 
+  /** The bytes of each of a tenant's boxes, read from the lists themselves. */
+  async function held (tenant: string): Promise<Record<string, number>> {
+    const prefix = sandboxEntriesKeyPrefix(tenant)
+    const boxes: Record<string, number> = {}
+    for (const key of await client.keys(`${prefix}*`)) {
+      boxes[key.slice(prefix.length)] = (await client.lrangeBuffer(key, 0, -1)).reduce((sum, entry) => sum + entry.length, 0)
+    }
+    return boxes
+  }
+  const sum = (boxes: Record<string, number>): number => Object.values(boxes).reduce((total, bytes) => total + bytes, 0)
+
+  /** Where a tenant's share (its boxes, their bytes, the total) disagrees with what its lists hold, or null. */
+  async function drift (tenant: string): Promise<string | null> {
+    const keys = sandboxShareKeys(tenant)
+    const lists = await held(tenant)
+    const recordedBytes = Object.entries(await client.hgetall(keys.bytes)).map(([address, bytes]): [string, number] => [address, Number(bytes)])
+    const recorded = JSON.stringify({
+      total: Number(await client.get(keys.total) ?? 0),
+      bytes: Object.fromEntries(recordedBytes.sort()),
+      boxes: (await client.zrange(keys.boxes, '0', '-1')).sort()
+    })
+    const actual = JSON.stringify({ total: sum(lists), bytes: Object.fromEntries(Object.entries(lists).sort()), boxes: Object.keys(lists).sort() })
+    return recorded === actual ? null : `recorded ${recorded}, held ${actual}`
+  }
+
+  /** A tenant's keys, each with its content and its time to live. */
+  async function snapshot (tenant: string): Promise<Map<string, { dump: string, ttlMs: number }>> {
+    const keys = new Map<string, { dump: string, ttlMs: number }>()
+    for (const key of (await client.keys(`*{${tenant}}*`)).sort()) {
+      keys.set(key, { dump: (await client.dumpBuffer(key)).toString('hex'), ttlMs: await client.pttl(key) })
+    }
+    return keys
+  }
+  function untouched (t: Test, before: Map<string, { dump: string, ttlMs: number }>, after: Map<string, { dump: string, ttlMs: number }>): void {
+    t.strictSame([...after.keys()], [...before.keys()], 'the other tenant\'s keys are the same keys')
+    t.ok([...after].every(([key, { dump, ttlMs }]) => dump === before.get(key)?.dump && ttlMs <= (before.get(key)?.ttlMs ?? -1)), 'with the same content, none of them written again (no expiry pushed back)')
+  }
+
   t.test('a large message comes back whole, newest first, kept apart per tenant', async (t) => {
     await client.flushall()
     const large = { ...message('big@example.com', 'b1'), text: `${'.\n'.repeat(32 * 1024)}123456`, html: `<!--${'.\n'.repeat(128 * 1024)}-->123456` }
@@ -81,5 +124,124 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.strictSame((await inbox.list('globex', 'qa@globex.test')).map((m) => m.requestId), ['new', 'old'], 'the fresh ones, newest first; the broken and expired ones left out')
     t.strictSame(await client.lrange('sandbox:{globex}:qa@globex.test', 0, -1).then((entries) => entries.length), 3, 'the earlier key is never written')
     t.equal(await client.llen('sandbox-entries:{globex}:qa@globex.test'), 1)
+  })
+
+  t.test('a flood of addresses through one tenant never empties another\'s inbox, and forgets its own oldest', async (t) => {
+    await client.flushall()
+    const capped = new RedisSandboxInbox(client, { addressesPerTenant: 3 })
+    await capped.add('globex', message('qa@globex.test', 'g1'))
+    const globex = await snapshot('globex')
+    let most = 0
+    for (let i = 0; i < 100; i++) {
+      await capped.add('acme', message(`flood${i}@example.com`, `a${i}`))
+      most = Math.max(most, Object.keys(await held('acme')).length, await client.zcard(sandboxShareKeys('acme').boxes))
+    }
+    t.equal(most, 3, 'acme never holds, nor indexes, more than its 3 addresses')
+    t.strictSame((await capped.list('globex', 'QA@globex.test')).map((m) => m.requestId), ['g1'], 'globex\'s message is still there')
+    for (const i of [97, 98, 99]) t.strictSame((await capped.list('acme', `flood${i}@example.com`)).map((m) => m.requestId), [`a${i}`], `acme keeps its most recent addresses (flood${i})`)
+    t.strictSame(await capped.list('acme', 'flood96@example.com'), [], 'and forgets its own oldest')
+    t.equal(await drift('acme'), null, 'acme\'s share is what its lists hold')
+    untouched(t, globex, await snapshot('globex'))
+  })
+
+  t.test('a tenant\'s large messages are bounded by bytes: its own oldest boxes go, never another tenant\'s', async (t) => {
+    await client.flushall()
+    const budget = 1_000_000
+    const bounded = new RedisSandboxInbox(client, { bytesPerTenant: budget })
+    await bounded.add('globex', message('qa@globex.test', 'g1'))
+    const globex = await snapshot('globex')
+    let most = 0
+    for (let i = 0; i < 50; i++) {
+      await bounded.add('acme', large(`big${i}@example.com`, `a${i}`))
+      most = Math.max(most, sum(await held('acme')), Number(await client.get(sandboxShareKeys('acme').total)))
+    }
+    t.ok(most <= budget, `acme never holds more than its budget (at most ${most} bytes)`)
+    const kept = []
+    for (let i = 0; i < 50; i++) if ((await bounded.list('acme', `big${i}@example.com`)).length > 0) kept.push(i)
+    t.strictSame(kept, [47, 48, 49], 'acme keeps its most recent boxes that fit its share')
+    t.strictSame((await bounded.list('globex', 'qa@globex.test')).map((m) => m.requestId), ['g1'], 'globex\'s message is still there')
+
+    // One address receiving large messages again and again keeps its box whole, over the budget on its own.
+    const sent = []
+    for (let i = 0; i < 10; i++) {
+      await bounded.add('acme', large('same@example.com', `s${i}`))
+      sent.unshift(`s${i}`)
+      const lists = await held('acme')
+      if (sum(lists) > budget) t.strictSame(Object.keys(lists), ['same@example.com'], `past the budget after s${i}, only the box just written is left`)
+    }
+    t.strictSame((await bounded.list('acme', 'same@example.com')).map((m) => m.requestId), sent, 'a box over the share on its own is still kept whole: the newest write never goes')
+    t.strictSame(await bounded.list('acme', 'big49@example.com'), [], 'while every older box of the tenant went')
+    t.equal(await drift('acme'), null, 'acme\'s share is what its lists hold')
+    untouched(t, globex, await snapshot('globex'))
+  })
+
+  t.test('the share\'s bytes stay exact through trims, evictions and a box an earlier build wrote', async (t) => {
+    await client.flushall()
+    const addresses = 4
+    const budget = 200_000
+    const bounded = new RedisSandboxInbox(client, { addressesPerTenant: addresses, bytesPerTenant: budget })
+    await bounded.add('globex', message('qa@globex.test', 'g1'))
+    const globex = await snapshot('globex')
+    // A box written before the share existed: measured on its next write.
+    await client.lpush(`${sandboxEntriesKeyPrefix('acme')}earlier@example.com`, encodeSandboxEntry(message('earlier@example.com', 'e0')))
+    await bounded.add('acme', message('earlier@example.com', 'e1'))
+
+    let seed = 7
+    const random = (n: number): number => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n }
+    const drifts: string[] = []
+    const overBounds: string[] = []
+    const forgotten = new Set<string>()
+    let hot = 0
+    for (let i = 0; i < 150; i++) {
+      // One address in three writes gets more than SANDBOX_MESSAGES_PER_ADDRESS, so its list is trimmed.
+      const to = random(3) === 0 ? 'hot@example.com' : `box${random(8)}@example.com`
+      if (to === 'hot@example.com') hot++
+      // Multi-byte characters, so that bytes and characters differ.
+      await bounded.add('acme', { ...message(to, `m${i}`), text: 'aé🙂'.repeat(random(600)), html: 'h'.repeat(random(6000)) })
+      const lists = await held('acme')
+      const difference = await drift('acme')
+      if (difference !== null) drifts.push(`after m${i}: ${difference}`)
+      const alone = Object.keys(lists).length === 1 && lists[to] !== undefined
+      if (Object.keys(lists).length > addresses || (sum(lists) > budget && !alone)) overBounds.push(`after m${i}: ${JSON.stringify(lists)}`)
+      for (let box = 0; box < 8; box++) if (lists[`box${box}@example.com`] === undefined && to !== `box${box}@example.com`) forgotten.add(`box${box}`)
+    }
+    t.strictSame(drifts, [], 'after every write, the recorded bytes of each box and their total are what its list holds')
+    t.strictSame(overBounds, [], `after every write, at most ${addresses} boxes and ${budget} bytes, unless the box just written is alone`)
+    t.ok(hot > SANDBOX_MESSAGES_PER_ADDRESS && forgotten.size > 0, `trims (${hot} writes to one address) and evictions happened`)
+    untouched(t, globex, await snapshot('globex'))
+  })
+
+  t.test('expired boxes leave the share, and count against no budget', async (t) => {
+    await client.flushall()
+    const retentionMs = 2000
+    const budget = 1_000_000
+    const brief = new RedisSandboxInbox(client, { bytesPerTenant: budget, retentionMs })
+    await brief.add('acme', large('a@example.com', 'a1'))
+    await brief.add('acme', large('b@example.com', 'b1'))
+    // A later write keeps the share alive past the first two boxes.
+    await sleep(retentionMs / 2)
+    await brief.add('acme', message('later@example.com', 'l1'))
+    await sleep(retentionMs / 2 + 100)
+    t.strictSame(Object.keys(await held('acme')), ['later@example.com'], 'the first two lists have expired')
+    t.equal(await client.zcard(sandboxShareKeys('acme').boxes), 3, 'while the share still lists them')
+
+    // The address written again, then two more large boxes: the expired ones out of the share, everything live fits.
+    await brief.add('acme', large('a@example.com', 'a2'))
+    t.equal(await drift('acme'), null, 'the next write takes them out of the share')
+    await brief.add('acme', large('c@example.com', 'c1'))
+    await brief.add('acme', large('d@example.com', 'd1'))
+    t.strictSame(Object.keys(await held('acme')).sort(), ['a@example.com', 'c@example.com', 'd@example.com', 'later@example.com'], 'nothing live was forgotten')
+    t.strictSame((await brief.list('acme', 'a@example.com')).map((m) => m.requestId), ['a2'], 'the rewritten box holds its new message only')
+    t.equal(await drift('acme'), null)
+
+    // A list gone a moment before its last write says (Redis expires keys on its own clock) is counted from nothing.
+    await client.pexpire(`${sandboxEntriesKeyPrefix('acme')}c@example.com`, 1)
+    await sleep(10)
+    await brief.add('acme', message('c@example.com', 'c2'))
+    t.strictSame((await brief.list('acme', 'c@example.com')).map((m) => m.requestId), ['c2'])
+    t.equal(await drift('acme'), null, 'its earlier bytes are out of the share')
+
+    await sleep(retentionMs + 100)
+    t.strictSame(await client.keys('*{acme}*'), [], 'the share goes with the last of the tenant\'s boxes')
   })
 })
