@@ -44,7 +44,7 @@ export interface VerificationMessageInput extends VerificationPartsInput {
  */
 export function renderVerificationParts (input: VerificationPartsInput): RenderedMessage {
   const { templates, render } = renderInput(input)
-  const { fallback, ...rendered } = templates.render(input.locale, render)
+  const { fallback, pieces, ...rendered } = templates.render(input.locale, render)
   if (fallback !== null) input.onTemplateFallback?.(fallback)
   return rendered
 }
@@ -83,14 +83,17 @@ export function composeVerificationMessage (input: VerificationMessageInput): Ou
   assertHeaderSafe('to', input.to)
   assertHeaderSafe('from', input.from)
   if (input.replyTo !== undefined) assertHeaderSafe('replyTo', input.replyTo)
-  const rendered = renderVerificationParts(input)
+  const { templates, render } = renderInput(input)
+  const { fallback, ...rendered } = templates.render(input.locale, render)
+  if (fallback !== null) input.onTemplateFallback?.(fallback)
   const message: OutgoingMessage = {
     to: input.to,
     from: input.from,
     subject: rendered.subject,
     text: rendered.text,
     html: rendered.html,
-    tags: { ...input.tags }
+    tags: { ...input.tags },
+    pieces: rendered.pieces
   }
   if (input.replyTo !== undefined) message.replyTo = input.replyTo
   return message

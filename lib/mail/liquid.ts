@@ -210,7 +210,7 @@ function oneBytePerCharacter (piece: string): string {
  * joined afresh on every dispatch, made the garbage collections every other tenant waits for:
  * bench/noisy-neighbour.md.)
  */
-function spliceCode (pieces: readonly string[], code: string): string {
+export function spliceCode (pieces: readonly string[], code: string): string {
   const [before, after] = pieces
   return pieces.length === 2 && before !== undefined && after !== undefined ? before + code + after : pieces.join(code)
 }
@@ -306,13 +306,21 @@ export class CompiledPart {
    * refusal.
    */
   render (values: PartValues, code: string): string {
+    return spliceCode(this.pieces(values), code)
+  }
+
+  /**
+   * The rendered pieces around the code (`render` joins them with it), kept until the values
+   * change: the same array for every dispatch of a minute. Throws TemplateRuleError.
+   */
+  pieces (values: PartValues): readonly string[] {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
     if (key !== this.#key) {
       this.#pieces = this.#renderWithin(values, DISPATCH_RENDER_BUDGET_MS).pieces
       this.#key = key
     }
     if (this.#pieces instanceof TemplateRuleError) throw this.#pieces
-    return spliceCode(this.#pieces, code)
+    return this.#pieces
   }
 
   /**

@@ -99,7 +99,7 @@ export class Mailer {
       html: message.html,
       code: context.code,
       createdAt: new Date().toISOString()
-    })
+    }, message.pieces)
     if (this.#logsLive) await this.#log.send(message)
     return 'sandbox'
   }

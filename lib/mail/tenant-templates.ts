@@ -1,4 +1,5 @@
-import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
+import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, spliceCode, type Part, type PartValues } from './liquid.js'
+import type { BodyPieces } from '../state/sandbox-inbox.js'
 import { renderInPreviewThread } from './preview-renderer.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
 import type { TenantTemplateFolder } from './template-files.js'
@@ -46,6 +47,9 @@ export interface RenderedMessage {
   text: string
   html: string
 }
+
+/** The built-in wording has no pieces kept for the minute: each message is rendered whole. */
+const BUILTIN_PIECES: BodyPieces = { text: null, html: null }
 
 /**
  * A tenant's template that broke a rule when rendered for a dispatch (a branch the load's test
@@ -165,24 +169,26 @@ export class TenantTemplates {
    * built-in wording, reported in `fallback`: a dispatch never fails, and never sends a message
    * that breaks the rules, because of a template.
    */
-  render (locale: string, input: RenderInput): RenderedMessage & { fallback: TemplateFallback | null } {
+  render (locale: string, input: RenderInput): RenderedMessage & { pieces: BodyPieces, fallback: TemplateFallback | null } {
     // Straight-line on purpose: it runs on every dispatch, and a generator shared with preview
     // cost 0.4 µs more per message (npm run bench:templates).
     const parts = this.#custom.get(locale)
     const builtin: Locale = isBuiltinLocale(locale) ? locale : DEFAULT_LOCALE
-    if (parts === undefined) return { ...this.#builtin(builtin, input), fallback: null }
+    if (parts === undefined) return { ...this.#builtin(builtin, input), pieces: BUILTIN_PIECES, fallback: null }
     const values: PartValues = { brand: input.brand, minutes: input.minutes, requestedAt: input.requestedAt }
     let part: Part = 'subject'
     try {
       const subject = parts.subject?.render(values, input.code) ?? BUILTIN_PARTS.subject(builtin, input.brand)
       part = 'text'
-      const text = parts.text?.render(values, input.code) ?? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes)
+      const textPieces = parts.text?.pieces(values) ?? null
+      const text = textPieces === null ? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes) : spliceCode(textPieces, input.code)
       part = 'html'
-      const html = parts.html?.render(values, input.code) ?? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes)
-      return { locale, subject, text, html, fallback: null }
+      const htmlPieces = parts.html?.pieces(values) ?? null
+      const html = htmlPieces === null ? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes) : spliceCode(htmlPieces, input.code)
+      return { locale, subject, text, html, pieces: { text: textPieces, html: htmlPieces }, fallback: null }
     } catch (error) {
       if (!(error instanceof TemplateRuleError)) throw error
-      return { ...this.#builtin(builtin, input), fallback: { locale, part, rule: error.rule } }
+      return { ...this.#builtin(builtin, input), pieces: BUILTIN_PIECES, fallback: { locale, part, rule: error.rule } }
     }
   }
 

@@ -1,3 +1,5 @@
+import type { BodyPieces } from '../state/sandbox-inbox.js'
+
 /** A message ready to leave: every value is already rendered and header-safe. */
 export interface OutgoingMessage {
   to: string
@@ -8,6 +10,8 @@ export interface OutgoingMessage {
   html: string
   /** Provider tags (tenant id, mode); never the address or the code. */
   tags: Record<string, string>
+  /** The text and HTML as the pieces around the code, for the sandbox inbox: no provider sees them. */
+  pieces?: BodyPieces
 }
 
 /**

@@ -11,8 +11,20 @@ export interface SandboxMessage {
   createdAt: string
 }
 
+/**
+ * A message's text and HTML as the pieces around its code (the part is its pieces joined with
+ * the code), where a tenant's template rendered them; null for a part in the built-in wording.
+ * The same arrays serve every dispatch of a minute, so a store can keep a minute's pieces
+ * once and only the code with each message.
+ */
+export interface BodyPieces {
+  text: readonly string[] | null
+  html: readonly string[] | null
+}
+
 export interface SandboxInbox {
-  add (tenantId: string, message: SandboxMessage): Promise<void>
+  /** `pieces`: the message's text and HTML as pieces, when a store can use them. */
+  add (tenantId: string, message: SandboxMessage, pieces?: BodyPieces): Promise<void>
   /** Newest first, messages younger than the retention only. */
   list (tenantId: string, address: string): Promise<SandboxMessage[]>
 }

@@ -119,6 +119,15 @@ export function sandboxEntriesKeyPrefix (tenantId: string): string {
   return `sandbox-entries:{${tenantId}}:`
 }
 
+/**
+ * A part's pieces around the code, kept once for the sandbox messages that name them (one set a
+ * minute per locale and part: lib/state/redis/sandbox-entry.ts), by the SHA-256 of their value,
+ * in the slot of the tenant's boxes.
+ */
+export function sandboxPiecesKey (tenantId: string, id: string): string {
+  return `sandbox-pieces:{${tenantId}}:${id}`
+}
+
 export interface SandboxShareKeys {
   /** A sorted set: the tenant's addresses, scored by their box's last write (ms on Redis's clock). */
   boxes: string

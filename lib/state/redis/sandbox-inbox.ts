@@ -1,14 +1,14 @@
 import type { RedisClient } from './client.js'
-import { sandboxEntriesKey, sandboxEntriesKeyPrefix, sandboxKey, sandboxShareKeys } from './keys.js'
+import { sandboxEntriesKey, sandboxEntriesKeyPrefix, sandboxKey, sandboxPiecesKey, sandboxShareKeys } from './keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
-import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
+import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 import { SANDBOX_ADD_LUA } from './scripts.js'
-import { decodeJsonSandboxEntry, decodeSandboxEntry, encodeSandboxEntry } from './sandbox-entry.js'
+import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandboxEntry, storedPieces } from './sandbox-entry.js'
 
 const ADD_COMMAND = 'emailOtpSandboxAdd'
 
-type AddCommand = Record<typeof ADD_COMMAND, (...keysAndArgs: string[]) => Promise<unknown>>
+type AddCommand = Record<typeof ADD_COMMAND, (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unknown>>
 
 const newestFirst = (a: SandboxMessage, b: SandboxMessage): number => Date.parse(b.createdAt) - Date.parse(a.createdAt)
 
@@ -31,29 +31,51 @@ export class RedisSandboxInbox implements SandboxInbox {
   readonly #bounds: string[]
 
   constructor (client: RedisClient, { addressesPerTenant = SANDBOX_ADDRESSES_PER_TENANT, bytesPerTenant = SANDBOX_SIZE_PER_TENANT, retentionMs = SANDBOX_RETENTION_MS }: RedisSandboxShare = {}) {
-    client.defineCommand(ADD_COMMAND, { lua: SANDBOX_ADD_LUA, numberOfKeys: 4 })
+    // The keys: the box, the share, and the pieces the entry names (none to two).
+    client.defineCommand(ADD_COMMAND, { lua: SANDBOX_ADD_LUA })
     this.#client = client
     this.#clock = redisClock(client)
     this.#bounds = [String(SANDBOX_MESSAGES_PER_ADDRESS), String(retentionMs), String(addressesPerTenant), String(bytesPerTenant)]
   }
 
-  async add (tenantId: string, message: SandboxMessage): Promise<void> {
+  async add (tenantId: string, message: SandboxMessage, pieces?: BodyPieces): Promise<void> {
     const address = message.to.toLowerCase()
     const { boxes, bytes, total } = sandboxShareKeys(tenantId)
+    const text = pieces?.text == null ? null : storedPieces(pieces.text)
+    const html = pieces?.html == null ? null : storedPieces(pieces.html)
+    const named = [text, html].filter((stored) => stored !== null)
+    const keys = [sandboxEntriesKey(tenantId, address), boxes, bytes, total, ...named.map((stored) => sandboxPiecesKey(tenantId, stored.id))]
+    const args = [encodeSandboxEntry(message, { text: text?.id ?? null, html: html?.id ?? null }), address, sandboxEntriesKeyPrefix(tenantId), ...this.#bounds]
     const add = (this.#client as unknown as AddCommand)[ADD_COMMAND]
-    await storeCall('sandbox inbox write', async () => await add.call(this.#client,
-      sandboxEntriesKey(tenantId, address), boxes, bytes, total,
-      encodeSandboxEntry(message), address, sandboxEntriesKeyPrefix(tenantId), ...this.#bounds, await this.#clock.deadline()))
+    await storeCall('sandbox inbox write', async () => {
+      // The pieces go along only when Redis lacks one: once a minute per part, not per message.
+      // All of them then, so that the second call cannot miss one that expired in between.
+      const missing = await add.call(this.#client, keys.length, ...keys, ...args, ...named.map(() => ''), await this.#clock.deadline())
+      if (Array.isArray(missing)) await add.call(this.#client, keys.length, ...keys, ...args, ...named.map((stored) => stored.value), await this.#clock.deadline())
+    })
   }
 
   async list (tenantId: string, address: string): Promise<SandboxMessage[]> {
-    const [entries, earlier] = await storeCall('sandbox inbox read', async () => await Promise.all([
+    const [stored, earlier] = await storeCall('sandbox inbox read', async () => await Promise.all([
       this.#client.lrange(sandboxEntriesKey(tenantId, address), 0, SANDBOX_MESSAGES_PER_ADDRESS - 1),
       this.#client.lrange(sandboxKey(tenantId, address), 0, SANDBOX_MESSAGES_PER_ADDRESS - 1)
     ]))
     const now = Date.now()
-    const messages = entries.flatMap((entry) => decodeSandboxEntry(entry) ?? [])
-    if (earlier.length > 0) messages.push(...earlier.flatMap((entry) => decodeJsonSandboxEntry(entry) ?? []))
-    return messages.filter((message) => isFresh(message, now)).sort(newestFirst).slice(0, SANDBOX_MESSAGES_PER_ADDRESS)
+    const entries = stored.flatMap((entry) => decodeSandboxEntry(entry) ?? []).filter((entry) => isFresh(entry.message, now))
+    const ids = [...new Set(entries.flatMap((entry) => [entry.textPieces ?? [], entry.htmlPieces ?? []].flat()))]
+    const values = ids.length === 0 ? [] : await storeCall('sandbox inbox read', async () => await this.#client.mget(ids.map((id) => sandboxPiecesKey(tenantId, id))))
+    const piecesById = new Map(ids.map((id, index) => [id, decodePieces(values[index] ?? '')]))
+    // An entry whose pieces are gone (it outlived them by a clock's skew) is listed no longer.
+    const splice = (id: string | null, kept: string, code: string): string | null => {
+      if (id === null) return kept
+      return piecesById.get(id)?.join(code) ?? null
+    }
+    const messages = entries.flatMap(({ message, textPieces, htmlPieces }) => {
+      const text = splice(textPieces, message.text, message.code)
+      const html = splice(htmlPieces, message.html, message.code)
+      return text === null || html === null ? [] : [{ ...message, text, html }]
+    })
+    if (earlier.length > 0) messages.push(...earlier.flatMap((entry) => decodeJsonSandboxEntry(entry) ?? []).filter((message) => isFresh(message, now)))
+    return messages.sort(newestFirst).slice(0, SANDBOX_MESSAGES_PER_ADDRESS)
   }
 }

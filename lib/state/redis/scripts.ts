@@ -358,9 +358,14 @@ return { 2, current }
 
 /**
  * KEYS the address's box (its list), the tenant's share (sandboxShareKeys: boxes by last
- * write, bytes per box, their total); ARGV the message, the address, the prefix of the
- * tenant's boxes, messages per address, the retention ms, addresses and bytes per tenant, the
- * fence's deadline (lib/state/redis/fence.ts). A script rather than MULTI: fenced, a message
+ * write, bytes per box, their total), then the pieces the entry names (sandboxPiecesKey, none
+ * to two); ARGV the entry, the address, the prefix of the tenant's boxes, messages per address,
+ * the retention ms, addresses and bytes per tenant, for each pieces key its value or '' (kept
+ * already, as far as the caller knows), the fence's deadline (lib/state/redis/fence.ts).
+ * Replies 0 once written, or the positions (from 1) of the pieces to send, with nothing
+ * written. Each pieces key lives a retention after the last entry that names it, so it
+ * outlives every entry a list shows; the pieces are outside the tenant's share, since a
+ * tenant makes at most one set a minute per locale whatever it is sent (lib/mail/liquid.ts). A script rather than MULTI: fenced, a message
  * the caller gave up on (its dispatch answered 503 and refunded) never appears later, and with
  * its shebang Redis refuses it whole at its memory limit. The share is trimmed in the same
  * step, so that it never stays over its bounds: the tenant's least recently written boxes go
@@ -372,6 +377,21 @@ local box, boxes, bytes, total = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local entry, address, boxPrefix = ARGV[1], ARGV[2], ARGV[3]
 local perAddress, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5])
 local maxAddresses, maxBytes = tonumber(ARGV[6]), tonumber(ARGV[7])
+-- The pieces the entry names: each kept, or sent now; otherwise nothing is written and the
+-- caller is told which to send.
+local missing = {}
+for piece = 5, #KEYS do
+  if ARGV[piece + 3] == '' and redis.call('EXISTS', KEYS[piece]) == 0 then missing[#missing + 1] = piece - 4 end
+end
+if #missing > 0 then return missing end
+for piece = 5, #KEYS do
+  local value = ARGV[piece + 3]
+  if value == '' then
+    redis.call('PEXPIRE', KEYS[piece], retentionMs)
+  else
+    redis.call('SET', KEYS[piece], value, 'PX', retentionMs)
+  end
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local stored = tonumber(redis.call('GET', total) or '0')
@@ -421,7 +441,7 @@ end
 redis.call('SET', total, stored, 'PX', retentionMs)
 redis.call('PEXPIRE', boxes, retentionMs)
 redis.call('PEXPIRE', bytes, retentionMs)
-return 1
+return 0
 `
 
 /* Webhook queues (lib/state/redis/webhook-queue.ts). */

@@ -2,8 +2,8 @@ import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { MemorySandboxInbox } from '../../../lib/state/memory/sandbox-inbox.js'
-import { SANDBOX_MESSAGES_PER_ADDRESS, type SandboxMessage } from '../../../lib/state/sandbox-inbox.js'
-import { decodeJsonSandboxEntry, decodeSandboxEntry, encodeSandboxEntry } from '../../../lib/state/redis/sandbox-entry.js'
+import { SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, type SandboxMessage } from '../../../lib/state/sandbox-inbox.js'
+import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandboxEntry, storedPieces } from '../../../lib/state/redis/sandbox-entry.js'
 import { sandboxEntriesKeyPrefix, sandboxShareKeys } from '../../../lib/state/redis/keys.js'
 import { RedisSandboxInbox } from '../../../lib/state/redis/sandbox-inbox.js'
 import { redisTestOptions, startRedis } from '../../support/redis.js'
@@ -50,12 +50,30 @@ t.test('a Redis entry holds the message exactly, whatever its parts contain', as
     html: '<p>\n</p>{"looks":"like JSON"}\n'
   }
   for (const sample of [tricky, { ...tricky, text: '', html: '' }, { ...tricky, text: '', html: 'only html\n' }, { ...tricky, text: 't'.repeat(64 * 1024), html: 'h\n'.repeat(128 * 1024) }]) {
-    t.strictSame(decodeSandboxEntry(encodeSandboxEntry(sample)), sample)
+    t.strictSame(decodeSandboxEntry(encodeSandboxEntry(sample)), { message: sample, textPieces: null, htmlPieces: null })
+    // A part named by its pieces is not in the entry; the other part is, exactly.
+    t.strictSame(decodeSandboxEntry(encodeSandboxEntry(sample, { text: 'T1', html: null })), { message: { ...sample, text: '' }, textPieces: 'T1', htmlPieces: null })
+    t.strictSame(decodeSandboxEntry(encodeSandboxEntry(sample, { text: null, html: 'H1' })), { message: { ...sample, html: '' }, textPieces: null, htmlPieces: 'H1' })
+    t.ok(encodeSandboxEntry(sample, { text: 'T1', html: 'H1' }).length < 400, 'an entry whose parts are both pieces holds neither')
   }
-  for (const entry of ['', 'no header', '{"textLength":5}\nabc', '{"textLength":-1}\nabc', '{"textLength":"2"}\nabc', 'null\n', '{broken\nabc']) {
+  for (const entry of ['', 'no header', '{"textLength":5}\nabc', '{"textLength":-1}\nabc', '{"textLength":"2"}\nabc', 'null\n', '{broken\nabc', '{"textLength":0,"textPieces":""}\n', '{"textLength":0,"htmlPieces":7}\n']) {
     t.equal(decodeSandboxEntry(entry), null, `${JSON.stringify(entry)} is no entry`)
   }
   t.equal(decodeJsonSandboxEntry('{broken'), null)
+})
+
+t.test('a part\'s pieces are stored once under one name, whatever they contain', async (t) => {
+  const samples: string[][] = [['Your code: ', '\n'], ['', ''], ['\n[1,2]\n', ' é 🙂 \ud800 ', '{"x":1}'], ['.\n'.repeat(32 * 1024), '<p>'.repeat(1000)]]
+  for (const pieces of samples) {
+    const stored = storedPieces(pieces)
+    t.strictSame(decodePieces(stored.value), pieces, 'the value gives the pieces back')
+    t.equal(storedPieces(pieces), stored, 'computed once per array')
+    t.equal(storedPieces([...pieces]).id, stored.id, 'the same pieces in another array (another instance) have the same name')
+  }
+  t.not(storedPieces(['a', 'b']).id, storedPieces(['ab', '']).id, 'where the code goes is part of the name')
+  for (const value of ['', 'no header', '[]\n', '[3]\nab', '[1]\nabc', '[-1]\n', '["1"]\na', 'null\n', '{broken\n']) {
+    t.equal(decodePieces(value), null, `${JSON.stringify(value)} holds no pieces`)
+  }
 })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
@@ -243,5 +261,48 @@ t.test('on Redis', redisTestOptions(), async (t) => {
 
     await sleep(retentionMs + 100)
     t.strictSame(await client.keys('*{acme}*'), [], 'the share goes with the last of the tenant\'s boxes')
+  })
+
+  t.test('a minute\'s pieces go to Redis once: each message carries its code only, and lists back whole', async (t) => {
+    await client.flushall()
+    const text = ['.\n'.repeat(32 * 1024) + 'Your code: ', '\n']
+    const html = [`<!--${'.\n'.repeat(128 * 1024)}-->`, '</p>']
+    const sent: SandboxMessage[] = []
+    await client.config('RESETSTAT')
+    for (let i = 0; i < 10; i++) {
+      const code = String(100000 + i)
+      const whole = { ...message('big@example.com', `p${i}`), code, text: text.join(code), html: html.join(code), createdAt: new Date(Date.now() + i).toISOString() }
+      sent.unshift(whole)
+      // Every message gets pieces in arrays of its own, as every instance renders its own.
+      await inbox.add('acme', whole, { text: [...text], html: [...html] })
+    }
+    const received = Number(/total_net_input_bytes:(\d+)/.exec(await client.info('stats'))?.[1])
+    const once = text.join('').length + html.join('').length
+    t.ok(received > once && received < once + 20_000, `Redis received ${received} bytes for ten messages of ${once.toLocaleString('en')} bytes each: the pieces once`)
+    t.strictSame(await inbox.list('acme', 'big@example.com'), sent, 'each message listed whole, with its own code, newest first')
+    t.equal((await client.keys('sandbox-pieces:{acme}:*')).length, 2, 'one key per part')
+    const entries = await client.lrange(`${sandboxEntriesKeyPrefix('acme')}big@example.com`, 0, -1)
+    t.ok(entries.every((entry) => entry.length < 400), 'the entries hold no part')
+    t.equal(await drift('acme'), null, 'the share counts the entries as they are')
+    for (const key of await client.keys('sandbox-pieces:{acme}:*')) {
+      const ttlMs = await client.pttl(key)
+      t.ok(ttlMs > SANDBOX_RETENTION_MS - 60_000 && ttlMs <= SANDBOX_RETENTION_MS, 'the pieces live a retention after the last message naming them')
+    }
+
+    // Pieces gone (a flushed or restarted Redis): the messages naming them are no longer listed,
+    // and the next message sends them again.
+    await client.del(await client.keys('sandbox-pieces:{acme}:*'))
+    t.strictSame(await inbox.list('acme', 'big@example.com'), [], 'no message is listed with a part missing')
+    const again = { ...message('big@example.com', 'p10'), code: '999999', text: text.join('999999'), html: html.join('999999'), createdAt: new Date(Date.now() + 20).toISOString() }
+    await inbox.add('acme', again, { text, html })
+    t.strictSame((await inbox.list('acme', 'big@example.com')).map((m) => m.requestId), ['p10', ...sent.map((m) => m.requestId)], 'sent again, the pieces serve every message naming them')
+    t.strictSame((await inbox.list('acme', 'big@example.com'))[0], again)
+
+    // A part in the built-in wording (no pieces) is kept in the entry, next to a part from pieces.
+    const mixed = { ...message('mixed@example.com', 'm1'), text: 'built-in 123456', html: html.join('123456') }
+    await inbox.add('acme', mixed, { text: null, html })
+    t.strictSame(await inbox.list('acme', 'mixed@example.com'), [mixed])
+    t.strictSame(await inbox.list('globex', 'big@example.com'), [], 'another tenant sees none of it')
+    t.equal((await client.keys('sandbox-pieces:{globex}:*')).length, 0)
   })
 })

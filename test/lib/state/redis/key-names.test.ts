@@ -52,6 +52,7 @@ const MAIN_KEY_PATTERNS = [
   'sandbox-bytes:{globex}',
   'sandbox-entries:{acme}:sandbox@example.com',
   'sandbox-entries:{globex}:refused@example.com',
+  'sandbox-pieces:{acme}:<id>',
   'sandbox-total:{acme}',
   'sandbox-total:{globex}',
   'suppressed:{acme:live}:<id>',
@@ -87,6 +88,8 @@ t.test('the flows leave the key names deployed instances use', { ...redisTestOpt
     file.tenants[0]!.webhooks = [{ url: receiver.url, secret, events: ['verification.succeeded', 'verification.failed', 'quota.threshold'] }]
     // An endpoint that refuses connections: its deliveries wait in the retry set.
     file.tenants[1]!.webhooks = [{ url: 'http://127.0.0.1:9/hook', secret, events: ['verification.failed'] }]
+    // A part of acme's own, so that its sandbox message keeps its pieces once.
+    file.tenants[0]!.templates = { en: { text: 'Your code: {{ code }}' } }
     file.tenants[0]!.keys.push({ id: 'acme_shared', kind: 'restricted', mode: 'live', sha256: hashKey(browserKey), origins: ['app.acme.test'], allowance: '50%' })
   })
   const { app, mail } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true', RATE_LIMIT_MAILBOX: '100/15m' })
