@@ -19,7 +19,12 @@ export interface CalmJob {
   source: string
   /** Flows started per second, on a fixed schedule whatever the answers take. */
   rate: number
-  seconds: number
+  /**
+   * One schedule over these phases, back to back on the same connections: a flow belongs to
+   * the phase its scheduled start falls in. The worker posts `{ phase }` as each phase's
+   * schedule begins, then `{ results }`, one per phase, once every flow has its answer.
+   */
+  phases: Array<{ name: string, seconds: number }>
   /** An answer later than this fails its flow. */
   timeoutMs: number
 }
@@ -27,13 +32,17 @@ export interface CalmJob {
 export interface CalmResult {
   /** Each flow's time from its scheduled start to its verify's answer (ms), successful flows only. */
   latencies: number[]
+  /** Each successful flow's scheduled start, ms after the phase's first (the same order as `latencies`). */
+  scheduledAt: number[]
   flows: number
   succeeded: number
   /** The first few failures, as `dispatch 200, inbox 200, verify 503`. */
   problems: Record<string, number>
-  /** From the first scheduled start to the last answer. */
+  /** From the phase's first scheduled start to its last answer. */
   seconds: number
 }
+
+export type CalmMessage = { phase: string } | { results: Record<string, CalmResult> }
 
 export interface FloodJob {
   role: 'flood'
@@ -92,47 +101,60 @@ function call (agent: Agent, port: number, method: string, path: string, headers
   })
 }
 
-/** The calm tenant's flows: dispatch, the code from its sandbox inbox, verify; `rate` a second for `seconds`. */
-async function calm (job: CalmJob): Promise<CalmResult> {
+/** The calm tenant's flows: dispatch, the code from its sandbox inbox, verify; `rate` a second through every phase. */
+async function calm (job: CalmJob, post: (message: CalmMessage) => void): Promise<void> {
   const agent = new Agent({ keepAlive: true, localAddress: job.source, maxSockets: 512 })
   const auth = { authorization: `Bearer ${job.key}` }
-  const latencies: number[] = []
-  const problems: Record<string, number> = {}
-  let succeeded = 0
-  let lastAnswer = 0
   const tag = randomBytes(4).toString('hex')
+  const interval = 1000 / job.rate
+  const phases = job.phases.map((phase) => ({
+    ...phase,
+    firstFlow: 0,
+    firstStart: 0,
+    lastAnswer: 0,
+    result: { latencies: [], scheduledAt: [], flows: Math.round(job.rate * phase.seconds), succeeded: 0, problems: {}, seconds: 0 } as CalmResult
+  }))
 
-  async function flow (index: number, scheduled: number): Promise<void> {
+  async function flow (index: number, scheduled: number, phase: typeof phases[number]): Promise<void> {
     const email = `calm-${tag}-${index}@example.com`
     const sent = await call(agent, job.port, 'POST', '/otp/request', auth, { email }, job.timeoutMs)
     const inbox = sent.status === 200 ? await call(agent, job.port, 'GET', `/sandbox/messages?email=${encodeURIComponent(email)}`, auth, undefined, job.timeoutMs) : null
     const code = inbox?.body?.data?.messages?.[0]?.code as string | undefined
     const verified = code === undefined ? null : await call(agent, job.port, 'POST', '/otp/verify', auth, { requestId: sent.body.data.requestId, userGuess: code }, job.timeoutMs)
-    lastAnswer = performance.now()
+    const answered = performance.now()
+    phase.lastAnswer = Math.max(phase.lastAnswer, answered)
+    const { result } = phase
     if (verified?.status === 200) {
-      succeeded++
-      latencies.push(lastAnswer - scheduled)
+      result.succeeded++
+      result.latencies.push(answered - scheduled)
+      result.scheduledAt.push(scheduled - phase.firstStart)
     } else {
       const problem = `dispatch ${sent.status}, inbox ${inbox?.status ?? '-'}${code === undefined && inbox !== null ? ' (no code)' : ''}, verify ${verified?.status ?? '-'}`
-      problems[problem] = (problems[problem] ?? 0) + 1
+      result.problems[problem] = (result.problems[problem] ?? 0) + 1
     }
   }
 
-  const total = Math.round(job.rate * job.seconds)
-  const interval = 1000 / job.rate
   const started = performance.now()
   const flows: Array<Promise<void>> = []
-  while (flows.length < total) {
-    const now = performance.now()
-    // Every flow that is due starts now, at its scheduled time: a stalled moment is measured, not skipped.
-    while (flows.length < total && started + flows.length * interval <= now) {
-      flows.push(flow(flows.length, started + flows.length * interval))
+  for (const phase of phases) {
+    phase.firstFlow = flows.length
+    phase.firstStart = started + flows.length * interval
+    post({ phase: phase.name })
+    const end = phase.firstFlow + phase.result.flows
+    while (flows.length < end) {
+      const now = performance.now()
+      // Every flow that is due starts now, at its scheduled time: a stalled moment is measured, not skipped.
+      while (flows.length < end && started + flows.length * interval <= now) {
+        const scheduled = started + flows.length * interval
+        flows.push(flow(flows.length, scheduled, phase))
+      }
+      if (flows.length < end) await sleep(1)
     }
-    await sleep(1)
   }
   await Promise.all(flows)
   agent.destroy()
-  return { latencies, flows: total, succeeded, problems, seconds: (lastAnswer - started) / 1000 }
+  for (const phase of phases) phase.result.seconds = (phase.lastAnswer - phase.firstStart) / 1000
+  post({ results: Object.fromEntries(phases.map((phase) => [phase.name, phase.result])) })
 }
 
 const junkId = (): string => `otp_${randomBytes(16).toString('base64url').slice(0, 22)}`
@@ -210,8 +232,10 @@ if (parentPort !== null) {
   const port = parentPort
   const job = workerData as CalmJob | FloodJob
   if (job.role === 'calm') {
-    port.postMessage(await calm(job))
+    await calm(job, (message) => { port.postMessage(message) })
   } else {
+    // Loaded before the flood starts, so that starting this thread is not part of it: 'go', then 'stop'.
+    await new Promise((resolve) => port.once('message', resolve))
     let stop = false
     port.once('message', () => { stop = true })
     port.postMessage(await flood(job, () => stop))

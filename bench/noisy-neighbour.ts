@@ -12,7 +12,7 @@
  * a second. See bench/noisy-neighbour.md.
  *
  *   npm run bench:noisy [-- --quick] [--store memory|redis] [--surface previews,webhooks,…]
- *                        [--rate 200] [--loops 8] [--cpu-prof] [--service-env NAME=value …]
+ *                        [--rate 200] [--loops 8] [--lead 2] [--cpu-prof] [--per-second] [--service-env NAME=value …]
  */
 import { execFileSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -20,7 +20,7 @@ import { createServer, type Socket } from 'node:net'
 import { cpus, loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { on } from 'node:events'
 import { Worker } from 'node:worker_threads'
 import { generateKey, hashKey } from '../lib/keys/api-keys.js'
 import type { TenantsFile } from '../schemas/tenants.js'
@@ -28,7 +28,7 @@ import { ATTACK_MINUTES, costliestPart } from '../test/support/preview-attack.js
 import { freePort, startRedis } from '../test/support/redis.js'
 import { cpuSeconds, Resources, startNodeChild, runWithResources } from './support/children.js'
 import { BASE_ENV, ROOT } from './support/service.js'
-import { SURFACES, type CalmJob, type CalmResult, type FloodJob, type FloodResult, type Surface } from './noisy-neighbour-load.js'
+import { SURFACES, type CalmJob, type CalmMessage, type CalmResult, type FloodJob, type FloodResult, type Surface } from './noisy-neighbour-load.js'
 
 const { values: options } = parseArgs({
   options: {
@@ -38,6 +38,8 @@ const { values: options } = parseArgs({
     rate: { type: 'string', default: '200' },
     loops: { type: 'string', default: '8' },
     'cpu-prof': { type: 'boolean', default: false },
+    'per-second': { type: 'boolean', default: false },
+    lead: { type: 'string', default: '2' },
     'service-env': { type: 'string', multiple: true }
   }
 })
@@ -48,7 +50,7 @@ const LOOPS = Number(options.loops)
 /** Warm-up, baseline and noisy phase of each store, in seconds. */
 const PHASES = QUICK ? { warmup: 2, baseline: 8, noisy: 12 } : { warmup: 3, baseline: 30, noisy: 60 }
 /** How long the flood runs before the calm tenant's noisy phase starts: the hanging endpoints fill their slots. */
-const FLOOD_LEAD_S = 2
+const FLOOD_LEAD_S = Number(options.lead)
 const CALM_TIMEOUT_MS = 30_000
 const HANGING_ENDPOINTS = 20
 const KEYS_PER_KIND = 4
@@ -63,6 +65,7 @@ const surfaces = (options.surface ?? [...SURFACES]).flatMap((value) => value.spl
 for (const store of stores) if (store !== 'memory' && store !== 'redis') throw new Error(`--store: memory or redis, not ${store}`)
 for (const surface of surfaces) if (!SURFACES.includes(surface)) throw new Error(`--surface: one of ${SURFACES.join(', ')}, not ${surface}`)
 if (!(RATE > 0) || !(LOOPS > 0)) throw new Error('--rate and --loops are positive numbers')
+if (!(FLOOD_LEAD_S >= 0)) throw new Error('--lead: seconds, 0 or more')
 /** The service's settings changed for this run (e.g. a control off, to compare with it on). */
 const SERVICE_ENV = Object.fromEntries((options['service-env'] ?? []).map((setting) => {
   const equals = setting.indexOf('=')
@@ -78,6 +81,8 @@ interface Phase {
   max: number
   flowsPerSecond: number
   problems: Record<string, number>
+  /** The successful flows by the second of the phase they were scheduled in: where the tail comes from. */
+  perSecond: Array<{ second: number, flows: number, p50: number, p99: number, max: number }>
 }
 
 interface StoreRun {
@@ -119,6 +124,12 @@ function percentile (sorted: readonly number[], fraction: number): number {
 
 function phase (result: CalmResult): Phase {
   const sorted = [...result.latencies].sort((a, b) => a - b)
+  const bySecond: number[][] = []
+  result.latencies.forEach((latency, index) => { (bySecond[Math.floor((result.scheduledAt[index] as number) / 1000)] ??= []).push(latency) })
+  const perSecond = [...bySecond.entries()].map(([second, latencies = []]) => {
+    const inSecond = latencies.sort((a, b) => a - b)
+    return { second, flows: inSecond.length, p50: percentile(inSecond, 0.5), p99: percentile(inSecond, 0.99), max: inSecond.at(-1) ?? Number.NaN }
+  })
   return {
     flows: result.flows,
     succeeded: result.succeeded,
@@ -126,23 +137,36 @@ function phase (result: CalmResult): Phase {
     p99: percentile(sorted, 0.99),
     max: sorted.at(-1) ?? Number.NaN,
     flowsPerSecond: result.seconds > 0 ? result.succeeded / result.seconds : 0,
-    problems: result.problems
+    problems: result.problems,
+    perSecond
   }
 }
 
 /** Every load generator still running: terminated when the run ends early (an error, a signal). */
 const threads = new Set<Worker>()
 
-function worker<T> (job: CalmJob | FloodJob): { result: Promise<T>, stop: () => void, thread: Worker } {
+function startThread (job: CalmJob | FloodJob): Worker {
   const thread = new Worker(new URL('./noisy-neighbour-load.js', import.meta.url), { workerData: job })
   threads.add(thread)
   thread.once('exit', () => { threads.delete(thread) })
-  const result = new Promise<T>((resolve, reject) => {
-    thread.once('message', resolve)
-    thread.once('error', reject)
-    thread.once('exit', (code) => { reject(new Error(`${job.role} worker exited (${code}) without a result`)) })
+  return thread
+}
+
+/** A thread's first message after `send` (if any) is posted to it; an error or an early exit rejects. */
+async function nextMessage<T> (thread: Worker, label: string): Promise<T> {
+  return await new Promise<T>((resolve, reject) => {
+    const onError = (error: Error): void => { settle(); reject(error) }
+    const onExit = (code: number): void => { settle(); reject(new Error(`${label} worker exited (${code}) without a result`)) }
+    const onMessage = (message: T): void => { settle(); resolve(message) }
+    const settle = (): void => {
+      thread.off('message', onMessage)
+      thread.off('error', onError)
+      thread.off('exit', onExit)
+    }
+    thread.once('message', onMessage)
+    thread.once('error', onError)
+    thread.once('exit', onExit)
   })
-  return { result, stop: () => { thread.postMessage('stop') }, thread }
 }
 
 /** Webhook endpoints that accept every connection and never answer; each socket is held until close. */
@@ -229,10 +253,6 @@ function deployment (dir: string, hooks: string[]): Deployment {
   return { env, calmKey, noisy }
 }
 
-async function runCalm (port: number, key: string, seconds: number): Promise<CalmResult> {
-  return await worker<CalmResult>({ role: 'calm', port, key, source: CALM_SOURCE, rate: RATE, seconds, timeoutMs: CALM_TIMEOUT_MS }).result
-}
-
 async function runStore (resources: Resources, store: string, hooks: string[], profileDir: string | null): Promise<StoreRun> {
   const dir = mkdtempSync(join(tmpdir(), `email-otp-noisy-${store}-`))
   resources.add(async () => { rmSync(dir, { recursive: true, force: true }) })
@@ -268,19 +288,9 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     return [cpuSeconds(service.pid) ?? Number.NaN, redisPid === null ? null : cpuSeconds(redisPid), (own.user + own.system) / 1e6]
   }
 
-  process.stderr.write(`${store}: warm-up ${PHASES.warmup} s, baseline ${PHASES.baseline} s\n`)
-  await runCalm(port, setup.calmKey, PHASES.warmup)
-  const [serviceBefore, redisBefore, generatorBefore] = cpu()
-  let started = performance.now()
-  const baseline = phase(await runCalm(port, setup.calmKey, PHASES.baseline))
-  const baselineSeconds = (performance.now() - started) / 1000
-  const [serviceMiddle, redisMiddle, generatorMiddle] = cpu()
-  const baselineRss = peakRssMiB(service.pid)
-
-  process.stderr.write(`${store}: flood (${surfaces.join(', ')}) and the calm tenant's noisy phase, ${PHASES.noisy} s\n`)
-  const [serviceFloodStart] = cpu()
-  const floodStarted = performance.now()
-  const floods = surfaces.map((surface) => worker<FloodResult>({
+  process.stderr.write(`${store}: warm-up ${PHASES.warmup} s, baseline ${PHASES.baseline} s, flood ${FLOOD_LEAD_S} s ahead of the noisy phase, noisy ${PHASES.noisy} s\n`)
+  // The flood's threads are loaded first and wait for 'go': starting them is not part of the flood.
+  const floods = surfaces.map((surface) => startThread({
     role: 'flood',
     surface,
     port,
@@ -292,19 +302,62 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     origin: ORIGIN,
     previewMinutes: ATTACK_MINUTES
   }))
-  await sleep(FLOOD_LEAD_S * 1000)
-  started = performance.now()
-  const [serviceNoisyStart, redisNoisyStart, generatorNoisyStart] = cpu()
-  const noisy = phase(await runCalm(port, setup.calmKey, PHASES.noisy))
-  const noisySeconds = (performance.now() - started) / 1000
-  const [serviceAfter, redisAfter, generatorAfter] = cpu()
-  for (const flood of floods) flood.stop()
-  const results = await Promise.all(floods.map(async (flood) => await flood.result))
+  const floodResults = Promise.all(floods.map(async (thread) => await nextMessage<FloodResult>(thread, 'flood')))
+  // Awaited once the calm tenant is done; a thread that fails before that ends the run there.
+  floodResults.catch(() => {})
+  // One calm tenant through every phase, on the same kept-alive connections: a partner's
+  // backend does not reconnect because another tenant started a flood.
+  const calm = startThread({
+    role: 'calm',
+    port,
+    key: setup.calmKey,
+    source: CALM_SOURCE,
+    rate: RATE,
+    phases: [
+      { name: 'warmup', seconds: PHASES.warmup },
+      { name: 'baseline', seconds: PHASES.baseline },
+      { name: 'lead', seconds: FLOOD_LEAD_S },
+      { name: 'noisy', seconds: PHASES.noisy }
+    ],
+    timeoutMs: CALM_TIMEOUT_MS
+  })
+  const at: Record<string, { time: number, cpu: [number, number | null, number] }> = {}
+  let calmResults: Record<string, CalmResult> | null = null
+  let baselineRss = Number.NaN
+  // Buffered, so that two phases posted together (a lead of 0 s) are both seen.
+  for await (const [message] of on(calm, 'message', { close: ['exit'] }) as AsyncIterable<[CalmMessage]>) {
+    if ('results' in message) {
+      calmResults = message.results
+      break
+    }
+    at[message.phase] = { time: performance.now(), cpu: cpu() }
+    if (message.phase === 'baseline') process.stderr.write(`${store}: baseline\n`)
+    if (message.phase === 'lead') {
+      baselineRss = peakRssMiB(service.pid)
+      process.stderr.write(`${store}: flood (${surfaces.join(', ')}), then the calm tenant's noisy phase\n`)
+      for (const thread of floods) thread.postMessage('go')
+    }
+  }
+  const after = { time: performance.now(), cpu: cpu() }
+  for (const thread of floods) thread.postMessage('stop')
+  const results = await floodResults
   const [serviceFloodEnd] = cpu()
+  const floodEnd = performance.now()
   const noisyRss = peakRssMiB(service.pid)
-  const floodSeconds = (performance.now() - floodStarted) / 1000
   await service.stop()
-
+  const { baseline: baselineAt, lead: leadAt, noisy: noisyAt } = at
+  if (calmResults === null) throw new Error('the calm tenant\'s worker exited without its results')
+  if (baselineAt === undefined || leadAt === undefined || noisyAt === undefined || calmResults.baseline === undefined || calmResults.noisy === undefined) throw new Error('the calm tenant skipped a phase')
+  const baseline = phase(calmResults.baseline)
+  const noisy = phase(calmResults.noisy)
+  const baselineSeconds = (leadAt.time - baselineAt.time) / 1000
+  const noisySeconds = (after.time - noisyAt.time) / 1000
+  const floodSeconds = (floodEnd - leadAt.time) / 1000
+  const [serviceBefore, redisBefore, generatorBefore] = baselineAt.cpu
+  const [serviceMiddle, redisMiddle, generatorMiddle] = leadAt.cpu
+  const [serviceFloodStart] = leadAt.cpu
+  const [serviceNoisyStart, redisNoisyStart, generatorNoisyStart] = noisyAt.cpu
+  const [serviceAfter, redisAfter, generatorAfter] = after.cpu
   const floodSurfaces = results.map((result) => ({ ...result, rps: result.requests / result.seconds }))
   const floodRequests = results.reduce((sum, result) => sum + result.requests, 0)
   const baselineCpu = (serviceMiddle - serviceBefore) / baselineSeconds
@@ -353,6 +406,11 @@ function table (runs: StoreRun[]): string {
   for (const run of runs) {
     lines.push(`${run.store}: calm p99 noisy/baseline ×${run.p99Ratio.toFixed(2)} (goal ≤ ×2: ${run.goal.p99Within2x ? 'PASS' : 'MISS'}); every calm flow succeeded: ${run.goal.everyFlowSucceeded ? 'PASS' : `MISS (${JSON.stringify({ ...run.baseline.problems, ...run.noisy.problems })})`}`)
     lines.push(`  service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs; service peak RSS ${run.peakRssMiB.baseline.toFixed(0)} MiB after the baseline, ${run.peakRssMiB.noisy.toFixed(0)} MiB after the flood`)
+    if (options['per-second'] === true) {
+      for (const [name, result] of [['baseline', run.baseline], ['noisy', run.noisy]] as const) {
+        lines.push(`  ${name} by second (p50/p99/max ms): ${result.perSecond.map((second) => `${second.second}: ${ms(second.p50)}/${ms(second.p99)}/${ms(second.max)}`).join(', ')}`)
+      }
+    }
     for (const surface of run.flood.surfaces) {
       const statuses = Object.entries(surface.statuses).map(([status, count]) => `${count} × ${status}`).join(', ')
       lines.push(`  flood ${surface.surface.padEnd(16)} ${pad(surface.rps.toFixed(0), 6)}/s  ${statuses}`)
