@@ -1,49 +1,170 @@
+import { performance } from 'node:perf_hooks'
 import { TenantQueues } from './tenant-queues.js'
+
+/** The event loop's clock: wall time, and the part of it spent working (not waiting for I/O), in ms. */
+export interface LoopClock {
+  now: () => number
+  activeMs: () => number
+}
+
+const processLoop: LoopClock = {
+  now: () => performance.now(),
+  activeMs: () => performance.eventLoopUtilization().active
+}
+
+export interface RequestTurnsOptions {
+  /** Work a turn of the event loop does before a heavy tenant's requests wait. */
+  quantumMs: number
+  /** Above this share of the loop's recent time (0–1), heavy tenants' requests wait for it to fall. */
+  busyShare: number
+  /** How recent "recent" is: the time constant of the loop's average busy share. */
+  busyWindowMs: number
+  /** However busy the loop is, heavy tenants get a round of requests at least this often. */
+  maxWaitMs: number
+  /** The time constant of each tenant's average of requests in the service. */
+  presenceWindowMs: number
+}
+
+/** An average of requests in the service below which a tenant with none left counts as gone. */
+const PRESENT = 0.01
+
+interface Presence {
+  /** Requests in the service now. */
+  count: number
+  /** Requests in the service on average lately, as of `at`. */
+  average: number
+  at: number
+}
+
+/**
+ * How many requests each tenant has in the service, on average over the last `windowMs` or so
+ * (an exponentially weighted average in time), and all tenants together. A tenant's requests
+ * come and go in a millisecond while the loop has time, so a count of the moment would see a
+ * calm tenant as gone most of the time; the average remembers it. A tenant is present from
+ * its first request until, with none left in the service, its average has faded below
+ * PRESENT (checked once per `windowMs`).
+ */
+class TenantPresence {
+  readonly #windowMs: number
+  readonly #now: () => number
+  readonly #tenants = new Map<string, Presence>()
+  /** All tenants together: the average of the sum is the sum of the averages. */
+  readonly #all: Presence
+  #sweptAt: number
+
+  constructor (windowMs: number, now: () => number) {
+    this.#windowMs = windowMs
+    this.#now = now
+    this.#sweptAt = now()
+    this.#all = { count: 0, average: 0, at: this.#sweptAt }
+  }
+
+  /**
+   * Counts a request in, and tells whether its tenant is heavy: more than one request in the
+   * service on average, and more than the other present tenants have on average.
+   */
+  enter (tenantId: string): boolean {
+    const now = this.#now()
+    if (now - this.#sweptAt >= this.#windowMs) this.#sweep(now)
+    let mine = this.#tenants.get(tenantId)
+    if (mine === undefined) {
+      mine = { count: 0, average: 0, at: now }
+      this.#tenants.set(tenantId, mine)
+    }
+    this.#move(mine, 1, now)
+    this.#move(this.#all, 1, now)
+    const others = this.#tenants.size - 1
+    return others > 0 && mine.average > 1 && mine.average * others > this.#all.average - mine.average
+  }
+
+  leave (tenantId: string): void {
+    const now = this.#now()
+    const mine = this.#tenants.get(tenantId)
+    if (mine !== undefined) this.#move(mine, -1, now)
+    this.#move(this.#all, -1, now)
+  }
+
+  /** Brings the average up to `now` (the count held since the last move), then moves the count. */
+  #move (presence: Presence, by: number, now: number): void {
+    const weight = Math.exp((presence.at - now) / this.#windowMs)
+    presence.average = presence.average * weight + presence.count * (1 - weight)
+    presence.at = now
+    presence.count += by
+  }
+
+  #sweep (now: number): void {
+    this.#sweptAt = now
+    for (const [tenantId, presence] of this.#tenants) {
+      this.#move(presence, 0, now)
+      if (presence.count === 0 && presence.average < PRESENT) this.#tenants.delete(tenantId)
+    }
+  }
+}
 
 /**
  * Tenants' turns at the event loop for their requests, once the loop is saturated.
  *
  * Requests are otherwise served in the order their bytes arrive: a tenant with forty requests
  * in flight (a full bucket of dispatches at once) has the loop for forty requests' work before
- * another tenant's one request gets it. Here an authenticated request goes on at once while no
- * tenant waits and this turn of the event loop has spent less than `quantumMs` since its first
- * request came here. Past that, requests wait in one queue per tenant, and each later turn of
- * the event loop (after the sockets have been read, so a tenant that just sent a request is in
- * the round) lets one request of each waiting tenant go on: a tenant with one request waiting
- * waits for one request of each other waiting tenant, however many those have queued. A
- * tenant waiting alone has all its requests let go in the next turn. Who fills the queues:
- * requests in flight, bounded by the connections.
+ * another tenant's one request gets it, and every other tenant's requests wait while the loop
+ * works through them. Here an authenticated request goes on at once while the loop has time:
+ * no tenant waits, this turn of the loop has worked less than `quantumMs`, and the loop has
+ * been busy less than `busyShare` of its recent time. Past that:
  *
- * The share is one request per tenant per turn, not time: a request's own work runs after it
- * is let go, in promises this class cannot time. The costly steps inside requests (composing
- * a message) take turns by time as well (TenantTurns).
+ * - A request of a light tenant, one with no more requests in the service than the other
+ *   tenants have on average (a calm tenant next to a flood, any tenant alone), still goes on
+ *   at once: its requests never queue behind a heavier tenant's, however many those are.
+ * - A request of a heavy tenant waits in its tenant's queue. While the loop is below
+ *   `busyShare`, each turn of the loop (after the sockets have been read) lets one request
+ *   of each waiting tenant go on, then more in rounds while the turn's work is under
+ *   `quantumMs`; above it, one round every `maxWaitMs`. Heavy tenants share what the loop
+ *   has to spare, one request each in turn, and never take the share that keeps it
+ *   answering the others at once.
+ *
+ * The work is the loop's own measure of its busy time (event-loop utilisation), not the time
+ * spent inside this class: a request let go runs most of its work afterwards, in promises and
+ * callbacks this class cannot time (its continuations, the mail it sends, its answer, the
+ * garbage it leaves), and all of that counts against what comes next. Who fills the queues:
+ * requests in the service, bounded by the connections (a waiting request holds its own). The
+ * costly steps inside requests (composing a message) take turns by time as well (TenantTurns).
  */
 export class TenantRequestTurns {
-  readonly #quantumMs: number
-  readonly #now: () => number
+  readonly #options: RequestTurnsOptions
+  readonly #clock: LoopClock
   readonly #waiting = new TenantQueues<() => void>()
-  /** When the first request of this turn of the event loop came here; null between turns. */
+  /** Per tenant with requests in the service now or lately: see TenantPresence. */
+  readonly #presence: TenantPresence
+  /** The loop's active time when this turn's accounting began; null when no turn is open. */
   #turnStartedAt: number | null = null
-  #pumpScheduled = false
+  #closeScheduled = false
+  /** The loop's average busy share, as of `#sampledAt` (wall) and `#sampledActive` (active). */
+  #busy = 0
+  #sampledAt: number
+  #sampledActive: number
 
-  constructor (quantumMs: number, now: () => number = () => performance.now()) {
-    this.#quantumMs = quantumMs
-    this.#now = now
+  constructor (options: RequestTurnsOptions, clock: LoopClock = processLoop) {
+    this.#options = options
+    this.#clock = clock
+    this.#presence = new TenantPresence(options.presenceWindowMs, clock.now)
+    this.#sampledAt = clock.now()
+    this.#sampledActive = clock.activeMs()
   }
 
-  /** Calls `proceed` at once, or in the tenant's turn. */
+  /** Calls `proceed` at once, or in the tenant's turn; the caller calls `leave` once the request is answered. */
   enter (tenantId: string, proceed: () => void): void {
-    const now = this.#now()
-    if (this.#turnStartedAt === null) {
-      this.#turnStartedAt = now
-      setImmediate(() => { this.#turnStartedAt = null })
-    }
-    if (this.#waiting.tenants === 0 && now - this.#turnStartedAt < this.#quantumMs) {
+    const heavy = this.#presence.enter(tenantId)
+    const active = this.#clock.activeMs()
+    if (this.#turnStartedAt === null) this.#openTurn(active)
+    if (!heavy || (this.#waiting.tenants === 0 && active - (this.#turnStartedAt as number) < this.#options.quantumMs && this.#sampleBusy() < this.#options.busyShare)) {
       proceed()
       return
     }
     this.#waiting.push(tenantId, proceed)
-    this.#schedulePump()
+  }
+
+  /** A request that entered is answered (or its connection closed). */
+  leave (tenantId: string): void {
+    this.#presence.leave(tenantId)
   }
 
   /** Requests waiting now, all tenants together. */
@@ -51,25 +172,62 @@ export class TenantRequestTurns {
     return this.#waiting.size
   }
 
-  #schedulePump (): void {
-    if (this.#pumpScheduled) return
-    this.#pumpScheduled = true
-    setImmediate(() => { this.#pump() })
+  /** The loop's busy share, an exponentially weighted average in time (time constant `busyWindowMs`). */
+  #sampleBusy (): number {
+    const now = this.#clock.now()
+    const elapsed = now - this.#sampledAt
+    if (elapsed > 0) {
+      const active = this.#clock.activeMs()
+      const weight = Math.exp(-elapsed / this.#options.busyWindowMs)
+      this.#busy = this.#busy * weight + Math.min(1, (active - this.#sampledActive) / elapsed) * (1 - weight)
+      this.#sampledAt = now
+      this.#sampledActive = active
+    }
+    return this.#busy
+  }
+
+  /** Accounting from `active` on, closed in the next turn's check phase (after the sockets were read). */
+  #openTurn (active: number): void {
+    this.#turnStartedAt = active
+    this.#scheduleClose(false)
   }
 
   /**
-   * One round: one request of each waiting tenant; all of them when one tenant waits alone,
-   * since there is nobody to be fair to (one a turn would cost a lone tenant at 50 requests in
-   * flight 60% of its throughput on Redis, where the requests let go together share one write).
+   * In the next turn, or after `maxWaitMs` when the loop is too busy to let anyone go: then
+   * the loop sleeps meanwhile (a turn scheduled at once would keep it spinning, busy by its
+   * own measure).
    */
-  #pump (): void {
-    this.#pumpScheduled = false
-    const round = this.#waiting.tenants
-    if (round === 1) {
-      for (const proceed of this.#waiting.drain()) proceed()
+  #scheduleClose (later: boolean): void {
+    if (this.#closeScheduled) return
+    this.#closeScheduled = true
+    const close = (): void => {
+      this.#closeScheduled = false
+      this.#closeTurn(later)
+    }
+    if (later) setTimeout(close, this.#options.maxWaitMs)
+    else setImmediate(close)
+  }
+
+  /**
+   * While the loop has time to spare (or once `maxWaitMs` has passed without a round): one
+   * request of each waiting tenant, then more in rounds while the work since the turn opened
+   * (the last turn's released requests included) is under `quantumMs`.
+   */
+  #closeTurn (waited: boolean): void {
+    const startedAt = this.#turnStartedAt ?? this.#clock.activeMs()
+    this.#turnStartedAt = null
+    // Sampled every turn, so that the average follows the loop while requests come.
+    const spare = this.#sampleBusy() < this.#options.busyShare
+    if (this.#waiting.tenants === 0) return
+    if (!spare && !waited) {
+      this.#scheduleClose(true)
       return
     }
-    for (let turn = 0; turn < round; turn++) this.#waiting.next()?.()
-    if (this.#waiting.tenants > 0) this.#schedulePump()
+    const round = this.#waiting.tenants
+    for (let released = 0; this.#waiting.tenants > 0; released++) {
+      if (released >= round && (!spare || this.#clock.activeMs() - startedAt >= this.#options.quantumMs)) break
+      this.#waiting.next()?.()
+    }
+    if (this.#waiting.tenants > 0) this.#openTurn(this.#clock.activeMs())
   }
 }

@@ -35,11 +35,4 @@ export class TenantQueues<T> {
     if (queue.length > 0) this.#queues.set(tenantId, queue)
     return item
   }
-
-  /** Every waiting item of every tenant, each tenant's in order; the queues are left empty. */
-  drain (): T[] {
-    const items = [...this.#queues.values()].flat()
-    this.#queues.clear()
-    return items
-  }
 }

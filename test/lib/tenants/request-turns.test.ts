@@ -1,78 +1,225 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import t from 'tap'
-import { TenantRequestTurns } from '../../../lib/tenants/request-turns.js'
+import { TenantRequestTurns, type RequestTurnsOptions } from '../../../lib/tenants/request-turns.js'
 
-/** Turns on a clock the test moves: each request that goes on "takes" `costMs` of the loop. */
-function requestTurns (quantumMs: number): { turns: TenantRequestTurns, log: string[], enter: (tenant: string, name: string, costMs: number) => Promise<void> } {
-  const clock = { now: 0 }
+const OPTIONS: RequestTurnsOptions = { quantumMs: 2, busyShare: 0.5, busyWindowMs: 20, maxWaitMs: 5, presenceWindowMs: 1000 }
+
+/**
+ * Turns on a loop clock the test moves: a request that goes on works `costMs` (the wall clock
+ * and the loop's active time both move); `idle` moves the wall clock alone, as a loop waiting
+ * for I/O. A request stays in the service until the test lets it leave.
+ */
+function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
+  turns: TenantRequestTurns
+  log: string[]
+  enter: (tenant: string, name: string, costMs?: number) => Promise<void>
+  leave: (tenant: string, count?: number) => void
+  idle: (ms: number) => void
+  busy: (ms: number) => void
+} {
+  const clock = { wall: 0, active: 0 }
   const log: string[] = []
-  const turns = new TenantRequestTurns(quantumMs, () => clock.now)
+  const turns = new TenantRequestTurns({ ...OPTIONS, ...options }, { now: () => clock.wall, activeMs: () => clock.active })
+  const busy = (ms: number): void => {
+    clock.wall += ms
+    clock.active += ms
+  }
   return {
     turns,
     log,
-    enter: async (tenant, name, costMs) => {
+    enter: async (tenant, name, costMs = 0.1) => {
       await new Promise<void>((resolve) => {
         turns.enter(tenant, () => {
-          clock.now += costMs
+          busy(costMs)
           log.push(name)
           resolve()
         })
       })
-    }
+    },
+    leave: (tenant, count = 1) => { for (let i = 0; i < count; i++) turns.leave(tenant) },
+    idle: (ms) => { clock.wall += ms },
+    busy
   }
 }
 
-t.test('while the loop has time and nobody waits, a request goes on at once, in the caller\'s own turn', async (t) => {
-  const { turns, log, enter } = requestTurns(2)
-  const entered = enter('acme', 'a0', 0.3)
+/**
+ * A calm tenant seen lately (one request in the service for 50 ms, then answered) and a noisy
+ * one holding `held` requests in the service for a second: the noisy tenant is heavy.
+ */
+async function calmAndNoisy (turns: ReturnType<typeof requestTurns>, held = 30): Promise<void> {
+  const { enter, leave, idle } = turns
+  await enter('calm', 'warm-calm')
+  idle(50)
+  leave('calm')
+  for (let index = 0; index < held; index++) await enter('noisy', `held${index}`)
+  idle(1000)
+  await nextTurn()
+  turns.log.length = 0
+}
+
+t.test('while the loop has time, every request goes on at once, in the caller\'s own turn', async (t) => {
+  const { turns, log, enter } = requestTurns()
+  const first = enter('acme', 'a0')
   t.same(log, ['a0'], 'went on before enter() returned')
-  await entered
+  await first
+  await enter('globex', 'g0')
+  t.same(log, ['a0', 'g0'])
   t.equal(turns.waiting, 0)
 })
 
-t.test('past the quantum, requests wait; each later turn lets one request of each waiting tenant go on', async (t) => {
-  const { turns, log, enter } = requestTurns(2)
-  // One turn of the event loop: acme's 30 requests arrive together (a full bucket at once).
-  const acme = Array.from({ length: 30 }, async (_, index) => { await enter('acme', `acme${index}`, 0.5) })
-  t.same(log, ['acme0', 'acme1', 'acme2', 'acme3'], 'the quantum (2 ms) is spent: four go on, the rest wait')
-  t.equal(turns.waiting, 26)
-  // globex's one request arrives in the same turn, behind acme's.
-  const globex = enter('globex', 'globex0', 0.1)
-  t.equal(log.length, 4, 'globex waits too: acme\'s requests are waiting')
-  await globex
-  t.ok(log.indexOf('globex0') <= 5, `globex went on at position ${log.indexOf('globex0')}, after at most one of acme's 26 waiting requests`)
-  await Promise.all(acme)
-  t.equal(log.length, 31, 'every request went on')
+t.test('a tenant alone is never held, however many requests it has in the service and however busy the loop', async (t) => {
+  const { turns, log, enter, busy } = requestTurns()
+  busy(100)
+  // A full bucket at once, nothing answered yet, each request 0.5 ms: 15 ms in one turn.
+  const all = Array.from({ length: 30 }, async (_, index) => { await enter('acme', `a${index}`, 0.5) })
+  t.equal(log.length, 30, 'all thirty went on at once: there is nobody to be fair to')
   t.equal(turns.waiting, 0)
-})
-
-t.test('tenants waiting together alternate, one request each per turn', async (t) => {
-  const { log, enter } = requestTurns(1)
-  const first = enter('acme', 'first', 1)
-  const waiting = [
-    ...Array.from({ length: 3 }, async (_, index) => { await enter('acme', `a${index}`, 0.1) }),
-    ...Array.from({ length: 3 }, async (_, index) => { await enter('globex', `g${index}`, 0.1) })
-  ]
-  await Promise.all([first, ...waiting])
-  t.same(log, ['first', 'a0', 'g0', 'a1', 'g1', 'a2', 'g2'])
-})
-
-t.test('a new turn of the event loop starts with its quantum whole', async (t) => {
-  const { turns, log, enter } = requestTurns(2)
-  await enter('acme', 'a0', 1.5)
-  await nextTurn()
-  const later = enter('acme', 'a1', 1.5)
-  t.same(log, ['a0', 'a1'], 'went on at once: the 1.5 ms were spent in an earlier turn')
-  await later
-  t.equal(turns.waiting, 0)
-})
-
-t.test('a tenant waiting alone has all its requests go on in the next turn', async (t) => {
-  const { turns, log, enter } = requestTurns(1)
-  const all = Array.from({ length: 10 }, async (_, index) => { await enter('acme', `a${index}`, 0.5) })
-  t.same(log, ['a0', 'a1'], 'the quantum is spent: the rest wait')
-  await nextTurn()
-  t.equal(log.length, 10, 'the next turn let the other eight go together')
   await Promise.all(all)
-  t.equal(turns.waiting, 0)
+})
+
+t.test('past the quantum, a heavy tenant\'s requests wait and a light tenant\'s go on at once', async (t) => {
+  const turns = requestTurns()
+  const { log, enter } = turns
+  await calmAndNoisy(turns)
+  // The noisy tenant's next requests arrive together: the first spends the quantum.
+  const noisy = Array.from({ length: 10 }, async (_, index) => { await enter('noisy', `n${index}`, 1) })
+  t.same(log, ['n0', 'n1'], 'two went on (2 ms of the quantum), the rest wait')
+  t.equal(turns.turns.waiting, 8)
+  const calm = enter('calm', 'c0')
+  t.same(log, ['n0', 'n1', 'c0'], 'the calm tenant\'s request went on at once, ahead of the eight waiting')
+  await calm
+  await Promise.all(noisy)
+  t.equal(log.length, 11, 'every request went on')
+})
+
+t.test('a light tenant is remembered between its requests: the heavy one waits even when the light one has nothing in the service', async (t) => {
+  const turns = requestTurns()
+  const { log, enter } = turns
+  await calmAndNoisy(turns)
+  // The calm tenant's one request was answered a second ago; its average lingers.
+  const noisy = Array.from({ length: 4 }, async (_, index) => { await enter('noisy', `n${index}`, 1) })
+  t.same(log, ['n0', 'n1'], 'held past the quantum although the calm tenant has no request in the service now')
+  await Promise.all(noisy)
+})
+
+t.test('a tenant gone long enough is forgotten: the other is alone again and never held', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, idle } = turns
+  await calmAndNoisy(turns)
+  idle(10_000)
+  const noisy = Array.from({ length: 10 }, async (_, index) => { await enter('noisy', `n${index}`, 1) })
+  t.equal(log.length, 10, 'all went on at once: the calm tenant\'s presence faded')
+  await Promise.all(noisy)
+})
+
+t.test('a tenant with one request in the service on average or less is never heavy', async (t) => {
+  const { log, enter, leave, idle } = requestTurns()
+  await enter('calm', 'warm-calm')
+  idle(50)
+  leave('calm')
+  // One request at a time, answered at once: its average stays below one.
+  for (let index = 0; index < 5; index++) {
+    await enter('acme', `a${index}`, 1)
+    idle(100)
+    leave('acme')
+  }
+  t.same(log.slice(1), ['a0', 'a1', 'a2', 'a3', 'a4'])
+})
+
+t.test('heavy tenants waiting together take one request each in turn, then more in rounds while the turn is under the quantum', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, idle } = turns
+  await enter('calm', 'warm-calm')
+  for (let index = 0; index < 30; index++) await enter('acme', `acme-held${index}`)
+  for (let index = 0; index < 30; index++) await enter('globex', `globex-held${index}`)
+  idle(1000)
+  await nextTurn()
+  log.length = 0
+  // The calm tenant's one request in the service makes both others heavy.
+  const first = enter('acme', 'first', 2)
+  const waiting = [
+    ...Array.from({ length: 6 }, async (_, index) => { await enter('acme', `a${index}`, 0.3) }),
+    ...Array.from({ length: 6 }, async (_, index) => { await enter('globex', `g${index}`, 0.3) })
+  ]
+  t.same(log, ['first'], 'the quantum is spent')
+  await nextTurn()
+  t.same(log, ['first', 'a0', 'g0'], 'the turn had already worked its quantum: one round')
+  await nextTurn()
+  t.same(log.slice(3), ['a1', 'g1', 'a2', 'g2', 'a3', 'g3', 'a4'], 'the next turn: alternating, 2 ms worth of 0.3 ms requests')
+  await Promise.all([first, ...waiting])
+  t.same(log.slice(10), ['g4', 'a5', 'g5'])
+})
+
+t.test('a turn lets one request of each waiting heavy tenant go, even when the first costs more than the quantum', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, idle } = turns
+  await enter('calm', 'warm-calm')
+  for (let index = 0; index < 30; index++) await enter('acme', `acme-held${index}`)
+  for (let index = 0; index < 30; index++) await enter('globex', `globex-held${index}`)
+  idle(1000)
+  await nextTurn()
+  log.length = 0
+  const first = enter('acme', 'first', 2)
+  const waiting = [
+    ...Array.from({ length: 2 }, async (_, index) => { await enter('acme', `a${index}`, 5) }),
+    enter('globex', 'g0', 0.1)
+  ]
+  idle(100)
+  await nextTurn()
+  t.same(log, ['first', 'a0', 'g0'], 'globex went on in the same turn as acme\'s 5 ms request')
+  idle(100)
+  await Promise.all([first, ...waiting])
+  t.same(log, ['first', 'a0', 'g0', 'a1'])
+})
+
+t.test('while the loop is busier than its busy share, heavy tenants wait for a round every maxWaitMs', async (t) => {
+  const turns = requestTurns({ maxWaitMs: 30 })
+  const { log, enter, busy } = turns
+  await calmAndNoisy(turns)
+  // The loop has been busy all of its last 100 ms (other tenants' work, garbage collection…).
+  busy(100)
+  const started = performance.now()
+  const noisy = Array.from({ length: 3 }, async (_, index) => { await enter('noisy', `n${index}`, 0.1) })
+  t.same(log, [], 'nothing went on: the loop has no time to spare')
+  await nextTurn()
+  await nextTurn()
+  t.same(log, [], 'nor in the next turns')
+  await noisy[0]
+  t.same(log, ['n0'], 'a round after maxWaitMs: one request (the only waiting tenant\'s)')
+  t.ok(performance.now() - started >= 25, 'not before maxWaitMs')
+  await Promise.all(noisy)
+  t.same(log, ['n0', 'n1', 'n2'], 'and one round each maxWaitMs after that')
+  t.ok(performance.now() - started >= 75, 'three rounds, three waits')
+  const calm = enter('calm', 'c0')
+  t.same(log.at(-1), 'c0', 'the light tenant goes on at once all along')
+  await calm
+})
+
+t.test('once the loop has time again, waiting heavy requests go on as the quantum allows, not one round a wait', async (t) => {
+  const turns = requestTurns({ maxWaitMs: 30 })
+  const { log, enter, busy, idle } = turns
+  await calmAndNoisy(turns)
+  busy(100)
+  const noisy = Array.from({ length: 3 }, async (_, index) => { await enter('noisy', `n${index}`, 0.1) })
+  await nextTurn()
+  t.same(log, [], 'waiting while the loop is busy')
+  // The loop then waits for I/O for a while: its average busy share falls far below the share.
+  idle(200)
+  await noisy[0]
+  t.same(log, ['n0', 'n1', 'n2'], 'all three went on in the same turn')
+  await Promise.all(noisy)
+})
+
+t.test('leave counts a request out: a tenant whose requests were all answered is light again once its average fades', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, leave, idle } = turns
+  await calmAndNoisy(turns)
+  leave('noisy', 30)
+  // Keep the calm tenant present, and let the noisy tenant's average fade below one.
+  await enter('calm', 'c0')
+  idle(5000)
+  const noisy = Array.from({ length: 6 }, async (_, index) => { await enter('noisy', `n${index}`, 1) })
+  t.same(log, ['c0', 'n0', 'n1', 'n2', 'n3', 'n4', 'n5'], 'all went on at once: six in the service is not more than one on average yet')
+  await Promise.all(noisy)
+  t.equal(turns.turns.waiting, 0)
 })
