@@ -1,4 +1,5 @@
-import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
+import { spliceCode } from '../../mail/liquid.js'
+import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 
 function characters (message: SandboxMessage): number {
   return message.requestId.length + message.to.length + message.from.length + message.subject.length + message.text.length + message.html.length + message.code.length + message.createdAt.length
@@ -25,7 +26,19 @@ export class MemorySandboxInbox implements SandboxInbox {
     this.#charactersPerTenant = charactersPerTenant
   }
 
-  async add (tenantId: string, message: SandboxMessage): Promise<void> {
+  /**
+   * A part a tenant's template rendered is kept as its own splice of the minute's pieces, which
+   * every message of the minute shares, not as the string that was sent: a transport that
+   * encodes the sent string (the log transport prints it) makes V8 flatten it in place, and a
+   * box holding it would then hold a copy of the whole part (64 KiB of text for the largest
+   * templates), which the garbage collector moves on every pass while it lives.
+   */
+  async add (tenantId: string, sent: SandboxMessage, pieces?: BodyPieces): Promise<void> {
+    const message = {
+      ...sent,
+      text: pieces?.text == null ? sent.text : spliceCode(pieces.text, sent.code),
+      html: pieces?.html == null ? sent.html : spliceCode(pieces.html, sent.code)
+    }
     let share = this.#shares.get(tenantId)
     if (share === undefined) {
       share = { boxes: new Map(), characters: 0 }

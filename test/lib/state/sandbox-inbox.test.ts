@@ -1,6 +1,8 @@
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { MemorySandboxInbox } from '../../../lib/state/memory/sandbox-inbox.js'
 import { SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, type SandboxMessage } from '../../../lib/state/sandbox-inbox.js'
 import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandboxEntry, storedPieces } from '../../../lib/state/redis/sandbox-entry.js'
@@ -24,6 +26,30 @@ t.test('in process, each tenant keeps its own addresses: a flood through one nev
   t.strictSame((await inbox.list('globex', 'QA@globex.test')).map((m) => m.requestId), ['g1'], 'globex\'s message is still there')
   t.strictSame((await inbox.list('acme', 'flood99@example.com')).map((m) => m.requestId), ['a99'], 'acme keeps its most recent addresses')
   t.strictSame(await inbox.list('acme', 'flood0@example.com'), [], 'and forgets its own oldest')
+})
+
+t.test('in process, a part made of a tenant\'s pieces is kept as those pieces, however the sent string was encoded', async (t) => {
+  setFlagsFromString('--expose-gc')
+  const collect = runInNewContext('gc') as () => void
+  const pieces = ['<p>'.repeat(21_845), '</p>'.repeat(16_384)]
+  // Flat, as the templates keep them for the minute.
+  for (const piece of pieces) Buffer.from(piece)
+  const inbox = new MemorySandboxInbox(1000, Number.MAX_SAFE_INTEGER)
+  collect()
+  const before = process.memoryUsage().heapUsed
+  for (let i = 0; i < 100; i++) {
+    const code = String(100_000 + i)
+    const sent = { ...message(`box${i}@example.com`, `r${i}`), code, text: `${pieces[0] ?? ''}${code}${pieces[1] ?? ''}` }
+    await inbox.add('acme', sent, { text: pieces, html: null })
+    // What the log transport does with the sent text: V8 flattens it in place, 128 KiB each.
+    Buffer.from(sent.text)
+  }
+  collect()
+  const grown = process.memoryUsage().heapUsed - before
+  t.ok(grown < 2 * 1024 * 1024, `100 kept messages grew the heap by ${(grown / 1024).toFixed(0)} KiB, not by 100 copies of their 128 KiB text (12.5 MiB)`)
+  const [kept] = await inbox.list('acme', 'box7@example.com')
+  t.equal(kept?.text, `${pieces[0] ?? ''}100007${pieces[1] ?? ''}`, 'the listed text is the pieces joined with the message\'s own code')
+  t.equal(kept?.html, 'h', 'a part not made of pieces is kept as sent')
 })
 
 t.test('in process, a tenant\'s large messages are bounded by characters: its own oldest boxes go, never another tenant\'s', async (t) => {
