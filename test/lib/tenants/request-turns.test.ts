@@ -57,6 +57,20 @@ async function calmAndNoisy (turns: ReturnType<typeof requestTurns>, held = 30):
   turns.log.length = 0
 }
 
+/**
+ * Two heavy tenants, acme and globex, each holding 30 requests in the service for a second,
+ * beside a calm tenant with one.
+ */
+async function twoHeavyTenants (turns: ReturnType<typeof requestTurns>): Promise<void> {
+  const { enter, idle } = turns
+  await enter('calm', 'warm-calm')
+  for (let index = 0; index < 30; index++) await enter('acme', `acme-held${index}`)
+  for (let index = 0; index < 30; index++) await enter('globex', `globex-held${index}`)
+  idle(1000)
+  await nextTurn()
+  turns.log.length = 0
+}
+
 t.test('while the loop has time, every request goes on at once, in the caller\'s own turn', async (t) => {
   const { turns, log, enter } = requestTurns()
   const first = enter('acme', 'a0')
@@ -128,14 +142,8 @@ t.test('a tenant with one request in the service on average or less is never hea
 
 t.test('heavy tenants waiting together take one request each in turn, then more in rounds while the turn is under the quantum', async (t) => {
   const turns = requestTurns()
-  const { log, enter, idle } = turns
-  await enter('calm', 'warm-calm')
-  for (let index = 0; index < 30; index++) await enter('acme', `acme-held${index}`)
-  for (let index = 0; index < 30; index++) await enter('globex', `globex-held${index}`)
-  idle(1000)
-  await nextTurn()
-  log.length = 0
-  // The calm tenant's one request in the service makes both others heavy.
+  const { log, enter } = turns
+  await twoHeavyTenants(turns)
   const first = enter('acme', 'first', 2)
   const waiting = [
     ...Array.from({ length: 6 }, async (_, index) => { await enter('acme', `a${index}`, 0.3) }),
@@ -153,12 +161,7 @@ t.test('heavy tenants waiting together take one request each in turn, then more 
 t.test('a turn lets one request of each waiting heavy tenant go, even when the first costs more than the quantum', async (t) => {
   const turns = requestTurns()
   const { log, enter, idle } = turns
-  await enter('calm', 'warm-calm')
-  for (let index = 0; index < 30; index++) await enter('acme', `acme-held${index}`)
-  for (let index = 0; index < 30; index++) await enter('globex', `globex-held${index}`)
-  idle(1000)
-  await nextTurn()
-  log.length = 0
+  await twoHeavyTenants(turns)
   const first = enter('acme', 'first', 2)
   const waiting = [
     ...Array.from({ length: 2 }, async (_, index) => { await enter('acme', `a${index}`, 5) }),
