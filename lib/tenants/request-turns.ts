@@ -102,7 +102,7 @@ class TenantPresence {
 }
 
 /**
- * Tenants' turns at the event loop for their requests, once the loop is saturated.
+ * Tenants' turns at the event loop for their requests, once the loop is busy.
  *
  * Requests are otherwise served in the order their bytes arrive: a tenant with forty requests
  * in flight (a full bucket of dispatches at once) has the loop for forty requests' work before
@@ -111,9 +111,10 @@ class TenantPresence {
  * no tenant waits, this turn of the loop has worked less than `quantumMs`, and the loop has
  * been busy less than `busyShare` of its recent time. Past that:
  *
- * - A request of a light tenant, one with no more requests in the service than the other
- *   tenants have on average (a calm tenant next to a flood, any tenant alone), still goes on
- *   at once: its requests never queue behind a heavier tenant's, however many those are.
+ * - A request of a light tenant still goes on at once: one with no more requests in the
+ *   service than the other tenants have on average, or one at most, averaged over about
+ *   `presenceWindowMs` (a calm tenant next to a flood, any tenant alone). Its requests never
+ *   queue behind a heavier tenant's, however many those are.
  * - A request of a heavy tenant waits in its tenant's queue. While the loop is below
  *   `busyShare`, each turn of the loop (after the sockets have been read) lets one request
  *   of each waiting tenant go on, then more in rounds while the turn's work is under
