@@ -25,6 +25,12 @@ export interface RequestTurnsOptions {
   presenceWindowMs: number
 }
 
+/** `average` moved in time towards `held`, the value of the last `elapsedMs` (time constant `windowMs`). */
+function timeAverage (average: number, held: number, elapsedMs: number, windowMs: number): number {
+  const weight = Math.exp(-elapsedMs / windowMs)
+  return average * weight + held * (1 - weight)
+}
+
 /** An average of requests in the service below which a tenant with none left counts as gone. */
 const PRESENT = 0.01
 
@@ -86,8 +92,7 @@ class TenantPresence {
 
   /** Brings the average up to `now` (the count held since the last move), then moves the count. */
   #move (presence: Presence, by: number, now: number): void {
-    const weight = Math.exp((presence.at - now) / this.#windowMs)
-    presence.average = presence.average * weight + presence.count * (1 - weight)
+    presence.average = timeAverage(presence.average, presence.count, now - presence.at, this.#windowMs)
     presence.at = now
     presence.count += by
   }
@@ -179,8 +184,7 @@ export class TenantRequestTurns {
     const elapsed = now - this.#sampledAt
     if (elapsed > 0) {
       const active = this.#clock.activeMs()
-      const weight = Math.exp(-elapsed / this.#options.busyWindowMs)
-      this.#busy = this.#busy * weight + Math.min(1, (active - this.#sampledActive) / elapsed) * (1 - weight)
+      this.#busy = timeAverage(this.#busy, Math.min(1, (active - this.#sampledActive) / elapsed), elapsed, this.#options.busyWindowMs)
       this.#sampledAt = now
       this.#sampledActive = active
     }
