@@ -152,20 +152,12 @@ function startThread (job: CalmJob | FloodJob): Worker {
   return thread
 }
 
-/** A thread's first message after `send` (if any) is posted to it; an error or an early exit rejects. */
-async function nextMessage<T> (thread: Worker, label: string): Promise<T> {
+/** A thread's one result: its message, or a rejection when it fails or exits without one. */
+async function result<T> (thread: Worker, label: string): Promise<T> {
   return await new Promise<T>((resolve, reject) => {
-    const onError = (error: Error): void => { settle(); reject(error) }
-    const onExit = (code: number): void => { settle(); reject(new Error(`${label} worker exited (${code}) without a result`)) }
-    const onMessage = (message: T): void => { settle(); resolve(message) }
-    const settle = (): void => {
-      thread.off('message', onMessage)
-      thread.off('error', onError)
-      thread.off('exit', onExit)
-    }
-    thread.once('message', onMessage)
-    thread.once('error', onError)
-    thread.once('exit', onExit)
+    thread.once('message', resolve)
+    thread.once('error', reject)
+    thread.once('exit', (code) => { reject(new Error(`${label} worker exited (${code}) without a result`)) })
   })
 }
 
@@ -302,7 +294,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     origin: ORIGIN,
     previewMinutes: ATTACK_MINUTES
   }))
-  const floodResults = Promise.all(floods.map(async (thread) => await nextMessage<FloodResult>(thread, 'flood')))
+  const floodResults = Promise.all(floods.map(async (thread) => await result<FloodResult>(thread, 'flood')))
   // Awaited once the calm tenant is done; a thread that fails before that ends the run there.
   floodResults.catch(() => {})
   // One calm tenant through every phase, on the same kept-alive connections: a partner's
