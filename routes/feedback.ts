@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { apiError } from '../lib/errors.js'
-import { FeedbackRefused, FeedbackUnavailable } from '../lib/feedback/ses-feedback.js'
+import { FeedbackRefused, FeedbackUnavailable } from '../lib/feedback/refusals.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { FeedbackReply } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'

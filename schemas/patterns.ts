@@ -21,8 +21,12 @@ export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 /** MAIL_TRANSPORT: `log`, or one or two providers in the order a send tries them. */
 export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
 
-/** SNS's own signing-certificate URLs: HTTPS on an SNS host, a .pem file. */
-export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[A-Za-z0-9]+\\.pem$'
+/**
+ * SNS's own signing-certificate URLs: HTTPS on sns.<region>.amazonaws.com[.cn], a .pem file.
+ * The second label has a region's shape (letters, dashes, a number): `sns.s3.amazonaws.com`
+ * is S3's name for the bucket called `sns`, served to whoever owns it.
+ */
+export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z]{2,4}(-[a-z]+)+-[0-9]+\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[A-Za-z0-9]+\\.pem$'
 
 /** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
 export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'

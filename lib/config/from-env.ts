@@ -67,7 +67,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   }
   let certUrlPattern: RegExp
   try {
-    certUrlPattern = new RegExp(valid.SNS_SIGNING_CERT_URL_PATTERN)
+    // Matched against the whole URL, anchors or not: `sns\.example` must not admit
+    // https://evil.example/sns.example.pem.
+    certUrlPattern = new RegExp(`^(?:${valid.SNS_SIGNING_CERT_URL_PATTERN})$`)
   } catch {
     throw new ConfigError('SNS_SIGNING_CERT_URL_PATTERN', 'is not a valid regular expression')
   }

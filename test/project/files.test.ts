@@ -4,7 +4,9 @@
  * configuration is checked against the service's own schema); LICENSE and CHANGELOG agree
  * with package.json.
  */
+import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { parse } from 'yaml'
 import { parseConfig } from '../../lib/config/from-env.js'
@@ -18,8 +20,9 @@ t.test('.env.example lists every variable with its default', async (t) => {
   const set = new Map<string, string>()
   const unset = new Set<string>()
   for (const line of file('.env.example').split('\n')) {
-    const assignment = /^([A-Z0-9_]+)=(.*)$/.exec(line)
-    if (assignment !== null) set.set(assignment[1] ?? '', assignment[2] ?? '')
+    // A value with shell syntax in it (a regular expression) is single-quoted.
+    const assignment = /^([A-Z0-9_]+)=(?:'([^']*)'|(.*))$/.exec(line)
+    if (assignment !== null) set.set(assignment[1] ?? '', assignment[2] ?? assignment[3] ?? '')
     const commented = /^# ([A-Z0-9_]+)=$/.exec(line)
     if (commented !== null) unset.add(commented[1] ?? '')
   }
@@ -30,6 +33,7 @@ t.test('.env.example lists every variable with its default', async (t) => {
     else t.equal(set.get(name), String(fallback), `${name} shows its default`)
   }
   t.doesNotThrow(() => parseConfig(Object.fromEntries(set)), 'the values as written are a valid configuration')
+  t.equal(spawnSync('sh', ['-n', fileURLToPath(new URL('../../.env.example', import.meta.url))]).status, 0, 'valid shell, for those who source it')
 })
 
 t.test('compose.yaml configures the service with variables it reads and values it accepts', async (t) => {

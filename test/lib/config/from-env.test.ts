@@ -177,3 +177,24 @@ t.test('OTP_HMAC_SIGNING_KEY and RECEIPT_SIGNING_KEY choose the signing key amon
   t.throws(() => parseConfig({ OTP_HMAC_SIGNING_KEY: 'a' }), /OTP_HMAC_SIGNING_KEY is only used with OTP_HMAC_KEYS/)
   t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a' }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
 })
+
+t.test('SNS_SIGNING_CERT_URL_PATTERN matches the whole URL; the default only SNS\'s own hosts', async (t) => {
+  const pattern = (value?: string): RegExp => parseConfig(value === undefined ? {} : { SNS_SIGNING_CERT_URL_PATTERN: value }).sesFeedback.certUrlPattern
+  for (const url of [
+    'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-9c6465fa7f48f5cacd23014631ec1136.pem',
+    'https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-abc.pem',
+    'https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem'
+  ]) t.ok(pattern().test(url), url)
+  for (const url of [
+    'https://sns.s3.amazonaws.com/SimpleNotificationService-abc.pem',
+    'https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-abc.pem',
+    'https://sns.us-east-1.amazonaws.com.evil.example/SimpleNotificationService-abc.pem',
+    'https://sns.us-east-1.amazonaws.com:8443/SimpleNotificationService-abc.pem'
+  ]) t.notOk(pattern().test(url), url)
+  const unanchored = pattern('https://certs\\.internal\\.example/[a-z]+\\.pem')
+  t.ok(unanchored.test('https://certs.internal.example/a.pem'))
+  t.notOk(unanchored.test('https://evil.example/?https://certs.internal.example/a.pem'), 'a pattern without ^ still matches from the start')
+  t.notOk(unanchored.test('https://certs.internal.example/a.pem.evil.example/b.pem'), 'and without $ to the end')
+  t.notOk(pattern('^https://a\\.example/x\\.pem$|evil').test('https://evil.example/x.pem'), 'an alternative is anchored too')
+  t.equal((t.throws(() => parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: '(' })) as ConfigError).variable, 'SNS_SIGNING_CERT_URL_PATTERN')
+})
