@@ -6,7 +6,7 @@
  * peer of its mTLS, and the X-Forwarded-For the gateway wrote (the sidecars add nothing to it).
  */
 import t, { type Test } from 'tap'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 
@@ -184,4 +184,37 @@ t.test('l5d-client-id: an ingress controller named as a gateway, the public rout
   t.same([await scan(ingress, '203.0.113.1'), await scan(ingress, '203.0.113.1'), await scan(ingress, '203.0.113.2')], [404, 429, 404], 'per end user behind the ingress controller')
   const internal = 'web.shop.serviceaccount.identity.linkerd.cluster.local'
   t.same([await scan(internal, '203.0.113.3'), await scan(internal, '203.0.113.4')], [404, 429], 'per workload for an internal caller')
+})
+
+t.test('the refusal pace: per internal workload, and per end user behind a gateway\'s load balancer', async (t) => {
+  // One refusal a second past a burst of one: of four refusals at once, two are held (up to
+  // two seconds), while the first refusal of a source is never held.
+  const { app } = await buildApp(t, {
+    TRUST_PROXY: `${SIDECAR}/32`,
+    MESH_IDENTITY_HEADER: 'x-forwarded-client-cert',
+    MESH_GATEWAY_IDENTITIES: GATEWAY,
+    MESH_GATEWAY_TRUSTED_HOPS: '1',
+    REFUSAL_PACE_PER_SECOND: '1',
+    REFUSAL_PACE_BURST: '1',
+    REFUSAL_PACE_MAX_DELAY_MS: '5s'
+  })
+  const port = await listenApp(app)
+  const refused = async (headers: Record<string, string>) => (await send({ port, localAddress: SIDECAR, path: '/otp/verify', headers: { ...json, authorization: 'Bearer not-a-key', ...headers }, body: '{}' })).status
+  const flood = async (headers: Record<string, string>) => await Promise.all(Array.from({ length: 4 }, async () => await refused(headers)))
+  const paced = async (): Promise<number> => {
+    const answer = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+    return Number(/^email_otp_refusals_paced_total (\d+)/m.exec(answer.body)?.[1])
+  }
+
+  t.same(await flood(xfcc(`${td}/jobs/sa/worker`)), [401, 401, 401, 401])
+  const afterWorker = await paced()
+  t.ok(afterWorker >= 1, `a workload that keeps being refused is paced (${afterWorker} held)`)
+  t.equal(await refused(xfcc(`${td}/shop/sa/frontend`)), 401)
+  t.equal(await paced(), afterWorker, 'another workload behind the same sidecar address is not')
+
+  t.same(await flood(viaGateway('203.0.113.1, 10.0.0.5')), [401, 401, 401, 401])
+  const afterEndUser = await paced()
+  t.ok(afterEndUser > afterWorker, `an end user who keeps being refused is paced (${afterEndUser - afterWorker} held)`)
+  t.equal(await refused(viaGateway('203.0.113.2, 10.0.0.5')), 401)
+  t.equal(await paced(), afterEndUser, 'another end user behind the same gateway and load balancer is not')
 })
