@@ -7,8 +7,12 @@ import type { IpRangeSet } from '../lib/net/ip-ranges.js'
 import { workloadIdentity, workloadMatcher, type MeshIdentityHeader } from '../lib/net/workload-identity.js'
 import { forwardedForOf, trustedProxies } from './client-address.js'
 
+/** Where a request keeps its mesh caller once read (meshCallerOf). */
+const meshCallerKey: unique symbol = Symbol('meshCaller')
+
 declare module 'fastify' {
   interface FastifyRequest {
+    [meshCallerKey]: MeshCaller | null
     /**
      * The caller's workload identity (a SPIFFE ID, a Linkerd identity) as the mesh's sidecar
      * verified it, or null: no MESH_IDENTITY_HEADER, a peer that is not a trusted proxy, or a
@@ -54,28 +58,21 @@ export function meshSettings (config: Pick<Config, 'meshIdentityHeader' | 'trust
 }
 
 /**
- * Each request's caller, read once: the log serializer of the request's first line runs before
- * the onRequest hook and asks too, and parsing an XFCC header costs several microseconds.
- */
-const readCallers = new WeakMap<object, MeshCaller>()
-
-/**
  * Who a request comes from in the mesh: the identity its sidecar verified, and for a gateway
  * the end client it forwarded (lib/net/client-address.ts gatewayClient). A request from a peer
  * that is not a trusted proxy carries whatever its sender wrote, and is outside the mesh.
+ *
+ * Read once per request and kept on it: the log serializer of the request's first line runs
+ * before the onRequest hook and asks too, and parsing an XFCC header costs several microseconds.
  */
-export function meshCallerOf (request: Pick<FastifyRequest, 'socket' | 'headers'>, mesh: MeshSettings): MeshCaller {
+export function meshCallerOf (request: Pick<FastifyRequest, 'socket' | 'headers' | typeof meshCallerKey>, mesh: MeshSettings): MeshCaller {
   const value = request.headers[mesh.header]
   if (value === undefined || !fromTrustedProxy(request.socket?.remoteAddress, mesh.proxies)) return OUTSIDE_THE_MESH
-  let caller = readCallers.get(request)
-  if (caller === undefined) {
-    caller = readCaller(request, value, mesh)
-    readCallers.set(request, caller)
-  }
-  return caller
+  request[meshCallerKey] ??= callerFrom(request, value, mesh)
+  return request[meshCallerKey]
 }
 
-function readCaller (request: Pick<FastifyRequest, 'headers'>, value: string | string[], mesh: MeshSettings): MeshCaller {
+function callerFrom (request: Pick<FastifyRequest, 'headers'>, value: string | string[], mesh: MeshSettings): MeshCaller {
   const found = workloadIdentity(mesh.header, value)
   if (found === null) return OUTSIDE_THE_MESH
   if (!found.ok) return { ok: false, code: 'INVALID_WORKLOAD_IDENTITY', problem: found.problem }
@@ -98,6 +95,7 @@ function readCaller (request: Pick<FastifyRequest, 'headers'>, value: string | s
 export default fp(async function workloadIdentityPlugin (fastify) {
   fastify.decorateRequest('workload', null)
   fastify.decorateRequest('sourceWorkload', null)
+  fastify.decorateRequest(meshCallerKey, null)
   const mesh = meshSettings(fastify.config)
   if (mesh === null) return
   fastify.addHook('onRequest', (request, _reply, done) => {
