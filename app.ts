@@ -25,7 +25,7 @@ import refusalsPlugin from './plugins/refusals.js'
 import servicesPlugin from './plugins/services.js'
 import tenantTurnsPlugin from './plugins/tenant-turns.js'
 import idempotencyPlugin from './plugins/idempotency.js'
-import workloadIdentityPlugin from './plugins/workload-identity.js'
+import workloadIdentityPlugin, { meshCallerOf, meshSettings } from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
 import feedbackRoutes from './routes/feedback.js'
 import metricsRoutes from './routes/metrics.js'
@@ -57,6 +57,12 @@ function redactUnlessErrorCode (value: unknown, path: string[]): unknown {
  */
 export function serverOptions (config: Config, logStream?: Writable): FastifyHttpOptions<Server> {
   const proxies = trustedProxies(config.trustProxy)
+  const mesh = meshSettings(config)
+  /** A gateway's end client, as the onRequest hooks will resolve it; null for any other request. */
+  const endClientOf = (request: FastifyRequest): string | null => {
+    const caller = mesh === null ? null : meshCallerOf(request, mesh)
+    return caller?.ok === true ? caller.endClient : null
+  }
   return {
     logger: {
       level: config.logLevel,
@@ -69,7 +75,7 @@ export function serverOptions (config: Config, logStream?: Writable): FastifyHtt
           method: request.method,
           url: request.url.split('?')[0],
           // Logged before the onRequest hooks that resolve it, hence resolved here as well.
-          remoteAddress: clientAddressOf(request, proxies) ?? request.ip
+          remoteAddress: endClientOf(request) ?? clientAddressOf(request, proxies) ?? request.ip
         })
       }
     },

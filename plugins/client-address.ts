@@ -8,8 +8,10 @@ declare module 'fastify' {
   interface FastifyRequest {
     /**
      * The client this request speaks for, in canonical form (see lib/net/client-address):
-     * what block lists, per-source buckets and logs use. Set by the first onRequest hook.
-     * `request.ip` stays the socket's peer.
+     * what block lists, per-source buckets, the refusal pace and logs use. Set by the first
+     * onRequest hook; for a mesh gateway's request (MESH_GATEWAY_IDENTITIES), replaced by the
+     * end client it forwarded in the next (plugins/workload-identity.ts). `request.ip` stays
+     * the socket's peer.
      */
     clientAddress: string
   }
@@ -20,11 +22,16 @@ export function trustedProxies (cidrs: readonly string[]): IpRangeSet | null {
   return cidrs.length === 0 ? null : IpRangeSet.fromEntries(cidrs).set
 }
 
-/** The client address of a request, for callers that run before the onRequest hook (log serializers). */
-export function clientAddressOf (request: Pick<FastifyRequest, 'socket' | 'headers'>, proxies: IpRangeSet | null): string | null {
+/** A request's X-Forwarded-For as one list. */
+export function forwardedForOf (request: Pick<FastifyRequest, 'headers'>): string | undefined {
   const forwardedFor = request.headers['x-forwarded-for']
   // node joins repeated X-Forwarded-For headers into one list, as proxies expect.
-  return clientAddress(request.socket?.remoteAddress, Array.isArray(forwardedFor) ? forwardedFor.join(',') : forwardedFor, proxies)
+  return Array.isArray(forwardedFor) ? forwardedFor.join(',') : forwardedFor
+}
+
+/** The client address of a request, for callers that run before the onRequest hook (log serializers). */
+export function clientAddressOf (request: Pick<FastifyRequest, 'socket' | 'headers'>, proxies: IpRangeSet | null): string | null {
+  return clientAddress(request.socket?.remoteAddress, forwardedForOf(request), proxies)
 }
 
 /**

@@ -1,7 +1,9 @@
+import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter, Gauge } from 'prom-client'
 import { RefusalPacer } from '../lib/net/refusal-pacing.js'
 import { sourceBucket } from '../lib/net/source-address.js'
+import { workloadBucket } from '../lib/net/workload-identity.js'
 
 /** Sources whose pace is remembered at once (a few MB at most). */
 const PACED_SOURCES = 100_000
@@ -16,10 +18,12 @@ function isRefusal (status: number): boolean {
 /**
  * Paces the refusals of each client (REFUSAL_PACE_*, lib/net/refusal-pacing.ts): past its
  * burst, a source that keeps being refused gets its answers held, up to the maximum delay.
- * The source is the client address (behind TRUST_PROXY, the forwarded one, so a proxy's
- * other clients are not held), per IPV6_BUCKET_PREFIX as the per-source buckets count it. A
- * partner's backend is the source of its secret key's requests, not the End-User-IP it names:
- * it is the one that keeps asking. Admitted answers are never held.
+ * The source is the one the per-source buckets count: the client address (behind TRUST_PROXY,
+ * the forwarded one, so a proxy's other clients are not held; behind a mesh gateway, the end
+ * client it forwarded), per IPV6_BUCKET_PREFIX, or an internal caller's workload identity
+ * (every workload behind a sidecar has the sidecar's address). A partner's backend is the
+ * source of its secret key's requests, not the End-User-IP it names: it is the one that keeps
+ * asking. Admitted answers are never held.
  */
 export default fp(async function refusalPacingPlugin (fastify) {
   const { refusalPace, ipv6BucketPrefix } = fastify.config
@@ -33,18 +37,22 @@ export default fp(async function refusalPacingPlugin (fastify) {
     registers: [],
     collect () { this.set(pacer.held) }
   }))
+  const sourceOf = (request: FastifyRequest): string => {
+    if (request.sourceWorkload !== null) return workloadBucket(request.sourceWorkload)
+    const client = request.clientAddress === '' ? request.ip : request.clientAddress
+    return sourceBucket(client, ipv6BucketPrefix) ?? client
+  }
   // Synchronous, like the other hooks on the hot path: most answers pass straight through.
   fastify.addHook('onSend', (request, reply, payload, done) => {
     if (!isRefusal(reply.statusCode)) {
       done(null, payload)
       return
     }
-    const client = request.clientAddress === '' ? request.ip : request.clientAddress
-    if (pacer.hold(sourceBucket(client, ipv6BucketPrefix) ?? client, () => { done(null, payload) })) paced.inc()
+    if (pacer.hold(sourceOf(request), () => { done(null, payload) })) paced.inc()
   })
   // A shutdown answers what is held at once rather than wait for it.
   fastify.addHook('preClose', (done) => {
     pacer.release()
     done()
   })
-}, { name: 'refusal-pacing', dependencies: ['config', 'client-address', 'metrics'], fastify: '5.x' })
+}, { name: 'refusal-pacing', dependencies: ['config', 'client-address', 'workload-identity', 'metrics'], fastify: '5.x' })

@@ -15,6 +15,15 @@ export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
 /** What verify accepts as a requestId: URL-safe, at most 64 characters. */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 
+/**
+ * A mesh workload as a key's `workloads` and MESH_GATEWAY_IDENTITIES name it: an exact
+ * identity (printable ASCII, no `*`), or a prefix ending in `/*` for one more path segment.
+ */
+export const WORKLOAD_PATTERN = '^[\\x21-\\x29\\x2b-\\x7e]+(/\\*)?$'
+
+/** The longest identity a workload pattern may name (a SPIFFE ID is at most 2048 bytes). */
+export const WORKLOAD_MAX_LENGTH = 2048
+
 /** An API key: kind, mode, then base62. */
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 

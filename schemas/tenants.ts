@@ -1,5 +1,5 @@
 import { Type, type Static, type TString, type TUnion } from '@sinclair/typebox'
-import { RATE_LIMIT_PATTERN, WINDOW_PATTERN } from './patterns.js'
+import { RATE_LIMIT_PATTERN, WINDOW_PATTERN, WORKLOAD_MAX_LENGTH, WORKLOAD_PATTERN } from './patterns.js'
 import { WEBHOOK_EVENT_TYPES, WEBHOOK_SECRET_PATTERN } from './webhooks.js'
 
 const HOST_PATTERN = '^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
@@ -27,7 +27,7 @@ export const KeySchema = Type.Object({
   createdAt: Type.Optional(Type.String({ format: 'date-time' })),
   allowance: Type.Optional(Type.String({ pattern: SHARE_PATTERN, description: 'Restricted keys only: the share of the tenant\'s allowance (live or sandbox, as the key) this key may use per window, e.g. `25%`. Default: the tenant\'s `restrictedKeyAllowance`.' })),
   workloads: Type.Optional(Type.Array(
-    Type.String({ pattern: '^[\\x21-\\x29\\x2b-\\x7e]+(/\\*)?$', maxLength: 2048 }),
+    Type.String({ pattern: WORKLOAD_PATTERN, maxLength: WORKLOAD_MAX_LENGTH }),
     { minItems: 1, maxItems: 100, description: 'The mesh workloads this key works for, as the sidecar names them in MESH_IDENTITY_HEADER: exact SPIFFE IDs (`spiffe://cluster.local/ns/payments/sa/api`) or Linkerd identities, or a prefix ending in `/*` for one more path segment (`spiffe://cluster.local/ns/payments/sa/*`: every service account of a namespace). From any other caller, or without a mesh identity, the key answers 403 WORKLOAD_NOT_ALLOWED. Unset: any caller.' }
   )),
   requireCaptcha: Type.Optional(Type.Boolean({ description: 'Whether dispatches with this key need a CAPTCHA token (`Captcha-Token`), whatever the tenant\'s `captcha.requireFor` says. Needs the tenant\'s `captcha`.' }))

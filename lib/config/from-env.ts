@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../../schemas/env.js'
-import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN, WORKLOAD_MAX_LENGTH, WORKLOAD_PATTERN } from '../../schemas/patterns.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
 import { parseDuration, type DurationUnit } from '../duration.js'
 import { parseRateLimit, type RateLimit } from '../limits/rate-limit.js'
@@ -14,6 +14,7 @@ import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/si
 import { validateEmail } from '../recipients/address.js'
 import type { RedisAccess, RedisNode, RedisTopology } from './redis-topology.js'
 import { tracingConfig } from '../telemetry/config.js'
+import type { MeshGateways } from '../net/workload-identity.js'
 import type { Config } from './types.js'
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -84,6 +85,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   if (valid.MESH_IDENTITY_HEADER !== undefined && trustProxy.length === 0) {
     throw new ConfigError('MESH_IDENTITY_HEADER', 'needs TRUST_PROXY: the identity is read only from the address the sidecar connects from (127.0.0.6 behind Istio)')
   }
+  const meshGateways = meshGatewaysOf(valid)
 
   const blocklists = {
     ipSources: (valid.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),
@@ -125,6 +127,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     bodyLimitBytes: valid.BODY_LIMIT_BYTES,
     trustProxy,
     meshIdentityHeader: valid.MESH_IDENTITY_HEADER ?? null,
+    meshGateways,
     shutdownGraceMs: durationMs(valid, 'SHUTDOWN_GRACE_MS'),
     shutdownDrainMs: durationMs(valid, 'SHUTDOWN_DRAIN_MS'),
     blocklists,
@@ -165,6 +168,35 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     },
     tracing: tracingConfig(valid, (variable, problem) => new ConfigError(variable, problem))
   }
+}
+
+const WORKLOAD = new RegExp(WORKLOAD_PATTERN)
+
+/**
+ * MESH_GATEWAY_IDENTITIES and MESH_GATEWAY_TRUSTED_HOPS. Required with a mesh identity, `none`
+ * included: left unset, an ingress gateway would be counted as one workload, every end user
+ * behind it in one bucket, and nothing would say so until its users were refused.
+ */
+function meshGatewaysOf (env: Env): MeshGateways | null {
+  const named = env.MESH_GATEWAY_IDENTITIES
+  if (env.MESH_IDENTITY_HEADER === undefined) {
+    if (named !== undefined) throw new ConfigError('MESH_GATEWAY_IDENTITIES', 'is only used with MESH_IDENTITY_HEADER')
+  } else if (named === undefined) {
+    throw new ConfigError('MESH_GATEWAY_IDENTITIES', 'is required with MESH_IDENTITY_HEADER: the identities of the gateways that forward end users\' requests (each end user is then counted, not the gateway), or none when only internal workloads call the service')
+  }
+  const identities = (named ?? 'none').split(',').map((entry) => entry.trim()).filter((entry) => entry !== '')
+  if (identities.length === 0) throw new ConfigError('MESH_GATEWAY_IDENTITIES', 'names no identity (none: no gateway forwards to the service)')
+  if (identities.length === 1 && identities[0] === 'none') {
+    if (env.MESH_GATEWAY_TRUSTED_HOPS !== 0) throw new ConfigError('MESH_GATEWAY_TRUSTED_HOPS', 'is only used with MESH_GATEWAY_IDENTITIES (the proxies in front of a gateway)')
+    return null
+  }
+  for (const identity of identities) {
+    if (identity === 'none') throw new ConfigError('MESH_GATEWAY_IDENTITIES', 'lists none beside identities: none stands alone')
+    if (identity.length > WORKLOAD_MAX_LENGTH || !WORKLOAD.test(identity)) {
+      throw new ConfigError('MESH_GATEWAY_IDENTITIES', `has an entry that is neither an identity nor a prefix ending in /*: ${JSON.stringify(identity)}`)
+    }
+  }
+  return { identities, trustedHops: env.MESH_GATEWAY_TRUSTED_HOPS }
 }
 
 /**

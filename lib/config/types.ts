@@ -3,7 +3,7 @@ import type { LockoutPolicy } from '../limits/lockout-policy.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 import type { MacKey } from '../keys/mac-key.js'
 import type { MailerConfig } from '../mail/mailer.js'
-import type { MeshIdentityHeader } from '../net/workload-identity.js'
+import type { MeshGateways, MeshIdentityHeader } from '../net/workload-identity.js'
 import type { ReceiptKeyMaterial } from '../receipts/signing-keys.js'
 import type { RedisTopology } from './redis-topology.js'
 import type { TracingConfig } from '../telemetry/config.js'
@@ -40,6 +40,8 @@ export interface Config extends MailerConfig {
   trustProxy: string[]
   /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
   meshIdentityHeader: MeshIdentityHeader | null
+  /** The identities whose requests are counted per forwarded end client; null: `none`, or no mesh identity read. */
+  meshGateways: MeshGateways | null
   shutdownGraceMs: number
   shutdownDrainMs: number
   blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }

@@ -68,6 +68,32 @@ export function clientAddress (socketAddress: string | undefined, forwardedFor: 
   return null
 }
 
+/**
+ * The end client a mesh gateway forwarded a request for (MESH_GATEWAY_IDENTITIES): the
+ * X-Forwarded-For entry `trustedHops` places left of the right-most one. The gateway appends
+ * the address of the peer it accepted the connection from, and each of the `trustedHops`
+ * proxies in front of it (load balancers) appended the address it saw in turn, so the entry
+ * after theirs is the client's; whatever a client wrote itself is further left and never read.
+ * TRUST_PROXY plays no part: the sidecars in between add nothing, and the gateway is known by
+ * its identity, not by an address.
+ *
+ * Null when the header has fewer entries than that, or when the gateway's or a proxy's entry
+ * names no address: the chain is not the one the operator described, and the request has no
+ * client to count, rather than being counted as the gateway (every end user in one bucket) or
+ * as an entry further left (the client's own choice).
+ */
+export function gatewayClient (forwardedFor: string | undefined, trustedHops: number): string | null {
+  if (forwardedFor === undefined) return null
+  let end = forwardedFor.length
+  for (let hops = 0; ; hops++) {
+    const start = end === 0 ? 0 : forwardedFor.lastIndexOf(',', end - 1) + 1
+    const entry = parseForwardedEntry(forwardedFor.slice(start, end))
+    if (entry === null || hops === trustedHops) return entry
+    if (start === 0) return null
+    end = start - 1
+  }
+}
+
 /** The socket peer's canonical address; a socket reports IPv4 peers canonically already, so the common case costs no parse. */
 export function peerAddress (socketAddress: string | undefined): string | null {
   if (socketAddress === undefined) return null

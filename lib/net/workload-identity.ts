@@ -3,6 +3,17 @@ import { hash } from 'node:crypto'
 /** The headers a sidecar passes the caller's verified identity in (MESH_IDENTITY_HEADER). */
 export type MeshIdentityHeader = 'x-forwarded-client-cert' | 'l5d-client-id'
 
+/**
+ * The gateways among the mesh's callers (MESH_GATEWAY_IDENTITIES): their requests speak for
+ * the end users they forward, named in X-Forwarded-For, not for the gateway itself.
+ */
+export interface MeshGateways {
+  /** Exact identities, or prefixes ending in `/*` (as workloadMatcher reads them). */
+  identities: string[]
+  /** Proxies in front of the gateways that append to X-Forwarded-For (MESH_GATEWAY_TRUSTED_HOPS). */
+  trustedHops: number
+}
+
 /** One XFCC element: its key-value pairs in order, keys lower-cased (they are case-insensitive). */
 export type XfccElement = Array<[key: string, value: string]>
 

@@ -38,8 +38,11 @@ export interface Caller {
    * per-source limits count it, and the backend's own address gets its own bucket.
    */
   endUserAddress?: string | null
-  /** The caller's mesh workload identity: when known, its per-source bucket instead of the address's. */
-  workload?: string | null
+  /**
+   * The mesh workload the caller is counted as (an internal caller's identity): when known, its
+   * per-source bucket instead of the address's. Null for a gateway's end clients, counted by address.
+   */
+  sourceWorkload?: string | null
   log: Logger
 }
 
@@ -304,7 +307,7 @@ export class OtpService {
     const bucket = (address: string): string => sourceBucket(address, this.#options.ipv6BucketPrefix) ?? address
     const endUser = caller.endUserAddress ?? null
     // Behind a sidecar every caller has the sidecar's address: the workload tells them apart.
-    const own = caller.workload === undefined || caller.workload === null ? bucket(caller.address) : workloadBucket(caller.workload)
+    const own = caller.sourceWorkload === undefined || caller.sourceWorkload === null ? bucket(caller.address) : workloadBucket(caller.sourceWorkload)
     return endUser === null
       ? { key: caller.key, sourceBucket: own, backendBucket: null }
       : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: own }

@@ -56,9 +56,9 @@ function withinRequestBudget (redis: RedisClient): RedisClient {
   return budgeted as unknown as RedisClient
 }
 
-/** Per-source counts: per workload behind a mesh sidecar, per client address otherwise. */
+/** Per-source counts: per workload behind a mesh sidecar, per client address otherwise (a gateway's end clients included). */
 function sourceKey (request: FastifyRequest): string {
-  return request.workload === null ? request.clientAddress : workloadBucket(request.workload)
+  return request.sourceWorkload === null ? request.clientAddress : workloadBucket(request.sourceWorkload)
 }
 
 /**

@@ -2,9 +2,11 @@
  * Workload identity through a "sidecar": the service listens on loopback, and 127.0.0.6 (the
  * address Istio's sidecar connects from) is the only TRUST_PROXY peer. Every request is a real
  * socket from a real source address; the stores are the in-process one and a redis-server.
+ * Requests "through the ingress gateway" carry the gateway's identity, as our sidecar names the
+ * peer of its mTLS, and the X-Forwarded-For the gateway wrote (the sidecars add nothing to it).
  */
 import t, { type Test } from 'tap'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 
@@ -18,7 +20,7 @@ async function scenario (t: Test, store: Record<string, string>): Promise<void> 
   const { path, keys } = writeTenants(t, (file) => {
     file.tenants[0]!.keys[0]!.workloads = [`${td}/payments/sa/api`, `${td}/jobs/sa/*`]
   })
-  const { app } = await buildApp(t, { ...store, TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', RATE_LIMIT_SOURCE: '2/1m' })
+  const { app } = await buildApp(t, { ...store, TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: 'none', RATE_LIMIT_SOURCE: '2/1m' })
   const port = await listenApp(app)
   const dispatch = async (key: string, from: string, headers: Record<string, string>, email = 'jo@example.com') =>
     await send({ port, localAddress: from, path: '/otp/request', headers: { ...json, ...bearer(key), ...headers }, body: JSON.stringify({ email }) })
@@ -65,7 +67,7 @@ t.test('l5d-client-id: the identity verbatim, public routes limited per workload
   const { path, keys } = writeTenants(t, (file) => {
     file.tenants[0]!.keys[0]!.workloads = ['api.payments.serviceaccount.identity.linkerd.cluster.local']
   })
-  const { app } = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'l5d-client-id', RATE_LIMIT_PUBLIC: '1/1m' })
+  const { app } = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'l5d-client-id', MESH_GATEWAY_IDENTITIES: 'none', RATE_LIMIT_PUBLIC: '1/1m' })
   const port = await listenApp(app)
   const usage = async (headers: Record<string, string>) => (await send({ port, localAddress: SIDECAR, method: 'GET', path: '/usage', headers: { ...bearer(keys.acmeLive), ...headers } })).status
   t.equal(await usage(linkerd('api')), 200)
@@ -75,4 +77,144 @@ t.test('l5d-client-id: the identity verbatim, public routes limited per workload
 
   const scan = async (headers: Record<string, string>) => (await send({ port, localAddress: SIDECAR, method: 'GET', path: '/nope', headers })).status
   t.same([await scan(linkerd('a')), await scan(linkerd('a')), await scan(linkerd('b'))], [404, 429, 404], 'the public routes\' per-source limit counts per workload')
+})
+
+const GATEWAY = `${td}/istio-system/sa/istio-ingressgateway-service-account`
+
+/** Through the ingress gateway: its identity, and the X-Forwarded-For it wrote. */
+const viaGateway = (forwardedFor?: string): Record<string, string> => ({ ...xfcc(GATEWAY), ...(forwardedFor === undefined ? {} : { 'x-forwarded-for': forwardedFor }) })
+
+async function gatewayScenario (t: Test, store: Record<string, string>): Promise<void> {
+  const { path, keys } = writeTenants(t, (file) => {
+    const [live, , browser] = file.tenants[0]!.keys
+    live!.workloads = [`${td}/payments/sa/api`]
+    browser!.workloads = [GATEWAY]
+  })
+  const { app } = await buildApp(t, { ...store, TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: `${td}/edge/sa/*,${GATEWAY}`, RATE_LIMIT_SOURCE: '2/1m' })
+  const port = await listenApp(app)
+  const verify = async (from: string, headers: Record<string, string>) => {
+    const answer = await send({ port, localAddress: from, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeTest), ...headers }, body: JSON.stringify({ requestId: 'otp_unknown', userGuess: '000000' }) })
+    return [answer.status, answer.body.code]
+  }
+  const dispatch = async (key: string, from: string, headers: Record<string, string>) => {
+    const answer = await send({ port, localAddress: from, path: '/otp/request', headers: { ...json, ...bearer(key), ...headers }, body: JSON.stringify({ email: 'jo@example.com' }) })
+    return [answer.status, answer.body.code ?? 'ok']
+  }
+
+  const first = [await verify(SIDECAR, viaGateway('203.0.113.1')), await verify(SIDECAR, viaGateway('203.0.113.1')), await verify(SIDECAR, viaGateway('203.0.113.1'))]
+  t.same(first, [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'one end user behind the gateway reaches RATE_LIMIT_SOURCE')
+  t.same(await verify(SIDECAR, viaGateway('203.0.113.2')), [400, 'CODE_MISMATCH'], 'another end user behind the same gateway still has its own bucket')
+  t.same(await verify(SIDECAR, viaGateway('198.51.100.77, 203.0.113.1')), [429, 'RATE_LIMITED'], 'an end user who writes X-Forwarded-For itself is still counted by the address the gateway appended')
+  t.same(await verify(SIDECAR, { ...xfcc(`${td}/edge/sa/public`), 'x-forwarded-for': '203.0.113.1' }), [429, 'RATE_LIMITED'], 'a gateway named by its namespace: the same end user, the same bucket')
+
+  t.same(await verify(SIDECAR, viaGateway()), [400, 'INVALID_FORWARDED_FOR'], 'a gateway\'s request without X-Forwarded-For is refused, not counted as the gateway')
+  t.same(await verify(SIDECAR, viaGateway('unknown')), [400, 'INVALID_FORWARDED_FOR'], 'nor with an entry that names no address')
+
+  const internal = xfcc(`${td}/shop/sa/frontend`)
+  const workloadCounts = [
+    await verify(SIDECAR, { ...internal, 'x-forwarded-for': '203.0.113.2' }),
+    await verify(SIDECAR, { ...internal, 'x-forwarded-for': '203.0.113.3' }),
+    await verify(SIDECAR, { ...internal, 'x-forwarded-for': '203.0.113.4' })
+  ]
+  t.same(workloadCounts, [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'an internal workload has one bucket, whatever its X-Forwarded-For says')
+  t.same(await verify(SIDECAR, viaGateway('203.0.113.2')), [400, 'CODE_MISMATCH'], 'and naming an end user\'s address did not spend that end user\'s bucket')
+
+  t.same(await dispatch(keys.acmeLive, SIDECAR, viaGateway('203.0.113.5')), [403, 'WORKLOAD_NOT_ALLOWED'], 'a key bound to internal workloads is not reachable through the gateway')
+  t.same(await dispatch(keys.acmeBrowser, SIDECAR, { ...viaGateway('203.0.113.5'), origin: 'https://app.acme.test' }), [200, 'ok'], 'a key bound to the gateway works through it')
+
+  // A stranger outside the mesh writing the gateway's identity and an end user's address.
+  const forged = viaGateway('203.0.113.6')
+  t.same([await verify(STRANGER, forged), await verify(STRANGER, forged), await verify(STRANGER, forged)],
+    [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'a stranger forging the headers is counted by its own address')
+  t.same(await verify(SIDECAR, viaGateway('203.0.113.6')), [400, 'CODE_MISMATCH'], 'and spent nothing of the end user it named')
+  t.same(await dispatch(keys.acmeBrowser, STRANGER, { ...forged, origin: 'https://app.acme.test' }), [403, 'WORKLOAD_NOT_ALLOWED'], 'nor can it use the gateway\'s key')
+}
+
+t.test('through an ingress gateway: one bucket per end user, per workload for internal callers, in process', async (t) => {
+  await gatewayScenario(t, {})
+})
+
+t.test('through an ingress gateway: one bucket per end user, per workload for internal callers, on a real redis-server', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  await gatewayScenario(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+})
+
+t.test('a load balancer in front of the gateway (MESH_GATEWAY_TRUSTED_HOPS=1): the entry before its own is the end user, for buckets, block lists and logs', async (t) => {
+  t.testdir({ 'blocked.txt': '203.0.113.66\n' })
+  const { path, keys } = writeTenants(t)
+  const built = await buildApp(t, {
+    TENANTS_FILE: path,
+    IP_BLOCKLISTS: `${t.testdirName}/blocked.txt`,
+    TRUST_PROXY: `${SIDECAR}/32`,
+    MESH_IDENTITY_HEADER: 'x-forwarded-client-cert',
+    MESH_GATEWAY_IDENTITIES: GATEWAY,
+    MESH_GATEWAY_TRUSTED_HOPS: '1',
+    RATE_LIMIT_SOURCE: '2/1m',
+    RATE_LIMIT_BACKEND: '2/1m'
+  })
+  const port = await listenApp(built.app)
+  const verify = async (forwardedFor: string, headers: Record<string, string> = {}) => {
+    const answer = await send({ port, localAddress: SIDECAR, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeTest), ...viaGateway(forwardedFor), ...headers }, body: JSON.stringify({ requestId: 'otp_unknown', userGuess: '000000' }) })
+    return [answer.status, answer.body.code]
+  }
+  const balancer = '10.0.0.5'
+
+  t.same([await verify(`203.0.113.1, ${balancer}`), await verify(`203.0.113.1, ${balancer}`), await verify(`203.0.113.1, ${balancer}`)],
+    [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'one end user reaches RATE_LIMIT_SOURCE')
+  t.same(await verify(`203.0.113.2, ${balancer}`), [400, 'CODE_MISMATCH'], 'another behind the same load balancer has its own bucket')
+  t.same(await verify(`203.0.113.9, 203.0.113.1, ${balancer}`), [429, 'RATE_LIMITED'], 'what the end user wrote itself is not read')
+  t.match(built.logs.text, /"remoteAddress":"203\.0\.113\.2"/, 'the request line names the end user')
+  t.notMatch(built.logs.text, /"remoteAddress":"10\.0\.0\.5"/, 'not the load balancer')
+  t.same(await verify(`203.0.113.66, ${balancer}`), [403, 'SOURCE_BLOCKED'], 'block lists look at the end user')
+  t.same(await verify(balancer), [400, 'INVALID_FORWARDED_FOR'], 'fewer entries than the load balancer and the end user: refused')
+
+  // Partner backends behind the gateway, naming their end users: each backend its own bucket.
+  const backend = async (address: string, endUser: string) => await verify(`${address}, ${balancer}`, { 'end-user-ip': endUser })
+  t.same([await backend('198.51.100.10', '192.0.2.1'), await backend('198.51.100.10', '192.0.2.2'), await backend('198.51.100.10', '192.0.2.3')],
+    [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'a backend reaches RATE_LIMIT_BACKEND over its end users')
+  t.same(await backend('198.51.100.11', '192.0.2.4'), [400, 'CODE_MISMATCH'], 'another backend behind the gateway has its own')
+})
+
+t.test('l5d-client-id: an ingress controller named as a gateway, the public routes limited per end user', async (t) => {
+  const ingress = 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local'
+  const { app } = await buildApp(t, { TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'l5d-client-id', MESH_GATEWAY_IDENTITIES: ingress, RATE_LIMIT_PUBLIC: '1/1m' })
+  const port = await listenApp(app)
+  const scan = async (identity: string, forwardedFor: string) => (await send({ port, localAddress: SIDECAR, method: 'GET', path: '/nope', headers: { 'l5d-client-id': identity, 'x-forwarded-for': forwardedFor } })).status
+  t.same([await scan(ingress, '203.0.113.1'), await scan(ingress, '203.0.113.1'), await scan(ingress, '203.0.113.2')], [404, 429, 404], 'per end user behind the ingress controller')
+  const internal = 'web.shop.serviceaccount.identity.linkerd.cluster.local'
+  t.same([await scan(internal, '203.0.113.3'), await scan(internal, '203.0.113.4')], [404, 429], 'per workload for an internal caller')
+})
+
+t.test('the refusal pace: per internal workload, and per end user behind a gateway\'s load balancer', async (t) => {
+  // One refusal a second past a burst of one: of four refusals at once, two are held (up to
+  // two seconds), while the first refusal of a source is never held.
+  const { app } = await buildApp(t, {
+    TRUST_PROXY: `${SIDECAR}/32`,
+    MESH_IDENTITY_HEADER: 'x-forwarded-client-cert',
+    MESH_GATEWAY_IDENTITIES: GATEWAY,
+    MESH_GATEWAY_TRUSTED_HOPS: '1',
+    REFUSAL_PACE_PER_SECOND: '1',
+    REFUSAL_PACE_BURST: '1',
+    REFUSAL_PACE_MAX_DELAY_MS: '5s'
+  })
+  const port = await listenApp(app)
+  const refused = async (headers: Record<string, string>) => (await send({ port, localAddress: SIDECAR, path: '/otp/verify', headers: { ...json, authorization: 'Bearer not-a-key', ...headers }, body: '{}' })).status
+  const flood = async (headers: Record<string, string>) => await Promise.all(Array.from({ length: 4 }, async () => await refused(headers)))
+  const paced = async (): Promise<number> => {
+    const answer = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+    return Number(/^email_otp_refusals_paced_total (\d+)/m.exec(answer.body)?.[1])
+  }
+
+  t.same(await flood(xfcc(`${td}/jobs/sa/worker`)), [401, 401, 401, 401])
+  const afterWorker = await paced()
+  t.ok(afterWorker >= 1, `a workload that keeps being refused is paced (${afterWorker} held)`)
+  t.equal(await refused(xfcc(`${td}/shop/sa/frontend`)), 401)
+  t.equal(await paced(), afterWorker, 'another workload behind the same sidecar address is not')
+
+  t.same(await flood(viaGateway('203.0.113.1, 10.0.0.5')), [401, 401, 401, 401])
+  const afterEndUser = await paced()
+  t.ok(afterEndUser > afterWorker, `an end user who keeps being refused is paced (${afterEndUser - afterWorker} held)`)
+  t.equal(await refused(viaGateway('203.0.113.2, 10.0.0.5')), 401)
+  t.equal(await paced(), afterEndUser, 'another end user behind the same gateway and load balancer is not')
 })

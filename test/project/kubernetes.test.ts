@@ -18,6 +18,7 @@ import { ConfigMap, Secret, Service } from 'kubernetes-models/v1'
 import { AuthorizationPolicy, PeerAuthentication } from '@kubernetes-models/istio/security.istio.io/v1'
 import { DestinationRule } from '@kubernetes-models/istio/networking.istio.io/v1'
 import { parseConfig } from '../../lib/config/from-env.js'
+import { workloadMatcher } from '../../lib/net/workload-identity.js'
 import { registryFromJson } from '../../lib/tenants-file/load.js'
 import { EnvSchema } from '../../schemas/env.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
@@ -164,10 +165,18 @@ t.test('each kustomization builds, and what it renders holds', { skip: kubectl ?
       t.same([budget?.minAvailable, budget?.maxUnavailable], [2, undefined], `${dir}: two of three stay through a drain`)
     }
     const annotations = deployment?.spec.template.metadata.annotations ?? {}
-    if (dir === 'examples/linkerd') t.equal(annotations['linkerd.io/inject'], 'enabled', 'the Linkerd annotation')
+    const gateways = parseConfig({ ...Object.fromEntries(deployment?.spec.template.spec.containers[0].env.map((entry: Manifest) => [entry.name, entry.value ?? TEST_HMAC_KEYS])) }).meshGateways
+    if (dir === 'examples/linkerd') {
+      t.equal(annotations['linkerd.io/inject'], 'enabled', 'the Linkerd annotation')
+      t.ok(gateways !== null, `${dir}: the ingress controller is named as a gateway, so its end users are not one source`)
+    }
     if (dir === 'examples/istio') {
       t.equal(annotations['sidecar.istio.io/inject'], 'true')
       t.same(objects.filter((object) => object.apiVersion?.endsWith('istio.io/v1')).map((object) => object.kind).sort(), ['AuthorizationPolicy', 'DestinationRule', 'PeerAuthentication'])
+      const allowed = objects.filter((object) => object.kind === 'AuthorizationPolicy').flatMap((policy) => policy.spec.rules.flatMap((rule: Manifest) => (rule.from ?? []).flatMap((from: Manifest) => from.source.principals ?? []))) as string[]
+      const isGateway = workloadMatcher(gateways?.identities ?? [])
+      t.same(allowed.filter((principal) => principal.includes('ingressgateway')).filter((principal) => !isGateway(`spiffe://${principal}`)), [], `${dir}: every ingress gateway the AuthorizationPolicy lets in is named in MESH_GATEWAY_IDENTITIES`)
+      t.ok(allowed.some((principal) => isGateway(`spiffe://${principal}`)), `${dir}: and the gateway named is one it lets in`)
     }
   }
 })

@@ -141,10 +141,40 @@ t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding no
 
 t.test('MESH_IDENTITY_HEADER: one of the two headers, and only with TRUST_PROXY', async (t) => {
   t.equal(parseConfig({}).meshIdentityHeader, null)
-  t.equal(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.6' }).meshIdentityHeader, 'l5d-client-id')
+  t.equal(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.6', MESH_GATEWAY_IDENTITIES: 'none' }).meshIdentityHeader, 'l5d-client-id')
   t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-forwarded-client-cert' }), /MESH_IDENTITY_HEADER needs TRUST_PROXY/)
   t.throws(() => parseConfig({ MESH_IDENTITY_HEADER: 'x-client-id', TRUST_PROXY: '127.0.0.6' }), /MESH_IDENTITY_HEADER must be one of x-forwarded-client-cert, l5d-client-id/)
   t.equal(parseConfig({}).shutdownDrainMs, 5000, 'the drain lasts 5 s unless set')
+})
+
+t.test('MESH_GATEWAY_IDENTITIES: required with a mesh identity (none for none), identities or namespace prefixes; MESH_GATEWAY_TRUSTED_HOPS only with them', async (t) => {
+  const mesh = { MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', TRUST_PROXY: '127.0.0.6' }
+  const gateway = 'spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account'
+  t.equal(parseConfig({}).meshGateways, null)
+  t.equal(parseConfig({ ...mesh, MESH_GATEWAY_IDENTITIES: 'none' }).meshGateways, null, 'none: only internal workloads')
+  t.same(parseConfig({ ...mesh, MESH_GATEWAY_IDENTITIES: gateway }).meshGateways, { identities: [gateway], trustedHops: 0 }, 'no proxy in front of the gateway unless said')
+  t.same(parseConfig({ ...mesh, MESH_GATEWAY_IDENTITIES: ` ${gateway}, spiffe://cluster.local/ns/edge/sa/*,`, MESH_GATEWAY_TRUSTED_HOPS: '2' }).meshGateways,
+    { identities: [gateway, 'spiffe://cluster.local/ns/edge/sa/*'], trustedHops: 2 })
+  t.same(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.1', MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local' }).meshGateways?.identities,
+    ['ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local'])
+  const refused: Array<[Record<string, string>, string, RegExp]> = [
+    [mesh, 'MESH_GATEWAY_IDENTITIES', /is required with MESH_IDENTITY_HEADER: .* or none when only internal workloads call the service/],
+    [{ MESH_GATEWAY_IDENTITIES: gateway }, 'MESH_GATEWAY_IDENTITIES', /is only used with MESH_IDENTITY_HEADER/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: ',' }, 'MESH_GATEWAY_IDENTITIES', /names no identity/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: `none,${gateway}` }, 'MESH_GATEWAY_IDENTITIES', /none stands alone/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/*/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', /neither an identity nor a prefix ending in \/\*: "spiffe:\/\/cluster.local\/ns\/\*\/sa\/gateway"/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a b' }, 'MESH_GATEWAY_IDENTITIES', /neither an identity/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: `spiffe://td/${'a'.repeat(2048)}` }, 'MESH_GATEWAY_IDENTITIES', /neither an identity/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'none', MESH_GATEWAY_TRUSTED_HOPS: '1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /is only used with MESH_GATEWAY_IDENTITIES/],
+    [{ MESH_GATEWAY_TRUSTED_HOPS: '1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /is only used with MESH_GATEWAY_IDENTITIES/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '16' }, 'MESH_GATEWAY_TRUSTED_HOPS', /./],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '-1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /./]
+  ]
+  for (const [env, variable, message] of refused) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.equal(error.variable, variable, JSON.stringify(env))
+    t.match(error.message, message)
+  }
 })
 
 t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoed', async (t) => {

@@ -1,6 +1,6 @@
 import t from 'tap'
 import fc from 'fast-check'
-import { clientAddress, MAX_TRUSTED_HOPS, parseForwardedEntry } from '../../../lib/net/client-address.js'
+import { clientAddress, gatewayClient, MAX_TRUSTED_HOPS, parseForwardedEntry } from '../../../lib/net/client-address.js'
 import { IpRangeSet } from '../../../lib/net/ip-ranges.js'
 import { normalizeAddress } from '../../../lib/net/source-address.js'
 import { headerCount } from '../../../lib/net/http-headers.js'
@@ -79,6 +79,33 @@ t.test('a chain of trusted hops longer than any real one is refused', async (t) 
   t.equal(clientAddress('127.0.0.1', chain(MAX_TRUSTED_HOPS - 1), proxies), '203.0.113.7')
   t.equal(clientAddress('127.0.0.1', chain(MAX_TRUSTED_HOPS), proxies), null)
   t.equal(clientAddress('127.0.0.1', chain(5000), proxies), null)
+})
+
+t.test('a gateway\'s end client: the entry its trusted hops leave, whatever the client wrote further left', async (t) => {
+  t.equal(gatewayClient('203.0.113.7', 0), '203.0.113.7', 'no proxy in front: the peer the gateway appended')
+  t.equal(gatewayClient('198.51.100.9, 203.0.113.7', 0), '203.0.113.7', 'what the client wrote itself is not read')
+  t.equal(gatewayClient('203.0.113.7:4711', 0), '203.0.113.7', 'written with its port')
+  t.equal(gatewayClient('203.0.113.7, 10.0.0.5', 1), '203.0.113.7', 'one load balancer in front')
+  t.equal(gatewayClient('unknown, 198.51.100.9, 203.0.113.7, 10.0.0.5, [2001:db8::5]:443', 2), '203.0.113.7', 'two, and garbage the client wrote')
+  t.equal(gatewayClient('127.0.0.6, 10.0.0.5', 1), '127.0.0.6', 'TRUST_PROXY plays no part: an entry is not skipped for being a proxy address')
+})
+
+t.test('a gateway\'s request without the end client in its place has no client', async (t) => {
+  for (const [header, hops] of [
+    [undefined, 0], ['', 0], ['  ', 0], ['unknown', 0], ['203.0.113.7, unknown', 0], ['203.0.113.7,', 0],
+    ['10.0.0.5', 1], ['203.0.113.7, garbage', 1], ['unknown, 10.0.0.5', 1], [',10.0.0.5', 1], ['203.0.113.7,,10.0.0.5', 1],
+    ['203.0.113.7, 10.0.0.5', 2]
+  ] as const) {
+    t.equal(gatewayClient(header, hops), null, `${JSON.stringify(header)} with ${hops} trusted hops`)
+  }
+})
+
+t.test('property: a client prepending any entries never moves the gateway\'s end client', async (t) => {
+  fc.assert(fc.property(fc.array(fc.string(), { maxLength: 8 }), fc.ipV4(), fc.array(fc.ipV4(), { maxLength: 4 }), (written, client, proxiesInFront) => {
+    const chain = [client, ...proxiesInFront].join(', ')
+    return gatewayClient([...written, chain].join(','), proxiesInFront.length) === client
+  }))
+  t.pass()
 })
 
 t.test('headerCount counts repeated headers, whatever their case', async (t) => {
