@@ -44,8 +44,9 @@ export default fp(async function authPlugin (fastify) {
       return
     }
     // A valid key of a tenant the tenants file gets wrong: its caller learns why, not a 401.
+    // Fixing a tenants file takes an operator minutes, not a client's retry loop.
     if ('refused' in key) {
-      done(apiError('TENANT_MISCONFIGURED'))
+      done(apiError('TENANT_MISCONFIGURED', undefined, { 'retry-after': '60' }))
       return
     }
     const refusal = originRefusal(key, request.headers.origin) ??
