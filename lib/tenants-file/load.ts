@@ -2,7 +2,8 @@ import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
+import type { TSchema } from '@sinclair/typebox'
+import { KeySchema, TenantSchema, TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
@@ -121,7 +122,7 @@ function buildRegistry (document: unknown, options: RegistryOptions, version: st
       // A tenant that cannot be named is the file's problem, and so is everything else wrong in it.
       if (typeof entry === 'object' && entry !== null) {
         const outcome = checkTenant(entry, where, file, schema, options, warnings)
-        fileProblems.push(...outcome.problems, ...outcome.templateProblems)
+        fileProblems.push(...[...outcome.problems, ...outcome.templateProblems].filter((problem) => !fileProblems.includes(problem)))
       }
       continue
     }
@@ -201,8 +202,18 @@ function keptTenant (previous: TenantRegistry | null, id: string, listed: readon
  */
 function checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, warnings: string[]): TenantOutcome {
   const problems = schema.filter((problem) => problem.startsWith(`${where}/`))
-  /** The schema accepts every field named (and what they hold). */
-  const clean = (...fields: string[]): boolean => fields.every((field) => !problems.some((problem) => problem.startsWith(`${where}/${field}/`) || problem.startsWith(`${where}/${field} `)))
+  /**
+   * The schema accepts every field named (`keys/3`: one key), checked on the value itself: the
+   * list of schema problems stops at MAX_SCHEMA_PROBLEMS.
+   */
+  const clean = (...fields: string[]): boolean => fields.every((field) => {
+    const [name = '', index] = field.split('/')
+    const value = (entry as Record<string, unknown>)[name]
+    if (index !== undefined) return Array.isArray(value) && Value.Check(KeySchema, value[Number(index)])
+    if (value === undefined) return !(TenantSchema.required as readonly string[] | undefined ?? []).includes(name)
+    const schema = (TenantSchema.properties as Record<string, TSchema | undefined>)[name]
+    return schema !== undefined && Value.Check(schema, value)
+  })
   const check = <T>(fallback: T, build: () => T): T => {
     try {
       return build()
