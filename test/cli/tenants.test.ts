@@ -93,14 +93,14 @@ t.test('a file that cannot be read or parsed: one line, exit 1', async (t) => {
   const broken = await npmTenants(['check', join(dir, 'broken.json')])
   t.equal(broken.code, 1)
   t.match(broken.stderr, /^email-otp tenants: the tenants file would be refused: tenants file .*broken\.json is not valid JSON: the text ends before the JSON does at line 1, column 11 \(in \/tiers\)\n$/)
-  // A typo right after a secret's first characters: the position, never the text.
+  // A typo, the secret's opening quote left out: the position, never the text (JSON.parse's message quotes its start).
   const secret = `whsec_${Buffer.alloc(32, 5).toString('base64')}`
   const { path } = writeTenants(t, (file) => { file.tenants[1]!.webhooks = [{ url: 'https://hooks.globex.example/otp', secret, events: ['verification.succeeded'] }] })
-  writeFileSync(path, readFileSync(path, 'utf8').replace(secret, `${secret.slice(0, 12)}"x${secret.slice(12)}`))
+  writeFileSync(path, readFileSync(path, 'utf8').replace(`"${secret}"`, `${secret}"`))
   const typo = await npmTenants(['check', path])
   t.equal(typo.code, 1)
   t.match(typo.stderr, /is not valid JSON: [^\n]* at line \d+, column \d+ \(in \/tenants\/1\/webhooks\/0\/secret\)\n$/)
-  t.notOk(typo.stderr.includes(secret.slice(6, 12)), 'nothing of the secret')
+  t.notOk(typo.stderr.includes(secret.slice(6, 10)), 'nothing of the secret')
   const extra = await npmTenants(['check', 'a.json', 'b.json'])
   t.same(extra, { code: 2, stdout: '', stderr: 'email-otp tenants: unexpected argument b.json (email-otp tenants --help shows the usage)\n' })
 })

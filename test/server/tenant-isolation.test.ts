@@ -42,15 +42,15 @@ t.test('a tenant whose template fails a check is refused alone; the others are s
   t.same(logged.map(({ tenant, pointers }) => ({ tenant, pointers })), [{ tenant: 'acme', pointers: ['/tenants/0/templates/en/text'] }], 'one log line names the tenant and the pointers')
   t.match(logged[0]?.problems, [/^\/tenants\/0\/templates\/en\/text \(tenant acme, locale en, text\): .* units of work/], 'and the rule')
 
-  // A typo right after the secret's first characters.
+  // A typo: the secret's opening quote left out (JSON.parse's message then quotes its start).
   const text = readFileSync(path, 'utf8')
-  writeFileSync(path, text.replace(secret, `${secret.slice(0, 12)}"x${secret.slice(12)}`))
+  writeFileSync(path, text.replace(`"${secret}"`, `${secret}"`))
   const mark = server.output().length
   server.child.kill('SIGHUP')
   await server.waitFor(/"trigger":"signal","msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   const failure = server.output().slice(mark)
   t.match(failure, /is not valid JSON: [^"]* at line \d+, column \d+ \(in \/tenants\/1\/webhooks\/0\/secret\)/, 'the log says where')
-  t.notOk(failure.includes(secret.slice(6, 12)), 'and nothing of the secret')
+  t.notOk(failure.includes(secret.slice(6, 10)), 'and nothing of the secret')
   t.equal((await post(server.base, '/otp/request', keys.globexTest, { email: 'jo@example.com' })).status, 200, 'the previous tenants stay in force')
 
   const exited = once(server.child, 'exit')
