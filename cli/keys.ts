@@ -5,7 +5,8 @@ import { CommandError, envValue, helpFor, parse, required, text, UsageError, typ
 import { TemplateFolders } from '../lib/mail/template-files.js'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/keys/api-keys.js'
 import { generateCode } from '../lib/otp/codes.js'
-import { registryFromJson, REVIEW_ADDRESS_MAX_DAYS } from '../lib/tenants-file/load.js'
+import { describeJsonError } from '../lib/json-position.js'
+import { describeProblems, registryFromJson, REVIEW_ADDRESS_MAX_DAYS, TenantsFileError } from '../lib/tenants-file/load.js'
 import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
 
 const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
@@ -55,10 +56,17 @@ const DEFAULT_TIERS: TenantsFile['tiers'] = {
 async function readTenantsFile (path: string): Promise<TenantsFile> {
   if (!existsSync(path)) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
   let document: unknown
+  let source: string
   try {
-    document = JSON.parse(await readFile(path, 'utf8'))
+    source = await readFile(path, 'utf8')
   } catch (error) {
-    throw new CommandError(`${path} cannot be read as JSON: ${(error as Error).message}`)
+    throw new CommandError(`${path} cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
+  }
+  try {
+    document = JSON.parse(source)
+  } catch (error) {
+    // JSON.parse's message quotes the text around the error: the file holds secrets.
+    throw new CommandError(`${path} cannot be read as JSON: ${describeJsonError(source, error)}`)
   }
   // Only the shape this command walks; the whole file is checked before it is written.
   const shaped = document as Partial<TenantsFile> | null
@@ -70,7 +78,9 @@ async function readTenantsFile (path: string): Promise<TenantsFile> {
 
 /** Validates with the service's own rules (template files included), then replaces the file atomically. */
 async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: string): Promise<void> {
-  registryFromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) })
+  // The service would refuse such a tenant alone; this command writes nothing it would refuse.
+  const problems = [...registryFromJson(file, { templateFolders: new TemplateFolders(templatesDir, path) }).refused.values()].flatMap((tenant) => tenant.problems)
+  if (problems.length > 0) throw new TenantsFileError(describeProblems(problems), problems)
   const temporary = `${path}.${process.pid}.tmp`
   await writeFile(temporary, JSON.stringify(file, null, 2) + '\n', { mode: 0o600 })
   await rename(temporary, path)

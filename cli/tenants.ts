@@ -14,11 +14,12 @@ ${schemaUsage}
   email-otp tenants [COMMAND] --help
 
 check loads the tenants file with the service's own rules (templates included) and lists
-every problem at once, each with its JSON path; it exits 1 when the service would refuse the
-file. PATH defaults to $TENANTS_FILE, else tenants.json; DIR (the tenants' template folders)
+every problem of every tenant at once, each with its JSON path; it exits 1 when the service
+would refuse the file or any tenant in it (a refused tenant alone does not stop the service:
+the others are served). PATH defaults to $TENANTS_FILE, else tenants.json; DIR (the tenants' template folders)
 to $TEMPLATES_DIR, else templates/ beside the tenants file.
 schema prints the tenants file's JSON Schema (schemas/tenants.schema.json).`,
-  check: `Usage:\n${checkUsage}\n\nLoads the tenants file with the service's own rules (templates included) and lists every\nproblem at once, each with its JSON path (e.g. /tenants/0/keys/2/sha256); exits 1 when the\nservice would refuse the file. PATH defaults to $TENANTS_FILE, else tenants.json; DIR to\n$TEMPLATES_DIR, else templates/ beside the tenants file.`,
+  check: `Usage:\n${checkUsage}\n\nLoads the tenants file with the service's own rules (templates included) and lists every\nproblem of every tenant at once, each with its JSON path (e.g. /tenants/0/keys/2/sha256);\nexits 1 when the service would refuse the file or any tenant in it. PATH defaults to $TENANTS_FILE, else tenants.json; DIR to\n$TEMPLATES_DIR, else templates/ beside the tenants file.`,
   schema: `Usage:\n${schemaUsage}\n\nPrints the tenants file's JSON Schema, as published in schemas/tenants.schema.json.`
 }
 
@@ -27,27 +28,34 @@ export function tenantsJsonSchema (): string {
   return JSON.stringify({ $schema: 'http://json-schema.org/draft-07/schema#', ...TenantsFileSchema }, null, 2) + '\n'
 }
 
-/** The tenants file would be refused; `problems` says why, each on its own. */
+/** The tenants file, or some of its tenants, would be refused; `problems` says why, each on its own. */
 export class CheckFailed extends CommandError {
-  constructor (readonly problems: readonly string[]) {
-    super(problems.length === 1 ? `the tenants file would be refused: ${problems[0] ?? ''}` : `the tenants file would be refused (${problems.length} problems):\n${problems.map((problem) => `  ${problem}`).join('\n')}`)
+  constructor (readonly problems: readonly string[], what = 'the tenants file') {
+    super(problems.length === 1 ? `${what} would be refused: ${problems[0] ?? ''}` : `${what} would be refused (${problems.length} problems):\n${problems.map((problem) => `  ${problem}`).join('\n')}`)
   }
 }
+
+const plural = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`
 
 /** Loads the file as the service would: a refusal lists every problem, one a line. */
 export async function loadTenantsFile (path: string, templatesDir: string, env: Io['env']): Promise<TenantRegistry> {
   const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
   const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
   if (problem !== null) throw new CommandError(`the templates folder ${problem}`)
+  let registry: TenantRegistry
   try {
-    return await registryFromFile(path, { templatesDir })
+    registry = await registryFromFile(path, { templatesDir })
   } catch (error) {
     if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
     throw error
   }
+  // The service would serve the others; a refused tenant is still a problem to fix.
+  const refused = [...registry.refused.values()]
+  if (refused.length > 0) {
+    throw new CheckFailed(refused.flatMap((tenant) => tenant.problems), `${plural(refused.length, 'tenant')} (${refused.map((tenant) => tenant.id).join(', ')}) of ${plural(registry.tenants.size + refused.length, 'tenant')}`)
+  }
+  return registry
 }
-
-const plural = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`
 
 export async function run (argv: string[], { out, env }: Io): Promise<void> {
   const { positionals, values } = parse(argv, { templates: { type: 'string' } })

@@ -38,9 +38,15 @@ export default fp(async function authPlugin (fastify) {
     // Two Authorization headers name two callers: node reads the first, a proxy in front may
     // have read the last. Neither is taken; the answer is every 401's.
     const presented = headerCount(request.raw.rawHeaders, 'authorization') > 1 ? null : bearerToken(request.headers.authorization)
-    const key = presented === null ? null : fastify.tenants.current.authenticate(presented, Date.now())
+    const key = presented === null ? null : fastify.tenants.current.identify(presented, Date.now())
     if (key === null) {
       done(apiError('UNAUTHORIZED', undefined, unauthorized))
+      return
+    }
+    // A valid key of a tenant the tenants file gets wrong: its caller learns why, not a 401.
+    // Fixing a tenants file takes an operator minutes, not a client's retry loop.
+    if ('refused' in key) {
+      done(apiError('TENANT_MISCONFIGURED', undefined, { 'retry-after': '60' }))
       return
     }
     const refusal = originRefusal(key, request.headers.origin) ??

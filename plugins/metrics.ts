@@ -203,6 +203,16 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       this.set(tenants.status().lastReloadOk ? 1 : 0)
     }
   }))
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_tenants_refused',
+    help: 'Tenants the tenants file in force refuses (their entry breaks a rule), value 1 each: serving="previous" keeps its last good configuration, serving="none" answers 503 TENANT_MISCONFIGURED to its keys.',
+    labelNames: ['tenant', 'serving'] as const,
+    registers: [],
+    collect () {
+      this.reset()
+      for (const refused of tenants.current.refused.values()) this.set({ tenant: refused.id, serving: refused.serving }, 1)
+    }
+  }))
   registry.registerMetric(new Counter({
     name: 'email_otp_tenants_file_reloads_total',
     help: 'Reloads of the tenants file since start, by result (ok, failed).',

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { LiveReply, ReadyReply } from '../schemas/health.js'
 import { ref } from '../schemas/ref.js'
+import { problemPointer } from '../lib/tenants/registry.js'
 
 export interface HealthRoutesOptions {
   /** The service whose readiness is reported: the internal listener reports on the public app. */
@@ -59,7 +60,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       }
     }
   }, async (request, reply) => {
-    const { backend, mailer, blocklists, metrics, drain } = service
+    const { backend, mailer, blocklists, metrics, drain, tenants } = service
     const details = options.details === 'everyone' || metrics.presentsToken(request)
     reply.header('cache-control', 'no-store')
     // A draining instance is not ready whatever its stores say: no need to wait for them.
@@ -75,7 +76,11 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
         tokenStore: { ok: tokenStore.ok, kind: backend.kind, ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }) },
         mailer: { ok: mailerOk, kind: mailer.transport }
       },
-      blocklists: blocklists.status()
+      blocklists: blocklists.status(),
+      tenants: {
+        version: tenants.current.version,
+        refused: [...tenants.current.refused.values()].map((refused) => ({ tenant: refused.id, serving: refused.serving, problems: refused.problems.map(problemPointer) }))
+      }
     }
   })
   // No CORS preflight is granted either (see routes/metrics.ts).

@@ -49,7 +49,8 @@ export const errorCatalog = {
   RATE_LIMITED: { status: 429, message: 'Too many requests; retry later' },
   INTERNAL: { status: 500, message: 'Internal error' },
   DELIVERY_FAILED: { status: 502, message: 'The code could not be delivered; nothing was charged' },
-  UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; retry later' }
+  UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; retry later' },
+  TENANT_MISCONFIGURED: { status: 503, message: 'This key\'s tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed' }
 } as const satisfies Record<string, { status: number, message: string }>
 
 export type ErrorCode = keyof typeof errorCatalog

@@ -71,7 +71,7 @@ export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_
  */
 export const commonErrors: readonly ErrorCode[] = [
   ...connectionErrors, 'UNAUTHORIZED', 'ORIGIN_NOT_ALLOWED', 'SECRET_KEY_IN_BROWSER', 'WORKLOAD_NOT_ALLOWED', 'SOURCE_BLOCKED',
-  'INVALID_END_USER_IP', 'END_USER_IP_NOT_ALLOWED', 'END_USER_IP_REQUIRED', 'INTERNAL', 'UNAVAILABLE'
+  'INVALID_END_USER_IP', 'END_USER_IP_NOT_ALLOWED', 'END_USER_IP_REQUIRED', 'INTERNAL', 'UNAVAILABLE', 'TENANT_MISCONFIGURED'
 ]
 
 /** Answers of a route whose body, query string or headers have a schema. */

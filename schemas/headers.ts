@@ -84,7 +84,7 @@ const quota = ['Quota-Limit', 'Quota-Remaining', 'Quota-Reset'] as const
 export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   { headers: ['X-Request-Id'], required: true },
   { headers: ['WWW-Authenticate'], codes: ['UNAUTHORIZED'], required: true },
-  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE'], required: true },
+  { headers: ['Retry-After'], codes: ['RATE_LIMITED', 'IDEMPOTENCY_IN_FLIGHT', 'UNAVAILABLE', 'TENANT_MISCONFIGURED'], required: true },
   // Answers given after the velocity limits were counted carry the tightest limit's state (a
   // lockout's 429 and a replayed answer do not).
   { headers: rateLimit, codes: ['RATE_LIMITED'] },

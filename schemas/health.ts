@@ -14,6 +14,12 @@ const BlockListStatus = Type.Object({
   lastError: Type.Union([Type.String(), Type.Null()])
 })
 
+const RefusedTenant = Type.Object({
+  tenant: Type.String(),
+  serving: Type.Union([Type.Literal('previous'), Type.Literal('none')], { description: '`previous`: served on its last good configuration; `none`: its keys answer 503 TENANT_MISCONFIGURED.' }),
+  problems: Type.Array(Type.String(), { description: 'The JSON pointers of its problems in the tenants file (`email-otp tenants check` tells each rule).' })
+})
+
 export const ReadyReply = Type.Object({
   ready: Type.Boolean(),
   draining: Type.Optional(Type.Boolean({ description: 'True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener.' })),
@@ -22,7 +28,11 @@ export const ReadyReply = Type.Object({
   })),
   blocklists: Type.Optional(Type.Array(BlockListStatus, {
     description: 'Size and age of each network block list; a list whose refresh fails keeps serving its last good version. Only for callers with METRICS_TOKEN, and on the internal listener.'
-  }))
-}, { $id: 'ReadyReply', description: 'Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each and of the block lists.' })
+  })),
+  tenants: Type.Optional(Type.Object({
+    version: Type.Union([Type.String(), Type.Null()], { description: 'The tenants file in force (the first 16 hex digits of its SHA-256); null for the built-in demo tenant.' }),
+    refused: Type.Array(RefusedTenant, { description: 'Tenants whose entry breaks a rule: refused alone, the others served. They do not make the instance unready.' })
+  }, { description: 'Only for callers with METRICS_TOKEN, and on the internal listener.' }))
+}, { $id: 'ReadyReply', description: 'Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each, of the block lists and of the tenants file (the tenants it refuses).' })
 
 export const LiveReply = Type.Object({ ok: Type.Literal(true) }, { $id: 'LiveReply', description: 'The process answers.' })

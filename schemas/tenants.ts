@@ -126,7 +126,7 @@ export const TenantSchema = Type.Object({
   templates: Type.Optional(Type.Record(Type.String({ pattern: LOCALE_TAG_PATTERN }), LocaleTemplatesSchema, {
     additionalProperties: false,
     maxProperties: 50,
-    description: 'The tenant\'s own message wording, per language (`fr`, `pt-BR`…) and part, in Liquid. Variables: `code`, `minutes`, `brand`, `locale`, `requestedAt`, `constants.<name>`. Checked when the file is loaded: a template that breaks a rule refuses the whole file.'
+    description: 'The tenant\'s own message wording, per language (`fr`, `pt-BR`…) and part, in Liquid. Variables: `code`, `minutes`, `brand`, `locale`, `requestedAt`, `constants.<name>`. Checked when the file is loaded: a template that breaks a rule refuses its tenant (the other tenants are served).'
   })),
   constants: Type.Optional(Type.Record(Type.String({ pattern: CONSTANT_NAME_PATTERN }), Type.String({ maxLength: 500, pattern: CONSTANT_VALUE_PATTERN }), {
     additionalProperties: false,

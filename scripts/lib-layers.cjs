@@ -19,7 +19,7 @@
  * names (lib/state/redis/keys.ts).
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry'],
   ['lib/state/*.ts'],
   ['lib/mail'],

@@ -7,18 +7,24 @@ import { CaptureTag, CaseTag, Drop, Token, evalToken, toValue, toValueSync, type
  * allocation limit (`memoryLimit`) in some tags and filters only (ranges, string-building
  * filters, escapes, date widths, `json`): a single filter, comparison or tag could still run
  * for a second (bench/liquid-limits.ts measures each case). Here every place a render can
- * spend time is either checked against the time budget or bounded by size:
+ * spend time is counted as work, and bounded by size:
  *
- * - between nodes: LiquidJS's own check, with a budget of milliseconds per part;
+ * - between nodes: LiquidJS's own check, which the render's WorkMeter stands in for: one unit
+ *   of work a node (an empty loop body too), and the time budget of a dispatch or a preview;
  * - every filter call (the filters are wrapped: each calls the original) and every
  *   comparison (the operators are wrapped the same way), before and after: no filter or
  *   comparison takes or returns a string longer than VALUE_LIMIT or an array longer than
- *   ARRAY_LIMIT, so none costs more than a fraction of a millisecond;
+ *   ARRAY_LIMIT, so none costs more than a fraction of a millisecond, and each is charged
+ *   for the size of what it takes and gives;
  * - `case` compares through the bounded `==`, one value at a time, and a capture is bounded
  *   like a filter's result;
  * - ranges, which a tag may build without a filter, are charged to LiquidJS's memoryLimit;
  * - a tag takes at most TAG_ARGUMENT_LIMIT values (a `when` list, `cycle` candidates), checked
  *   at load, so no tag loops over thousands of them between two checks.
+ *
+ * Whether a template is accepted at load depends on the work its test renders count, never on
+ * the clock: the same template is accepted or refused on an idle and on a saturated machine.
+ * Time bounds only the renders of a running service (dispatch, preview), as a backstop.
  */
 
 /** Time a part's preview or test render may take; past it the render stops. */
@@ -80,15 +86,86 @@ function sizeOf (value: unknown, limit: number): number {
   return size
 }
 
-function assertBounded (value: unknown, what: string): void {
-  if (sizeOf(value, VALUE_LIMIT) <= VALUE_LIMIT) return
+/** Checks `value` against the bounds; its size (at most VALUE_LIMIT) when within them. */
+function assertBounded (value: unknown, what: string): number {
+  const size = sizeOf(value, VALUE_LIMIT)
+  if (size <= VALUE_LIMIT) return size
   if (typeof value === 'string') throw new RenderBoundError(`${what} is longer than ${count(VALUE_LIMIT)} characters`)
   if (Array.isArray(value) && value.length > ARRAY_LIMIT) throw new RenderBoundError(`${what} is an array of ${count(value.length)} elements; the limit is ${count(ARRAY_LIMIT)}`)
   throw new RenderBoundError(`${what} holds more than ${count(VALUE_LIMIT)} characters, or an array of more than ${count(ARRAY_LIMIT)} elements`)
 }
 
-/** Stops the render once its time budget is spent, as LiquidJS does between nodes. */
-function checkTime (context: Context): void {
+/**
+ * Work units one render of a part may count at load (LOAD_WORK_LIMIT) and at dispatch or
+ * preview (RENDER_WORK_LIMIT). A unit is a node rendered, a filter call, a comparison or a
+ * `when` value; a filter, a comparison and a capture add one per CHARACTERS_PER_UNIT
+ * characters (or elements) they handle, what LiquidJS charges to its memory limit (a range's
+ * elements, a string a filter builds) one per ALLOCATIONS_PER_UNIT, and each month or day name
+ * a `date` formats DATE_NAME_UNITS. Calibrated on this project's 2-core
+ * machines (`npm run bench:liquid-limits`): a unit costs about 250 ns of CPU at most, so
+ * LOAD_WORK_LIMIT is about half of RENDER_BUDGET_MS, as the clock-based rule it replaces was.
+ */
+export const LOAD_WORK_LIMIT = 10_000
+/** Twice the load's: a branch the test renders did not take may cost more without being cut off. */
+export const RENDER_WORK_LIMIT = 2 * LOAD_WORK_LIMIT
+/** The costliest filters (cgi_escape, url_encode) handle about 16 characters in the time of a node. */
+export const CHARACTERS_PER_UNIT = 16
+/** A range of tens of thousands of elements costs about 100 ns an element (a large array, collected). */
+export const ALLOCATIONS_PER_UNIT = 4
+/** A month or day name (%a %A %b %B %h) costs about 190 µs: LiquidJS asks Intl for it each time. */
+export const DATE_NAME_UNITS = 750
+const DATE_NAME = /%[-_0^#:]*\d*[aAbBh]/g
+
+const sizeUnits = (characters: number): number => Math.floor(characters / CHARACTERS_PER_UNIT)
+
+/** A render went past its work limit. */
+export class WorkLimitError extends RenderBoundError {
+  constructor (readonly limit: number) {
+    super(`the render counts more than ${count(limit)} units of work`)
+    this.name = 'WorkLimitError'
+  }
+}
+
+/**
+ * What a render may spend, standing in for LiquidJS's render and memory limiters
+ * (`Context#renderLimit`, which LiquidJS checks between nodes, and `Context#memoryLimit`): it
+ * counts work against `workLimit`, LiquidJS's allocations against MEMORY_LIMIT, and, for
+ * renders of a running service, the time against `deadline` (performance.now(); Infinity at
+ * load, where no decision reads the clock).
+ */
+export class WorkMeter {
+  /** Units counted so far. */
+  spent = 0
+  #allocated = 0
+  constructor (readonly workLimit: number, readonly deadline: number = Number.POSITIVE_INFINITY) {}
+
+  /** LiquidJS's call between nodes: one unit, and the time (with LiquidJS's own message). */
+  check (now: number): void {
+    this.charge(1)
+    if (now > this.deadline) throw new Error('template render limit exceeded')
+  }
+
+  charge (units: number): void {
+    this.spent += units
+    if (this.spent > this.workLimit) throw new WorkLimitError(this.workLimit)
+  }
+
+  /** LiquidJS's memory limiter, with its own message: allocations count as work too. */
+  readonly memory = {
+    use: (units: number): void => {
+      if (!(units > 0)) return
+      if (this.#allocated + units > MEMORY_LIMIT) throw new Error('memory alloc limit exceeded')
+      this.#allocated += units
+      this.charge(Math.floor(units / ALLOCATIONS_PER_UNIT))
+    },
+    check: (): void => {}
+  }
+}
+
+/** Charges `units` besides the step itself, and checks the time, as LiquidJS does between nodes. */
+function step (context: Context, units = 0): void {
+  const meter = context.renderLimit as unknown
+  if (units > 0 && meter instanceof WorkMeter) meter.charge(units)
   context.renderLimit.check(performance.now())
 }
 
@@ -102,15 +179,22 @@ const ARGUMENT_RULES: Readonly<Record<string, (args: readonly unknown[]) => void
   }
 }
 
+/** Work a filter's arguments cost beyond their size: a date's month and day names. */
+const ARGUMENT_UNITS: Readonly<Record<string, (args: readonly unknown[]) => number>> = {
+  date: ([, format]) => typeof format === 'string' ? (format.match(DATE_NAME)?.length ?? 0) * DATE_NAME_UNITS : 0
+}
+
 export function boundedFilter (name: string, handler: FilterHandler): FilterHandler {
   const rule = ARGUMENT_RULES[name]
+  const units = ARGUMENT_UNITS[name]
   return function * (this: FilterThis, ...args: unknown[]): Generator<unknown, unknown, unknown> {
-    checkTime(this.context)
-    for (const [index, arg] of args.entries()) assertBounded(arg, index === 0 ? `the ${name} filter's input` : `an argument of the ${name} filter`)
+    step(this.context)
+    let size = 0
+    for (const [index, arg] of args.entries()) size += assertBounded(arg, index === 0 ? `the ${name} filter's input` : `an argument of the ${name} filter`)
     rule?.(args)
+    step(this.context, sizeUnits(size) + (units?.(args) ?? 0))
     const result = yield handler.apply(this, args as [unknown, ...unknown[]])
-    assertBounded(result, `the ${name} filter's result`)
-    checkTime(this.context)
+    step(this.context, sizeUnits(assertBounded(result, `the ${name} filter's result`)))
     return result
   }
 }
@@ -127,8 +211,10 @@ export function boundFilters (engine: Liquid): void {
 export function boundedOperators (operators: Operators): Operators {
   return Object.fromEntries(Object.entries(operators).map(([name, operator]) => [name, function * (...args: unknown[]): Generator<unknown, boolean, unknown> {
     const context = args.at(-1) as Context
-    checkTime(context)
-    for (const operand of args.slice(0, -1)) assertBounded(toValue(operand), `an operand of ${name}`)
+    step(context)
+    let size = 0
+    for (const operand of args.slice(0, -1)) size += assertBounded(toValue(operand), `an operand of ${name}`)
+    step(context, sizeUnits(size))
     return (yield (operator as (...operands: unknown[]) => unknown)(...args)) as boolean
   }])) as unknown as Operators
 }
@@ -138,7 +224,7 @@ export class BoundedCaptureTag extends CaptureTag {
   override * render (ctx: Context): Generator<unknown, void, string> {
     yield * super.render(ctx)
     // The scope capture writes to is a plain object (a Drop only when a caller passes one).
-    assertBounded((ctx.bottom() as Record<string, unknown>)[this.variable], `the capture ${this.variable}`)
+    step(ctx, sizeUnits(assertBounded((ctx.bottom() as Record<string, unknown>)[this.variable], `the capture ${this.variable}`)))
   }
 }
 

@@ -2,7 +2,7 @@ import { watch, type FSWatcher } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import type { Logger } from 'pino'
-import type { TenantRegistry } from '../tenants/registry.js'
+import { problemPointer, type TenantRegistry } from '../tenants/registry.js'
 import { demoRegistry } from './demo.js'
 import { registryFromFile, TenantsFileError, tenantsFileVersion } from './load.js'
 
@@ -20,10 +20,26 @@ export interface TenantsFileStatus {
   lastReloadOk: boolean
 }
 
+/**
+ * One line per refused tenant, naming it, the JSON pointers of its problems and each problem's
+ * rule (rules name places and limits, never a value of the file).
+ */
+function logRefused (registry: TenantRegistry, log: Pick<Logger, 'error'>): void {
+  for (const refused of registry.refused.values()) {
+    const message = refused.serving === 'previous'
+      ? 'tenant refused: its entry in the tenants file breaks a rule; it keeps its last good configuration (email-otp tenants check lists the problems)'
+      : 'tenant refused: its entry in the tenants file breaks a rule; its keys answer 503 TENANT_MISCONFIGURED (email-otp tenants check lists the problems)'
+    log.error({ tenant: refused.id, pointers: refused.problems.map(problemPointer), problems: refused.problems, serving: refused.serving, version: registry.version }, message)
+  }
+}
+
 export interface TenantDirectory {
   /** The registry in force; replaced whole by a successful reload. */
   readonly current: TenantRegistry
-  /** Re-reads TENANTS_FILE; a file that does not validate leaves the current registry in place. */
+  /**
+   * Re-reads TENANTS_FILE; a file with a problem that is not one tenant's leaves the current
+   * registry in place; a tenant the new file gets wrong keeps its last good configuration.
+   */
   reload (trigger?: ReloadTrigger): Promise<ReloadResult>
   status (): TenantsFileStatus
 }
@@ -58,7 +74,8 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
   if (path === null) {
     log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
-    log.info({ tenants: current.tenants.size, version: current.version }, 'tenants file loaded')
+    log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version }, 'tenants file loaded')
+    logRefused(current, log)
   }
   const reloads = { ok: 0, failed: 0 }
   let lastReloadOk = true
@@ -67,11 +84,12 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
 
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
     try {
-      current = await registryFromFile(file, options)
+      current = await registryFromFile(file, options, current)
       for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true
-      log.info({ tenants: current.tenants.size, version: current.version, trigger }, 'tenants file reloaded')
+      log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version, trigger }, 'tenants file reloaded')
+      logRefused(current, log)
       return { ok: true, tenants: current.tenants.size }
     } catch (error) {
       const message = (error as Error).message

@@ -2,7 +2,8 @@ import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
+import type { TSchema } from '@sinclair/typebox'
+import { KeySchema, TenantSchema, TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
@@ -13,9 +14,10 @@ import { workloadMatcher } from '../net/workload-identity.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { RecipientPolicy } from '../recipients/policy.js'
 import { originMatcher } from '../tenants/origins.js'
-import { TenantRegistry } from '../tenants/registry.js'
+import { TenantRegistry, type RefusedKey, type RefusedTenant } from '../tenants/registry.js'
 import type { ReviewAddress, Tenant, TenantKey, Tier, WebhookEndpoint } from '../tenants/tenant.js'
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
+import { describeJsonError } from '../json-position.js'
 
 if (!FormatRegistry.Has('date-time')) {
   FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
@@ -59,23 +61,159 @@ export function tenantsFileVersion (text: string): string {
 
 /**
  * Builds the registry, or throws one TenantsFileError listing every problem of the file
- * (each with its JSON pointer), so that one run shows all there is to fix.
+ * (each with its JSON pointer) when a problem is the file's rather than one tenant's. A tenant
+ * whose own entry breaks a rule is refused alone (`TenantRegistry#refused`, with every one of
+ * its problems); the others are served.
  */
 export function registryFromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
-  return buildRegistry(document, options, null)
+  return buildRegistry(document, options, null, null)
 }
 
-function buildRegistry (document: unknown, options: RegistryOptions, version: string | null): TenantRegistry {
-  const problems = schemaProblems(document)
-  // The checks below read the file as typed: only tenants the schema accepts are checked, and
-  // only when the rest of the file (tiers, the tenants list itself) is well formed.
-  const tenantWithProblem = (index: number): boolean => problems.some((problem) => problem.startsWith(`/tenants/${index}/`) || problem.startsWith(`/tenants/${index} `))
-  const structural = problems.some((problem) => !/^\/tenants\/\d+[/ ]/.test(problem))
+/** What the checks found of one tenant entry. */
+interface TenantOutcome {
+  id: string
+  where: string
+  entry: TenantEntry
+  tenant: Tenant
+  keys: Array<[string, Omit<TenantKey, 'tenant'>]>
+  problems: string[]
+  /** Listed after every other problem of the file, as `tenants check` has always shown them. */
+  templateProblems: string[]
+}
+
+/**
+ * The key entries of a tenant entry that name a key well enough to recognise it (a SHA-256, a
+ * kind and a mode the schema accepts), however wrong the rest of the entry is.
+ */
+function recognisableKeys (entry: unknown): KeyEntry[] {
+  const keys = (entry as { keys?: unknown } | null)?.keys
+  if (!Array.isArray(keys)) return []
+  return keys.filter((key): key is KeyEntry => {
+    const candidate = key as Partial<KeyEntry> | null
+    return typeof candidate?.sha256 === 'string' && /^[0-9a-f]{64}$/.test(candidate.sha256) &&
+      (candidate.kind === 'secret' || candidate.kind === 'restricted') && (candidate.mode === 'live' || candidate.mode === 'test')
+  })
+}
+
+function expiryOf (key: KeyEntry): number | null {
+  if (typeof key.expiresAt !== 'string') return null
+  const at = Date.parse(key.expiresAt)
+  return Number.isNaN(at) ? null : at
+}
+
+function buildRegistry (document: unknown, options: RegistryOptions, version: string | null, previous: TenantRegistry | null): TenantRegistry {
+  const schema = schemaProblems(document)
   const file = document as TenantsFile
+  // Problems that are not one tenant's: the file's shape, its tiers, a tenant that cannot be
+  // named, what two tenants share. Any of them refuses the whole file.
+  const fileProblems = schema.filter((problem) => !/^\/tenants\/\d+\/(?!id[/ ])/.test(problem))
+  const readable = typeof document === 'object' && document !== null && !Array.isArray(document) &&
+    Array.isArray(file.tenants) && typeof file.tiers === 'object' && file.tiers !== null && !Array.isArray(file.tiers)
+  if (!readable) throw new TenantsFileError(describeProblems(schema), schema)
+  const warnings: string[] = []
+  const outcomes: TenantOutcome[] = []
+  const templateProblems: string[] = []
+  const seenIds = new Map<string, string>()
+  const seenHashes = new Map<string, { where: string, tenant: string }>()
+  for (const [index, entry] of file.tenants.entries()) {
+    const where = `/tenants/${index}`
+    const named = !schema.some((problem) => problem.startsWith(`${where} `) || problem.startsWith(`${where}/id `))
+    if (!named) {
+      // A tenant that cannot be named is the file's problem, and so is everything else wrong in it.
+      if (typeof entry === 'object' && entry !== null) {
+        const outcome = checkTenant(entry, where, file, schema, options, warnings)
+        fileProblems.push(...[...outcome.problems, ...outcome.templateProblems].filter((problem) => !fileProblems.includes(problem)))
+      }
+      continue
+    }
+    const firstAt = seenIds.get(entry.id)
+    if (firstAt !== undefined) {
+      fileProblems.push(`${where}/id appears twice (first at ${firstAt}/id)`)
+      continue
+    }
+    seenIds.set(entry.id, where)
+    for (const [keyIndex, key] of (Array.isArray(entry.keys) ? entry.keys : []).entries()) {
+      if (!recognisableKeys({ keys: [key] }).length) continue
+      const other = seenHashes.get(key.sha256)
+      if (other !== undefined && other.tenant !== entry.id) fileProblems.push(`${where}/keys/${keyIndex}/sha256 is already used by a key of another tenant (${other.where})`)
+      else if (other === undefined) seenHashes.set(key.sha256, { where: `${where}/keys/${keyIndex}/sha256`, tenant: entry.id })
+    }
+    const outcome = checkTenant(entry, where, file, schema, options, warnings)
+    templateProblems.push(...outcome.templateProblems)
+    outcomes.push(outcome)
+  }
+  const tenantProblems = outcomes.flatMap((outcome) => outcome.problems)
+  if (fileProblems.length > 0) {
+    const problems = [...fileProblems, ...tenantProblems, ...templateProblems]
+    throw new TenantsFileError(describeProblems(problems), problems)
+  }
   const tenants = new Map<string, Tenant>()
   const keysByHash = new Map<string, TenantKey>()
-  const templateProblems: string[] = []
-  const warnings: string[] = []
+  const refused = new Map<string, RefusedTenant>()
+  const refusedKeys = new Map<string, RefusedKey>()
+  for (const outcome of outcomes) {
+    const problems = [...outcome.problems, ...outcome.templateProblems]
+    if (problems.length === 0) {
+      tenants.set(outcome.id, outcome.tenant)
+      for (const [hash, key] of outcome.keys) keysByHash.set(hash, { ...key, tenant: outcome.tenant })
+      continue
+    }
+    const kept = keptTenant(previous, outcome.id, recognisableKeys(outcome.entry))
+    if (kept !== null) {
+      tenants.set(outcome.id, kept.tenant)
+      for (const [hash, key] of kept.keys) keysByHash.set(hash, key)
+    }
+    for (const key of recognisableKeys(outcome.entry)) {
+      if (!keysByHash.has(key.sha256)) refusedKeys.set(key.sha256, { tenant: outcome.id, kind: key.kind, mode: key.mode, revoked: key.revoked === true, expiresAtMs: expiryOf(key) })
+    }
+    refused.set(outcome.id, { id: outcome.id, problems, serving: kept === null ? 'none' : 'previous' })
+  }
+  return new TenantRegistry(keysByHash, tenants, warnings, version, refused, refusedKeys)
+}
+
+/** A TenantsFileError's message: every problem, on one line. */
+export function describeProblems (problems: readonly string[]): string {
+  return `tenants file: ${problems.length === 1 ? '' : `${problems.length} problems: `}${problems.join('; ')}`
+}
+
+/**
+ * A refused tenant's last good configuration, when the registry before this load served it:
+ * an operator's typo in one field does not turn a serving tenant off. Its keys are those the
+ * new entry still lists and does not revoke (a removal or revocation takes effect at once),
+ * expiring no later than the new entry says.
+ */
+function keptTenant (previous: TenantRegistry | null, id: string, listed: readonly KeyEntry[]): { tenant: Tenant, keys: Array<[string, TenantKey]> } | null {
+  const tenant = previous?.tenants.get(id)
+  if (previous === null || tenant === undefined) return null
+  const byHash = new Map(listed.map((key) => [key.sha256, key]))
+  const keys: Array<[string, TenantKey]> = []
+  for (const [hash, key] of previous.keysOf(id)) {
+    const entry = byHash.get(hash)
+    if (entry === undefined || entry.revoked === true || entry.kind !== key.kind || entry.mode !== key.mode) continue
+    const expiresAtMs = [key.expiresAtMs, expiryOf(entry)].filter((at): at is number => at !== null)
+    keys.push([hash, { ...key, expiresAtMs: expiresAtMs.length === 0 ? null : Math.min(...expiresAtMs) }])
+  }
+  return { tenant, keys }
+}
+
+/**
+ * Every check of one tenant entry. Each part is checked when the schema accepts it, whatever
+ * the rest of the entry holds, so that one run lists every problem of the tenant.
+ */
+function checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, warnings: string[]): TenantOutcome {
+  const problems = schema.filter((problem) => problem.startsWith(`${where}/`))
+  /**
+   * The schema accepts every field named (`keys/3`: one key), checked on the value itself: the
+   * list of schema problems stops at MAX_SCHEMA_PROBLEMS.
+   */
+  const clean = (...fields: string[]): boolean => fields.every((field) => {
+    const [name = '', index] = field.split('/')
+    const value = (entry as Record<string, unknown>)[name]
+    if (index !== undefined) return Array.isArray(value) && Value.Check(KeySchema, value[Number(index)])
+    if (value === undefined) return !(TenantSchema.required as readonly string[] | undefined ?? []).includes(name)
+    const schema = (TenantSchema.properties as Record<string, TSchema | undefined>)[name]
+    return schema !== undefined && Value.Check(schema, value)
+  })
   const check = <T>(fallback: T, build: () => T): T => {
     try {
       return build()
@@ -85,33 +223,33 @@ function buildRegistry (document: unknown, options: RegistryOptions, version: st
       return fallback
     }
   }
-  for (const [index, entry] of (structural ? [] : file.tenants.entries())) {
-    if (tenantWithProblem(index)) continue
-    const where = `/tenants/${index}`
-    const tierEntry = file.tiers[entry.tier]
-    if (tierEntry === undefined) problems.push(`${where}/tier names an unknown tier "${entry.tier}"`)
-    if (tenants.has(entry.id)) problems.push(`${where}/id "${entry.id}" appears twice`)
-    const tenant: Tenant = {
-      id: entry.id,
-      tier: tierEntry === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...tierEntry, ...entry.quota }, where)),
-      brandName: entry.brand?.name ?? entry.id,
-      from: check(null, () => brandAddress(entry.brand?.from, `${where}/brand/from`)),
-      replyTo: check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)),
-      ttlSeconds: entry.ttlSeconds ?? null,
-      limits: tenantLimits(entry.limits ?? {}),
-      recipientPolicy: new RecipientPolicy({
-        blockDisposable: entry.recipients?.blockDisposable ?? true,
-        denyDomains: entry.recipients?.denyDomains ?? [],
-        allowDomains: entry.recipients?.allowDomains ?? []
-      }),
-      blockedNetworks: check(null, () => blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)),
-      requireEndUserIp: entry.requireEndUserIp === true,
-      addressHashKey: addressHashKey(entry.addressHashKey),
-      webhooks: check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)),
-      captcha: check(null, () => captchaSettings(entry.captcha, `${where}/captcha`)),
-      templates: TenantTemplates.builtin,
-      reviewAddresses: check(new Map<string, ReviewAddress>(), () => reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings))
-    }
+  const tierEntry = clean('tier') ? file.tiers[entry.tier] : undefined
+  if (clean('tier') && tierEntry === undefined) problems.push(`${where}/tier names no tier of /tiers`)
+  // A tier the schema refuses is the file's problem, listed once under /tiers.
+  const usableTier = tierEntry !== undefined && clean('quota') && !schema.some((problem) => problem.startsWith(`/tiers/${entry.tier}/`) || problem.startsWith(`/tiers/${entry.tier} `)) ? tierEntry : undefined
+  const brandClean = clean('brand')
+  const tenant: Tenant = {
+    id: entry.id,
+    tier: usableTier === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...usableTier, ...entry.quota }, `${where}/tier`)),
+    brandName: (brandClean ? entry.brand?.name : undefined) ?? entry.id,
+    from: brandClean ? check(null, () => brandAddress(entry.brand?.from, `${where}/brand/from`)) : null,
+    replyTo: brandClean ? check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)) : null,
+    ttlSeconds: (clean('ttlSeconds') ? entry.ttlSeconds : undefined) ?? null,
+    limits: clean('limits') ? tenantLimits(entry.limits ?? {}) : {},
+    recipientPolicy: new RecipientPolicy(clean('recipients')
+      ? { blockDisposable: entry.recipients?.blockDisposable ?? true, denyDomains: entry.recipients?.denyDomains ?? [], allowDomains: entry.recipients?.allowDomains ?? [] }
+      : { blockDisposable: true, denyDomains: [], allowDomains: [] }),
+    blockedNetworks: clean('blockedNetworks') ? check(null, () => blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)) : null,
+    requireEndUserIp: entry.requireEndUserIp === true,
+    addressHashKey: clean('addressHashKey') ? addressHashKey(entry.addressHashKey) : null,
+    webhooks: clean('webhooks') ? check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)) : [],
+    captcha: clean('captcha') ? check(null, () => captchaSettings(entry.captcha, `${where}/captcha`)) : null,
+    templates: TenantTemplates.builtin,
+    reviewAddresses: clean('reviewAddresses') ? check(new Map<string, ReviewAddress>(), () => reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings)) : new Map<string, ReviewAddress>()
+  }
+  const templateProblems: string[] = []
+  // Template files are read from the tenant's folder, named by its id.
+  if (clean('id', 'templates', 'constants', 'defaultLocale', 'brand', 'ttlSeconds')) {
     try {
       tenant.templates = TenantTemplates.load(entry, {
         folder: options.templateFolders?.forTenant(entry.id) ?? null,
@@ -121,45 +259,45 @@ function buildRegistry (document: unknown, options: RegistryOptions, version: st
     } catch (error) {
       if (!(error instanceof TemplatesError)) throw error
       for (const problem of error.problems) {
-        templateProblems.push(`/tenants/${index}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
+        templateProblems.push(`${where}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
       }
     }
-    if (!tenants.has(entry.id)) tenants.set(entry.id, tenant)
-    const keyIds = new Set<string>()
-    for (const [keyIndex, key] of entry.keys.entries()) {
-      const keyWhere = `${where}/keys/${keyIndex}`
-      const before = problems.length
-      if (keyIds.has(key.id)) problems.push(`${keyWhere}/id "${key.id}" appears twice in this tenant`)
-      keyIds.add(key.id)
-      if (keysByHash.has(key.sha256)) problems.push(`${keyWhere}/sha256 is already used by another key`)
-      const origins = key.origins ?? []
-      if (key.kind === 'restricted' && origins.length === 0) problems.push(`${keyWhere}/origins: a restricted key needs at least one origin`)
-      if (key.kind === 'secret' && origins.length > 0) problems.push(`${keyWhere}/origins: only restricted keys have origins`)
-      if (key.kind === 'secret' && key.allowance !== undefined) problems.push(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
-      const captchaRequired = check(false, () => keyCaptchaRequired(entry, key, keyWhere))
-      if (problems.length > before) continue
-      keysByHash.set(key.sha256, {
-        id: key.id,
-        kind: key.kind,
-        mode: key.mode,
-        tenant,
-        expiresAtMs: key.expiresAt === undefined ? null : Date.parse(key.expiresAt),
-        revoked: key.revoked === true,
-        allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
-        allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? entry.restrictedKeyAllowance ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
-        captchaRequired,
-        allowsWorkload: key.workloads === undefined ? null : workloadMatcher(key.workloads)
-      })
-    }
   }
-  problems.push(...templateProblems)
-  if (problems.length > 0) {
-    throw new TenantsFileError(`tenants file: ${problems.length === 1 ? '' : `${problems.length} problems: `}${problems.join('; ')}`, problems)
+  const keys: Array<[string, Omit<TenantKey, 'tenant'>]> = []
+  const keyIds = new Map<string, string>()
+  const hashes = new Map<string, string>()
+  for (const [keyIndex, key] of (Array.isArray(entry.keys) ? entry.keys : []).entries()) {
+    if (!clean(`keys/${keyIndex}`)) continue
+    const keyWhere = `${where}/keys/${keyIndex}`
+    const before = problems.length
+    const sameId = keyIds.get(key.id)
+    if (sameId !== undefined) problems.push(`${keyWhere}/id appears twice in this tenant (first at ${sameId}/id)`)
+    else keyIds.set(key.id, keyWhere)
+    const sameHash = hashes.get(key.sha256)
+    if (sameHash !== undefined) problems.push(`${keyWhere}/sha256 is already used by another key of this tenant (${sameHash}/sha256)`)
+    else hashes.set(key.sha256, keyWhere)
+    const origins = key.origins ?? []
+    if (key.kind === 'restricted' && origins.length === 0) problems.push(`${keyWhere}/origins: a restricted key needs at least one origin`)
+    if (key.kind === 'secret' && origins.length > 0) problems.push(`${keyWhere}/origins: only restricted keys have origins`)
+    if (key.kind === 'secret' && key.allowance !== undefined) problems.push(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
+    const captchaRequired = clean('captcha') ? check(false, () => keyCaptchaRequired(entry, key, keyWhere)) : false
+    if (problems.length > before) continue
+    keys.push([key.sha256, {
+      id: key.id,
+      kind: key.kind,
+      mode: key.mode,
+      expiresAtMs: key.expiresAt === undefined ? null : Date.parse(key.expiresAt),
+      revoked: key.revoked === true,
+      allowsOrigin: key.kind === 'restricted' ? originMatcher(origins) : null,
+      allowanceShare: key.kind === 'restricted' ? Number.parseInt(key.allowance ?? (clean('restrictedKeyAllowance') ? entry.restrictedKeyAllowance : undefined) ?? DEFAULT_RESTRICTED_KEY_ALLOWANCE, 10) / 100 : null,
+      captchaRequired,
+      allowsWorkload: key.workloads === undefined ? null : workloadMatcher(key.workloads)
+    }])
   }
-  return new TenantRegistry(keysByHash, tenants, warnings, version)
+  return { id: entry.id, where, entry, tenant, keys, problems, templateProblems }
 }
 
-export async function registryFromFile (path: string, options: RegistryFileOptions = {}): Promise<TenantRegistry> {
+export async function registryFromFile (path: string, options: RegistryFileOptions = {}, previous: TenantRegistry | null = null): Promise<TenantRegistry> {
   let text: string
   try {
     text = await readFile(path, 'utf8')
@@ -170,10 +308,11 @@ export async function registryFromFile (path: string, options: RegistryFileOptio
   try {
     document = JSON.parse(text)
   } catch (error) {
-    throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${(error as Error).message}`)
+    // Node's message quotes the text around the error, which can be the start of a secret.
+    throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${describeJsonError(text, error)}`)
   }
   const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
-  return buildRegistry(document, { templateFolders: new TemplateFolders(templatesDir, path) }, tenantsFileVersion(text))
+  return buildRegistry(document, { templateFolders: new TemplateFolders(templatesDir, path) }, tenantsFileVersion(text), previous)
 }
 
 /** At most this many schema problems are listed: a file can hold 100,000 bad entries. */
@@ -241,7 +380,7 @@ function brandAddress (value: string | undefined, where: string): string | null 
 
 function effectiveTier (name: string, entry: TierEntry, where: string): Tier {
   const window = parseWindow(entry.window)
-  if (window === null) throw new TenantsFileError(`${where}: tier "${name}" has an invalid window "${entry.window}"`)
+  if (window === null) throw new TenantsFileError(`${where}: the tier's window is not a window`)
   return { name, live: { limit: entry.allowance, window }, test: { limit: entry.sandboxAllowance, window } }
 }
 
@@ -290,7 +429,7 @@ function reviewAddresses (entries: readonly ReviewAddressEntry[], where: string,
     if (Number.isNaN(expiresAtMs)) throw new TenantsFileError(`${at}/expiresAt is not a date-time`)
     if (expiresAtMs > now + REVIEW_ADDRESS_MAX_DAYS * 86_400_000) throw new TenantsFileError(`${at}/expiresAt is more than ${REVIEW_ADDRESS_MAX_DAYS} days ahead`)
     if (expiresAtMs <= now) {
-      warnings.push(`${at}: the review address expired at ${entry.expiresAt} and is ignored`)
+      warnings.push(`${at}: the review address has expired and is ignored`)
       continue
     }
     const address = checked.email.address.toLowerCase()

@@ -3,6 +3,7 @@
  * JSON pointer, exit 1 when the service would refuse the file; a good file exits 0.
  */
 import { execFile } from 'node:child_process'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
@@ -49,12 +50,38 @@ t.test('every problem at once, each with its JSON pointer, exit 1', async (t) =>
     'email-otp tenants: the tenants file would be refused (8 problems):',
     '  /tenants/2/id Expected string to match \'^[a-z0-9][a-z0-9_-]{0,62}$\'',
     '  /tenants/2/ttlSeconds Expected integer to be greater or equal to 1',
-    '  /tenants/0/tier names an unknown tier "gold"',
+    '  /tenants/0/tier names no tier of /tiers',
     '  /tenants/0/webhooks/0/url must be https:// (http:// only on a loopback host, for development)',
     '  /tenants/0/keys/1/origins: only restricted keys have origins',
-    '  /tenants/0/keys/2/id "acme_live" appears twice in this tenant',
+    '  /tenants/0/keys/2/id appears twice in this tenant (first at /tenants/0/keys/0/id)',
     '  /tenants/1/captcha/minScore: only reCAPTCHA v3 answers a score',
     '  /tenants/0/templates/en/subject (tenant acme, locale en, subject): the subject must not contain the code: subjects show in notifications and mailbox lists',
+    ''
+  ])
+})
+
+t.test('problems of several tenants, the file otherwise good: every problem at once, exit 1', async (t) => {
+  const { path } = writeTenants(t, (file) => {
+    const [acme, globex] = file.tenants
+    // A schema problem in a tenant no longer hides its other problems until the next run.
+    acme!.ttlSeconds = 0
+    acme!.tier = 'gold'
+    acme!.keys[2]!.origins = []
+    globex!.captcha = { provider: 'turnstile', secret: 's', minScore: 0.5 }
+    globex!.templates = { en: { subject: 'Your code {{ code }}' } }
+    file.tenants.push({ id: 'initech', tier: 'standard', keys: [], reviewAddresses: [{ address: 'review@initech.test', codeSha256: '0'.repeat(64), expiresAt: '2999-01-01T00:00:00Z' }] })
+  })
+  const answer = await npmTenants(['check', path])
+  t.equal(answer.code, 1)
+  t.equal(answer.stdout, '')
+  t.same(answer.stderr.split('\n'), [
+    'email-otp tenants: 3 tenants (acme, globex, initech) of 3 tenants would be refused (6 problems):',
+    '  /tenants/0/ttlSeconds Expected integer to be greater or equal to 1',
+    '  /tenants/0/tier names no tier of /tiers',
+    '  /tenants/0/keys/2/origins: a restricted key needs at least one origin',
+    '  /tenants/1/captcha/minScore: only reCAPTCHA v3 answers a score',
+    '  /tenants/1/templates/en/subject (tenant globex, locale en, subject): the subject must not contain the code: subjects show in notifications and mailbox lists',
+    '  /tenants/2/reviewAddresses/0/expiresAt is more than 90 days ahead',
     ''
   ])
 })
@@ -65,7 +92,15 @@ t.test('a file that cannot be read or parsed: one line, exit 1', async (t) => {
   t.same(missing, { code: 1, stdout: '', stderr: `email-otp tenants: the tenants file would be refused: tenants file ${join(dir, 'missing.json')} cannot be read: ENOENT\n` })
   const broken = await npmTenants(['check', join(dir, 'broken.json')])
   t.equal(broken.code, 1)
-  t.match(broken.stderr, /^email-otp tenants: the tenants file would be refused: tenants file .*broken\.json is not valid JSON: [^\n]+\n$/)
+  t.match(broken.stderr, /^email-otp tenants: the tenants file would be refused: tenants file .*broken\.json is not valid JSON: the text ends before the JSON does at line 1, column 11 \(in \/tiers\)\n$/)
+  // A typo, the secret's opening quote left out: the position, never the text (JSON.parse's message quotes its start).
+  const secret = `whsec_${Buffer.alloc(32, 5).toString('base64')}`
+  const { path } = writeTenants(t, (file) => { file.tenants[1]!.webhooks = [{ url: 'https://hooks.globex.example/otp', secret, events: ['verification.succeeded'] }] })
+  writeFileSync(path, readFileSync(path, 'utf8').replace(`"${secret}"`, `${secret}"`))
+  const typo = await npmTenants(['check', path])
+  t.equal(typo.code, 1)
+  t.match(typo.stderr, /is not valid JSON: [^\n]* at line \d+, column \d+ \(in \/tenants\/1\/webhooks\/0\/secret\)\n$/)
+  t.notOk(typo.stderr.includes(secret.slice(6, 10)), 'nothing of the secret')
   const extra = await npmTenants(['check', 'a.json', 'b.json'])
   t.same(extra, { code: 2, stdout: '', stderr: 'email-otp tenants: unexpected argument b.json (email-otp tenants --help shows the usage)\n' })
 })
@@ -77,6 +112,6 @@ t.test('a flood of schema problems is listed up to a bound', async (t) => {
   const answer = await npmTenants(['check', path])
   t.equal(answer.code, 1)
   const lines = answer.stderr.trimEnd().split('\n')
-  t.equal(lines[0], 'email-otp tenants: the tenants file would be refused (101 problems):')
+  t.equal(lines[0], 'email-otp tenants: 1 tenant (acme) of 2 tenants would be refused (101 problems):')
   t.match(lines.at(-1), /… and more \(only the first 100 are listed\)$/)
 })

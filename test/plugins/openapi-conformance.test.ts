@@ -1,6 +1,7 @@
 import t from 'tap'
 import type { InjectOptions, LightMyRequestResponse } from 'fastify'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { MemoryIdempotencyStore } from '../../lib/state/memory/idempotency-store.js'
 import { freePort } from '../support/redis.js'
 import { until } from '../support/wait.js'
@@ -48,7 +49,10 @@ interface Exchange { operationId: string, what: string, answer: LightMyRequestRe
 
 t.test('every answer the service sends is the one the document describes', async (t) => {
   const exchanges: Exchange[] = []
+  // The key of a tenant the tenants file refuses (its subject breaks a rule).
+  const refusedKey = generateKey('secret', 'live')
   const { path, keys } = writeTenants(t, (file) => {
+    file.tenants.push({ id: 'initech', tier: 'standard', keys: [{ id: 'initech_live', kind: 'secret', mode: 'live', sha256: hashKey(refusedKey) }], templates: { en: { subject: '{{ code }}' } } })
     file.tenants[0]!.blockedNetworks = ['192.0.2.0/24']
     // globex's sandbox allowance is one dispatch: the second answers 402.
     file.tenants[1]!.quota = { sandboxAllowance: 1 }
@@ -177,6 +181,9 @@ t.test('every answer the service sends is the one the document describes', async
   await preview('no key', null, {})
   await preview('secret key in a browser', keys.acmeLive, {}, { origin: 'https://app.acme.test' })
   await preview('unknown field', keys.acmeLive, { brand: 'x' })
+  for (const [operationId, method, url] of [['dispatchCode', 'POST', '/otp/request'], ['verifyCode', 'POST', '/otp/verify'], ['getUsage', 'GET', '/usage'], ['previewTemplate', 'POST', '/templates/preview']] as const) {
+    await exchange(main.app, operationId, 'a refused tenant', { method, url, headers: bearer(refusedKey), ...(method === 'POST' ? { payload: {} } : {}) })
+  }
   await exchange(main.app, 'previewTemplate', 'broken JSON', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
   await exchange(main.app, 'previewTemplate', 'malformed URL', { method: 'POST', url: '/templates/preview%zz', headers: bearer(keys.acmeLive), payload: {} })
   await exchange(main.app, 'previewTemplate', 'too large', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), ...json }, payload: JSON.stringify({ locale: 'a'.repeat(5000) }) })

@@ -314,9 +314,10 @@ export interface components {
          *     - `INTERNAL` (500): Internal error.
          *     - `DELIVERY_FAILED` (502): The code could not be delivered; nothing was charged.
          *     - `UNAVAILABLE` (503): The service is temporarily unavailable; retry later.
+         *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -569,7 +570,7 @@ export interface components {
             /** @enum {boolean} */
             ok: true;
         };
-        /** @description Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each and of the block lists. */
+        /** @description Whether the token store and the mailer are usable; for callers with METRICS_TOKEN and on the internal listener, the state of each, of the block lists and of the tenants file (the tenants it refuses). */
         ReadyReply: {
             ready: boolean;
             /** @description True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener. */
@@ -597,6 +598,19 @@ export interface components {
                 ageSeconds: number | null;
                 lastError: string | null;
             }[];
+            /** @description Only for callers with METRICS_TOKEN, and on the internal listener. */
+            tenants?: {
+                /** @description The tenants file in force (the first 16 hex digits of its SHA-256); null for the built-in demo tenant. */
+                version: string | null;
+                /** @description Tenants whose entry breaks a rule: refused alone, the others served. They do not make the instance unready. */
+                refused: {
+                    tenant: string;
+                    /** @description `previous`: served on its last good configuration; `none`: its keys answer 503 TENANT_MISCONFIGURED. */
+                    serving: "previous" | "none";
+                    /** @description The JSON pointers of its problems in the tenants file (`email-otp tenants check` tells each rule). */
+                    problems: string[];
+                }[];
+            };
         };
     };
     responses: never;
@@ -1546,7 +1560,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1565,7 +1579,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -1812,7 +1826,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1831,7 +1845,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -2023,7 +2037,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2048,7 +2062,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -2292,7 +2306,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2317,7 +2331,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -2561,7 +2575,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2586,7 +2600,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -2830,7 +2844,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2855,7 +2869,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -3126,7 +3140,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -3151,7 +3165,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -3381,7 +3395,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -3406,7 +3420,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "UNAVAILABLE";
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
                     };
                 };
             };
@@ -3647,6 +3661,29 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
+            503: {
+                headers: {
+                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed",
+                     *       "code": "TENANT_MISCONFIGURED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "TENANT_MISCONFIGURED";
                     };
                 };
             };

@@ -2,7 +2,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import t, { type Test } from 'tap'
 import { CaptchaVerifier, type CaptchaSettings } from '../../../lib/captcha/siteverify.js'
-import { registryFromJson, TenantsFileError } from '../../../lib/tenants-file/load.js'
+import { registryFromJson } from '../../../lib/tenants-file/load.js'
 import { generateKey, hashKey } from '../../../lib/keys/api-keys.js'
 
 /** A provider that answers one fixed JSON document, as reCAPTCHA v3 does with a score. */
@@ -44,9 +44,10 @@ t.test('the tenants file refuses CAPTCHA settings that cannot work', async (t) =
     tiers: { standard: { allowance: 10, window: '1d', sandboxAllowance: 10 } },
     tenants: [{ id: 'acme', tier: 'standard', ...(captcha === undefined ? {} : { captcha }), keys: [{ id: 'k', kind: 'secret', mode: 'live', sha256: hashKey(secretKey), ...key }] }]
   })
-  t.throws(() => registryFromJson(file({ provider: 'turnstile', secret: 's', minScore: 0.5 })), new TenantsFileError('/tenants/0/captcha/minScore: only reCAPTCHA v3 answers a score'))
-  t.throws(() => registryFromJson(file({ provider: 'turnstile', secret: 's', siteverifyUrl: 'http://captcha.example/siteverify' })), /must be https/)
-  t.throws(() => registryFromJson(file(undefined, { requireCaptcha: true })), /the tenant has no captcha to require/)
+  const problems = (document: unknown): readonly string[] | undefined => registryFromJson(document).refused.get('acme')?.problems
+  t.same(problems(file({ provider: 'turnstile', secret: 's', minScore: 0.5 })), ['/tenants/0/captcha/minScore: only reCAPTCHA v3 answers a score'])
+  t.match(problems(file({ provider: 'turnstile', secret: 's', siteverifyUrl: 'http://captcha.example/siteverify' })), [/must be https/])
+  t.match(problems(file(undefined, { requireCaptcha: true })), [/the tenant has no captcha to require/])
   const optedIn = registryFromJson(file({ provider: 'hcaptcha', secret: 's' }, { requireCaptcha: true })).authenticate(secretKey, Date.now())
   t.equal(optedIn?.captchaRequired, true, 'a secret key may opt in on its own')
   const byDefault = registryFromJson(file({ provider: 'hcaptcha', secret: 's' })).authenticate(secretKey, Date.now())

@@ -7,7 +7,7 @@ import { MEMORY_LIMIT } from '../../../lib/mail/liquid-bounds.js'
 import { negotiateLocale } from '../../../lib/mail/locale.js'
 import { TemplateFolders, templatesRootProblem, type TenantTemplateFolder } from '../../../lib/mail/template-files.js'
 import { TemplatesError, TenantTemplates, type TemplatesEntry, type TemplateSource } from '../../../lib/mail/tenant-templates.js'
-import { registryFromFile, registryFromJson, TenantsFileError } from '../../../lib/tenants-file/load.js'
+import { registryFromFile, registryFromJson } from '../../../lib/tenants-file/load.js'
 
 const CODE = '482910'
 
@@ -124,8 +124,8 @@ t.test('refused at load, each with the rule it breaks', async (t) => {
     ['the code captured', '{% capture c %}{{ code }}{% endcapture %}{{ c }}', 'html', /the code may only be written/],
     ['the code assigned', '{% assign c = code %}{{ c }}', 'text', /the code may only be written/],
     ['an infinite loop', '{{ code }}{% for i in (1..100000000) %}x{% endfor %}', 'text', new RegExp(`allocates more than the limit of ${MEMORY_LIMIT.toLocaleString('en')} units`)],
-    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit|takes longer than its (time )?budget/],
-    ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /the append filter's result is longer than 16,384 characters/],
+    ['nested loops', '{{ code }}{% for a in (1..1000) %}{% for b in (1..1000) %}{% for c in (1..1000) %}{% endfor %}{% endfor %}{% endfor %}', 'html', /allocates more than the limit|counts more than [\d,]+ units of work/],
+    ['a string doubled in a loop', '{{ code }}{% assign s = "xxxxxxxxxx" %}{% for i in (1..30) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', 'text', /the append filter's result is longer than 16,384 characters|counts more than [\d,]+ units of work/],
     ['a huge output', `{{ code }}{% for i in (1..700) %}${'x'.repeat(100)}{% endfor %}`, 'text', new RegExp(`the output is larger than ${OUTPUT_LIMITS.text} characters`)],
     ['a huge subject', `{% for i in (1..30) %}${'y'.repeat(10)}{% endfor %}`, 'subject', new RegExp(`the output is larger than ${OUTPUT_LIMITS.subject} characters`)],
     ['an unknown variable', '{{ code }} {{ brnad }}', 'text', /unknown variable "brnad" \(line 1, column 15\)/],
@@ -306,7 +306,7 @@ t.test('a template that breaks a rule for one dispatch only: the built-in wordin
   t.equal(compose(templates, 'en').subject, 'Hi Acme', 'other lifetimes are unaffected')
 })
 
-t.test('the registry names tenant, locale, part and rule, for every refused template of every tenant', async (t) => {
+t.test('the registry refuses each tenant with a refused template alone, naming tenant, locale, part and rule of each', async (t) => {
   const file = {
     tiers: { s: { allowance: 1, window: '1d', sandboxAllowance: 1 } },
     tenants: [
@@ -315,27 +315,21 @@ t.test('the registry names tenant, locale, part and rule, for every refused temp
       { id: 'globex', tier: 's', keys: [], templates: { en: { html: '{% include "x" %}{{ code }}' } } }
     ]
   }
-  let error: unknown
-  try {
-    registryFromJson(file)
-  } catch (thrown) {
-    error = thrown
-  }
-  t.type(error, TenantsFileError)
-  t.same((error as TenantsFileError).problems, [
+  const registry = registryFromJson(file)
+  t.same([...registry.tenants.keys()], ['good'], 'the tenant whose templates pass is served')
+  t.same([...registry.refused.values()].flatMap((refused) => refused.problems), [
     '/tenants/1/templates/fr/subject (tenant acme, locale fr, subject): the subject must not contain the code: subjects show in notifications and mailbox lists',
     '/tenants/1/templates/fr/text (tenant acme, locale fr, text): the template must contain the code, written {{ code }}',
     '/tenants/2/templates/en/html (tenant globex, locale en, html): the template does not parse: the include tag is not available: a template cannot read other templates or files (tag "include" not found, line:1, col:1)'
   ])
-  t.match((error as Error).message, /^tenants file: 3 problems: \/tenants\/1\/templates\/fr\/subject \(tenant acme/)
 
   const schema = (change: object): string => {
     try {
-      registryFromJson({ ...file, tenants: [{ id: 'x', tier: 's', keys: [], ...change }] })
+      const refused = registryFromJson({ ...file, tenants: [{ id: 'x', tier: 's', keys: [], ...change }] }).refused.get('x')
+      return refused === undefined ? 'accepted' : refused.problems.join('; ')
     } catch (thrown) {
       return (thrown as Error).message
     }
-    return 'accepted'
   }
   t.match(schema({ defaultLocale: 'it', templates: { it: { text: '{{ code }}' } } }), /\/tenants\/0\/templates\/it \(tenant x, locale it\): the service has no wording of its own in it/, 'a language the service lacks, even as the default')
   t.match(schema({ defaultLocale: 'ja' }), /\/tenants\/0\/defaultLocale \(tenant x, locale ja\): defaultLocale ja has neither/)
