@@ -108,7 +108,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
   t.test('a tenants file that does not load: rejects, having closed the connection it opened', async (t) => {
     const dir = t.testdir({})
     const path = join(dir, 'tenants.json')
-    writeFileSync(path, '{"tiers": {}, "tenants": [{"id": "acme"}]}')
+    writeFileSync(path, '{"tiers": {}, "tenants": [{"id": "acme"}')
     const before = resources()
     await t.rejects(createServices(parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_URL: server.url }), { log: quiet, mailLog: new MailCapture() }))
     await until('the connection is closed', () => leftOpen(before).length === 0, 5000)

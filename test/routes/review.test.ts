@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { run } from '../../cli/keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import type { TenantsFile } from '../../schemas/tenants.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
 
@@ -23,7 +24,8 @@ t.test('review address: no mail, no charge, the fixed code verifies once, every 
     file.tenants[0]!.webhooks = [{ url: receiver.url, secret, events: ['review.used'] }]
   })
   const { app, mail, logs } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true', LOCKOUT_THRESHOLD: '3' })
-  t.match(logs.text, /old-reviewer|reviewAddresses\/1: the review address expired/, 'an expired entry is ignored with a warning')
+  t.match(logs.text, /"level":40[^\n]*"msg":"\/tenants\/0\/reviewAddresses\/1: the review address has expired and is ignored"/, 'an expired entry is ignored with a warning naming its place')
+  t.notMatch(logs.text, /old-reviewer/i, 'the warning never names the address')
   const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
   const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
   const used = async (): Promise<number> => (await app.inject({ method: 'GET', url: '/usage', headers: bearer(keys.acmeLive) })).json().data.live.used
@@ -63,13 +65,19 @@ t.test('review address: no mail, no charge, the fixed code verifies once, every 
   t.notMatch(JSON.stringify(receiver.verified.map((hook) => hook.payload)), /reviewer@/, 'never the address')
 })
 
-t.test('review address: the expiry is required and at most 90 days ahead', async (t) => {
-  const far = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE), expiresAt: inDays(91) }] })
-  await t.rejects(buildApp(t, { TENANTS_FILE: far.path }), /reviewAddresses\/0\/expiresAt is more than 90 days ahead/)
-  const none = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE) } as never] })
-  await t.rejects(buildApp(t, { TENANTS_FILE: none.path }), /expiresAt/)
-  const plain = writeTenants(t, (file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: CODE, expiresAt: inDays(1) }] })
-  await t.rejects(buildApp(t, { TENANTS_FILE: plain.path }), /codeSha256/, 'the code itself is refused: only its hash is stored')
+t.test('review address: the expiry is required and at most 90 days ahead; a bad entry refuses its tenant alone', async (t) => {
+  const refusedFor = async (mutate: (file: TenantsFile) => void, problem: RegExp, what: string): Promise<void> => {
+    const { path, keys } = writeTenants(t, mutate)
+    const { app, logs } = await buildApp(t, { TENANTS_FILE: path })
+    const refused = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeTest), payload: { email: 'someone@acme.test' } })
+    t.same({ status: refused.statusCode, code: refused.json().code }, { status: 503, code: 'TENANT_MISCONFIGURED' }, `${what}: the tenant's keys answer 503`)
+    t.match(logs.text, problem, `${what}: the log line names the problem's place`)
+    const other = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.globexTest), payload: { email: 'someone@globex.test' } })
+    t.equal(other.statusCode, 200, `${what}: the other tenant is served`)
+  }
+  await refusedFor((file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE), expiresAt: inDays(91) }] }, /reviewAddresses\/0\/expiresAt[^\n]*more than 90 days ahead/, 'an expiry past 90 days')
+  await refusedFor((file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: sha256(CODE) } as never] }, /reviewAddresses\/0[^\n]*expiresAt/, 'no expiry')
+  await refusedFor((file) => { file.tenants[0]!.reviewAddresses = [{ address: 'r@acme.test', codeSha256: CODE, expiresAt: inDays(1) }] }, /reviewAddresses\/0\/codeSha256/, 'the code itself instead of its hash')
 })
 
 t.test('email-otp keys review: a random code printed once, only its hash in the file, and it verifies', async (t) => {
