@@ -16,7 +16,7 @@ export type Headers = Record<string, string>
 
 /** A request the gate turns away, with the answer's code, message and headers. */
 export interface Refusal {
-  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED' | 'RECIPIENT_SUPPRESSED' | 'DELIVERY_FAILED'>
+  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED' | 'RECIPIENT_SUPPRESSED'>
   message: string
   headers: Headers
 }
@@ -26,6 +26,11 @@ export type DispatchDecision =
   | { kind: 'refused', refusal: Refusal }
   /** The token is stored and one unit of allowance taken (`quota` says from which window). */
   | { kind: 'admitted', quota: QuotaDecision, headers: Headers }
+  /**
+   * Admitted as far as every counter is concerned, but the mailbox is suppressed: nothing is
+   * to be sent, and the caller takes the token and the unit back as after a failed send.
+   */
+  | { kind: 'withheld', quota: QuotaDecision, headers: Headers }
 
 /** `addressHash`: the tenant's keyed hash of the address the code was sent to (null for a record older than it). */
 export type VerifyDecision =
@@ -124,12 +129,8 @@ export class AdmissionGate {
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
     if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded) }
-    if (counts.kind === 'suppressed') {
-      // A page could be anyone's: it hears what a failed delivery says, which is all the
-      // mailbox's owner would see too, and not that this address bounced or complained here.
-      if (audience === 'browser') return { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', message: errorCatalog.DELIVERY_FAILED.message, headers: {} } }
-      return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
-    }
+    // A page's plan withholds instead (`withheld` below): only a backend hears the suppression.
+    if (counts.kind === 'suppressed') return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
     if (counts.kind === 'locked') {
       if (audience === 'browser') {
         const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
@@ -150,7 +151,7 @@ export class AdmissionGate {
         : 'The allowance of this key is used up'
       return { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message, headers } }
     }
-    return { kind: 'admitted', quota, headers }
+    return { kind: counts.kind === 'withheld' ? 'withheld' : 'admitted', quota, headers }
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {
