@@ -44,11 +44,19 @@ function seconds (ms: number): string {
 }
 
 /**
- * What a page hears when its dispatch meets a locked mailbox: a constant, in the words of
- * every other 429 a page gets. The lock's own length would tell the stranger who caused it
- * exactly when to lock the mailbox again.
+ * When a page is told to retry after meeting a locked mailbox or a bucket it may not hear about
+ * (a recipient's, the key's, the mailbox cap): a constant, for all of them alike. The lock's own
+ * length would tell the stranger who caused it exactly when to lock the mailbox again; a
+ * bucket's would tell when other callers asked for codes; and any difference would tell which
+ * of these it met.
  */
-export const BROWSER_LOCKED_RETRY_SECONDS = 60
+export const BROWSER_RETRY_SECONDS = 60
+
+/** The one 429 a page gets for whatever it may not hear about (see BROWSER_RETRY_SECONDS). */
+function browserRefusal (): Refusal {
+  const retry = String(BROWSER_RETRY_SECONDS)
+  return { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } }
+}
 
 /** What a limit's counter says in RateLimit-* headers, as @fastify/rate-limit sends them. */
 function rateLimitHeaders (limit: LimitHit, count: WindowCount): Headers {
@@ -70,8 +78,8 @@ function audible (audience: Audience, limit: LimitHit): boolean {
 
 /** The 429 for a limit gone past. */
 function limitRefusal (audience: Audience, { limit, count }: Exceeded): Refusal {
+  if (!audible(audience, limit)) return browserRefusal()
   const retry = seconds(count.ttlMs)
-  if (!audible(audience, limit)) return { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } }
   return {
     code: 'RATE_LIMITED',
     message: `Too many requests for this ${limit.name}; retry in ${retry} s`,
@@ -132,10 +140,7 @@ export class AdmissionGate {
     // A page's plan withholds instead (`withheld` below): only a backend hears the suppression.
     if (counts.kind === 'suppressed') return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
     if (counts.kind === 'locked') {
-      if (audience === 'browser') {
-        const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
-        return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } } }
-      }
+      if (audience === 'browser') return { kind: 'refused', refusal: browserRefusal() }
       const retry = seconds(counts.lockedForMs)
       return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many wrong codes were entered for this address; retry in ${retry} s`, headers: { 'retry-after': retry } } }
     }

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { AdmissionGate, BROWSER_LOCKED_RETRY_SECONDS, type DispatchDecision } from '../../../lib/admission/gate.js'
+import { AdmissionGate, BROWSER_RETRY_SECONDS, type DispatchDecision } from '../../../lib/admission/gate.js'
 import type { AdmissionStore } from '../../../lib/state/admission.js'
 import { MemoryAdmission } from '../../../lib/state/memory/admission.js'
 import { OVER_LIMIT_MEMORY_ENTRIES, OVER_LIMIT_MEMORY_MS, OverLimitMemory } from '../../../lib/admission/over-limit.js'
@@ -196,14 +196,17 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
     const { gate } = await makePeers(t)
-    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [limit('recipient', 2), limit('key', 5)] })
+    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [{ ...limit('recipient', 2), windowMs: 900_000 }, limit('key', 5)] })
     const admitted = await gate.dispatch(browser('a'))
     t.match(admitted, { kind: 'admitted', headers: { 'ratelimit-limit': '10', 'ratelimit-remaining': '9' } })
     t.notOk(admitted.kind === 'admitted' && 'quota-limit' in admitted.headers, 'no Quota-* headers')
     await gate.dispatch(browser('b'))
     const refused = await gate.dispatch(browser('c'))
-    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests; retry in \d+ s$/ } })
-    t.strictSame(refused.kind === 'refused' && Object.keys(refused.refusal.headers), ['retry-after'], 'the recipient bucket stays unnamed and uncounted')
+    const constant = { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s`, headers: { 'retry-after': String(BROWSER_RETRY_SECONDS) } }
+    t.strictSame(refused, { kind: 'refused', refusal: constant }, 'the recipient bucket stays unnamed and uncounted, and its window\'s end untold')
+    const keyFull = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [{ ...limit('source', 10), bucket: 'y' }], sharedLimits: [{ ...limit('recipient', 10), bucket: 'z' }, { ...limit('key', 3), bucket: 'k', windowMs: 30_000 }] })
+    for (const requestId of ['e', 'f', 'g']) await gate.dispatch(keyFull(requestId))
+    t.strictSame(await gate.dispatch(keyFull('h')), { kind: 'refused', refusal: constant }, 'a full key bucket says the same')
     const quotaRefused = await gate.dispatch(dispatchPlan('d', { audience: 'browser', quota: quota(0) }))
     t.match(quotaRefused, { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message: 'The allowance of this key is used up' } })
     t.notOk(quotaRefused.kind === 'refused' && Object.keys(quotaRefused.refusal.headers).some((name) => name.startsWith('quota-')), 'a 402 to a page carries no Quota-*')
@@ -317,8 +320,8 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
       await guess(requestId, 'k1.nope')
     }
     const refused = await gate.dispatch(pageCode('s4'))
-    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_LOCKED_RETRY_SECONDS} s` } })
-    t.strictSame(refused.kind === 'refused' && refused.refusal.headers, { 'retry-after': String(BROWSER_LOCKED_RETRY_SECONDS) }, 'a constant, not the lock\'s ten minutes')
+    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s` } })
+    t.strictSame(refused.kind === 'refused' && refused.refusal.headers, { 'retry-after': String(BROWSER_RETRY_SECONDS) }, 'a constant, not the lock\'s ten minutes')
     t.equal((await guess('outstanding', 'k1.code-outstanding')).kind, 'locked', 'the browser lane\'s codes are consumed unread')
     t.equal((await guess('owner', 'k1.code-owner')).kind, 'verified', 'the backend lane\'s code verifies, whatever key sends the guess')
     t.equal((await gate.dispatch(dispatchPlan('owner2'))).kind, 'admitted', 'and the backend lane still dispatches')
