@@ -4,7 +4,7 @@ import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type FixtureKeys } from '../helper.js'
 import { listenApp, send, type RawAnswer } from '../support/http.js'
 import { startSmtp } from '../support/mail-peers.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 
 const page = { origin: 'https://app.acme.test' }
 
@@ -134,6 +134,11 @@ for (const store of ['memory', 'redis'] as const) {
       if (mode === 'live') t.ok(waited.slice(0, 3).every((ms) => ms >= PEER_DELAY_MS), `${mode}: each answer came no sooner than the relay's refusal does (${waited.map((ms) => ms.toFixed(0)).join(', ')} ms)`)
     }
     t.notOk(asked.includes('ada@example.com'), 'the relay never heard of the suppressed mailbox')
+    if (redis !== null) {
+      const client = await connectFailFast(redis.url)
+      t.teardown(() => { client.disconnect() })
+      t.strictSame(await client.keys('otp:*'), [], 'and no code is left of either')
+    }
     const usage = await send({ port, localAddress: '127.0.9.1', method: 'GET', path: '/usage', headers: bearer(keys.acmeLive) })
     t.strictSame([usage.body.data?.live.used, usage.body.data?.sandbox.used], [0, 0], 'and nothing was charged for either')
   })
