@@ -16,7 +16,7 @@ export type Headers = Record<string, string>
 
 /** A request the gate turns away, with the answer's code, message and headers. */
 export interface Refusal {
-  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED' | 'RECIPIENT_SUPPRESSED' | 'DELIVERY_FAILED'>
+  code: Extract<ErrorCode, 'RATE_LIMITED' | 'QUOTA_EXCEEDED' | 'RECIPIENT_SUPPRESSED'>
   message: string
   headers: Headers
 }
@@ -26,6 +26,11 @@ export type DispatchDecision =
   | { kind: 'refused', refusal: Refusal }
   /** The token is stored and one unit of allowance taken (`quota` says from which window). */
   | { kind: 'admitted', quota: QuotaDecision, headers: Headers }
+  /**
+   * Admitted as far as every counter is concerned, but the mailbox is suppressed: nothing is
+   * to be sent, and the caller takes the token and the unit back as after a failed send.
+   */
+  | { kind: 'withheld', quota: QuotaDecision, headers: Headers }
 
 /** `addressHash`: the tenant's keyed hash of the address the code was sent to (null for a record older than it). */
 export type VerifyDecision =
@@ -39,11 +44,19 @@ function seconds (ms: number): string {
 }
 
 /**
- * What a page hears when its dispatch meets a locked mailbox: a constant, in the words of
- * every other 429 a page gets. The lock's own length would tell the stranger who caused it
- * exactly when to lock the mailbox again.
+ * When a page is told to retry after meeting a locked mailbox or a bucket it may not hear about
+ * (a recipient's, the key's, the mailbox cap): a constant, for all of them alike. The lock's own
+ * length would tell the stranger who caused it exactly when to lock the mailbox again; a
+ * bucket's would tell when other callers asked for codes; and any difference would tell which
+ * of these it met.
  */
-export const BROWSER_LOCKED_RETRY_SECONDS = 60
+export const BROWSER_RETRY_SECONDS = 60
+
+/** The one 429 a page gets for whatever it may not hear about (see BROWSER_RETRY_SECONDS). */
+function browserRefusal (): Refusal {
+  const retry = String(BROWSER_RETRY_SECONDS)
+  return { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } }
+}
 
 /** What a limit's counter says in RateLimit-* headers, as @fastify/rate-limit sends them. */
 function rateLimitHeaders (limit: LimitHit, count: WindowCount): Headers {
@@ -65,8 +78,8 @@ function audible (audience: Audience, limit: LimitHit): boolean {
 
 /** The 429 for a limit gone past. */
 function limitRefusal (audience: Audience, { limit, count }: Exceeded): Refusal {
+  if (!audible(audience, limit)) return browserRefusal()
   const retry = seconds(count.ttlMs)
-  if (!audible(audience, limit)) return { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } }
   return {
     code: 'RATE_LIMITED',
     message: `Too many requests for this ${limit.name}; retry in ${retry} s`,
@@ -124,17 +137,10 @@ export class AdmissionGate {
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
     if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded) }
-    if (counts.kind === 'suppressed') {
-      // A page could be anyone's: it hears what a failed delivery says, which is all the
-      // mailbox's owner would see too, and not that this address bounced or complained here.
-      if (audience === 'browser') return { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', message: errorCatalog.DELIVERY_FAILED.message, headers: {} } }
-      return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
-    }
+    // A page's plan withholds instead (`withheld` below): only a backend hears the suppression.
+    if (counts.kind === 'suppressed') return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
     if (counts.kind === 'locked') {
-      if (audience === 'browser') {
-        const retry = String(BROWSER_LOCKED_RETRY_SECONDS)
-        return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${retry} s`, headers: { 'retry-after': retry } } }
-      }
+      if (audience === 'browser') return { kind: 'refused', refusal: browserRefusal() }
       const retry = seconds(counts.lockedForMs)
       return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many wrong codes were entered for this address; retry in ${retry} s`, headers: { 'retry-after': retry } } }
     }
@@ -150,7 +156,7 @@ export class AdmissionGate {
         : 'The allowance of this key is used up'
       return { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message, headers } }
     }
-    return { kind: 'admitted', quota, headers }
+    return { kind: counts.kind === 'withheld' ? 'withheld' : 'admitted', quota, headers }
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {

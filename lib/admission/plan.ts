@@ -113,6 +113,9 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
   return {
     audience,
     recipient: { tenantId: tenant.id, mode, recipientTag },
+    // A page must not tell a suppressed mailbox from one whose delivery failed: its dispatch
+    // counts and writes what a failed one does, then is taken back like one.
+    suppression: audience === 'browser' ? 'withhold' : 'refuse',
     laneSubject: subject,
     ownLimits,
     // The recipient's bucket before the key's: a dispatch refused for its recipient does not

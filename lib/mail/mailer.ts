@@ -1,6 +1,7 @@
 import type { Writable } from 'node:stream'
 import type { SandboxInbox } from '../state/sandbox-inbox.js'
 import type { KeyMode } from '../keys/api-keys.js'
+import { RoundTrips } from './round-trips.js'
 import { simulateDelivery } from './simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'
@@ -53,14 +54,16 @@ export class Mailer {
   readonly #sandboxInbox: SandboxInbox
   readonly #timeoutMs: number
   readonly #observe: MailSendObserver | undefined
+  readonly #roundTrips: RoundTrips
 
-  constructor (config: MailerConfig, sandboxInbox: SandboxInbox, logOutput: Writable, observer: FailoverObserver = NO_OBSERVER, observe?: MailSendObserver) {
+  constructor (config: MailerConfig, sandboxInbox: SandboxInbox, logOutput: Writable, observer: FailoverObserver = NO_OBSERVER, observe?: MailSendObserver, roundTrips = new RoundTrips()) {
     this.#log = new LogTransport(logOutput)
     this.#logsLive = config.mailTransports[0] === 'log'
     this.#live = new FailoverTransport(config.mailTransports.map((name) => liveTransport(name, config, this.#log)), config.mailBreaker, observer)
     this.#sandboxInbox = sandboxInbox
     this.#timeoutMs = config.mailTimeoutMs
     this.#observe = observe
+    this.#roundTrips = roundTrips
   }
 
   /** The providers live mail leaves through, in order (`ses,smtp`). */
@@ -76,18 +79,27 @@ export class Mailer {
   async send (message: OutgoingMessage, context: DeliveryContext): Promise<DeliveredBy> {
     if (context.mode === 'live') {
       const attributes = { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }
-      return await this.#live.send(message, async (transport, attempt) => {
-        const started = performance.now()
-        let result = 'sent'
-        try {
-          await mailSendSpan(transport, attributes, attempt, failureKind)
-        } catch (error) {
-          result = failureKind(error)
-          throw error
-        } finally {
-          this.#observe?.(transport, (performance.now() - started) / 1000, result)
-        }
-      })
+      // The whole list's time, failovers included: what a withheld dispatch waits instead (round-trips.ts).
+      const sendStarted = performance.now()
+      let failed = true
+      try {
+        const sentBy = await this.#live.send(message, async (transport, attempt) => {
+          const started = performance.now()
+          let result = 'sent'
+          try {
+            await mailSendSpan(transport, attributes, attempt, failureKind)
+          } catch (error) {
+            result = failureKind(error)
+            throw error
+          } finally {
+            this.#observe?.(transport, (performance.now() - started) / 1000, result)
+          }
+        })
+        failed = false
+        return sentBy
+      } finally {
+        this.#roundTrips.record(context.tenantId, performance.now() - sendStarted, failed)
+      }
     }
     await simulateDelivery(message.to, this.#timeoutMs)
     await this.#sandboxInbox.add(context.tenantId, {
@@ -102,6 +114,16 @@ export class Mailer {
     }, message.pieces)
     if (this.#logsLive) await this.#log.send(message)
     return 'sandbox'
+  }
+
+  /**
+   * Sends nothing, and takes as long as a send would: live mail, a provider round trip drawn
+   * from the tenant's recent ones (lib/mail/round-trips.ts); sandbox mail, nothing, as the
+   * simulator's rejection (`fail@simulator.invalid`) waits for nothing. For a dispatch that
+   * must answer as a failed delivery without sending.
+   */
+  async withhold (context: Pick<DeliveryContext, 'mode' | 'tenantId'>): Promise<void> {
+    if (context.mode === 'live') await this.#roundTrips.imitate(context.tenantId)
   }
 
   async ready (): Promise<boolean> {

@@ -5,7 +5,7 @@ import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
 import type { Mailer } from '../mail/mailer.js'
-import { DeliveryError, type DeliveryFailureKind } from '../mail/transport.js'
+import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
 import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
@@ -69,7 +69,7 @@ export interface OtpServiceOptions {
   policy: AdmissionPolicy
   signer: CodeSigner
   backend: Pick<State, 'admission' | 'tokens' | 'quota'>
-  mailer: Pick<Mailer, 'send'>
+  mailer: Pick<Mailer, 'send' | 'withhold'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }
   /** How long a suppressed mailbox gets no code. */
@@ -158,26 +158,31 @@ export class OtpService {
       const decision = await backend.admission.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+      // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
+      const compose = async (): Promise<OutgoingMessage> => await turns.run(tenant.id, () => composeVerificationMessage({
+        to: email.address,
+        from: tenant.from ?? defaults.mailFrom,
+        ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
+        brand: tenant.brandName,
+        code: minted.code,
+        ttlSeconds,
+        locale: tenant.templates.negotiate(input.locale, input.acceptLanguage),
+        templates: tenant.templates,
+        tags: { tenant: tenant.id, mode, requestId: minted.requestId },
+        onTemplateFallback: (fallback) => {
+          log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
+        }
+      }))
+      if (decision.kind === 'withheld') {
+        // Only a page's plan withholds: its headers are a failed delivery's as they stand.
+        await this.#withhold(caller, minted.requestId, decision.quota, plan.quota.share !== null, compose)
+        throw apiError('DELIVERY_FAILED', undefined, decision.headers)
+      }
       if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
 
       let deliveredBy: string
       try {
-        // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
-        const message = await turns.run(tenant.id, () => composeVerificationMessage({
-          to: email.address,
-          from: tenant.from ?? defaults.mailFrom,
-          ...(tenant.replyTo === null ? {} : { replyTo: tenant.replyTo }),
-          brand: tenant.brandName,
-          code: minted.code,
-          ttlSeconds,
-          locale: tenant.templates.negotiate(input.locale, input.acceptLanguage),
-          templates: tenant.templates,
-          tags: { tenant: tenant.id, mode, requestId: minted.requestId },
-          onTemplateFallback: (fallback) => {
-            log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
-          }
-        }))
-        deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
+        deliveredBy = await mailer.send(await compose(), { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
@@ -333,6 +338,24 @@ export class OtpService {
     if (browserHeaders !== null) return { requestId, headers: browserHeaders }
     const state = refunded.status === 'fulfilled' ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
     return { requestId, headers: quotaHeaders(limit, state, Date.now()) }
+  }
+
+  /**
+   * A page's dispatch to a suppressed mailbox: a failed delivery in everything but the send.
+   * The message is composed, the send's time passes (a provider round trip of the tenant's,
+   * Mailer.withhold) and the code and the unit are taken back by the same undo, so the answer,
+   * its timing and what the next requests meet are a failed delivery's: a page, which anyone can
+   * type an address into, never learns that the address bounced or complained here.
+   */
+  async #withhold (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean, compose: () => Promise<OutgoingMessage>): Promise<void> {
+    const { key, log } = caller
+    try {
+      await compose()
+      await this.#options.mailer.withhold({ mode: key.mode, tenantId: key.tenant.id })
+    } finally {
+      await this.#undo(caller, requestId, quota, shared)
+    }
+    log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId }, 'mailbox suppressed: nothing sent, answered as a failed delivery')
   }
 
   /**

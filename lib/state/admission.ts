@@ -85,6 +85,14 @@ export interface DispatchPlan {
   audience: Audience
   /** The mailbox, in the tenant and mode: its suppression there (both lanes) means nothing is sent. */
   recipient: Mailbox
+  /**
+   * What a suppressed mailbox does to the dispatch. `refuse`: it stops right after the
+   * lockout check, with nothing shared counted, nothing charged, no token. `withhold`: it is
+   * counted, charged and written like any admitted dispatch and reported `withheld`, so that
+   * its caller can take it back exactly as after a failed send and its answer, and every later
+   * answer, is the one a failed delivery gives.
+   */
+  suppression: 'refuse' | 'withhold'
   /** The mailbox as the lane of the dispatching key counts it: its lockout state. */
   laneSubject: string
   ownLimits: readonly LimitHit[]
@@ -145,8 +153,13 @@ export type DispatchCounts =
   /** The requestId is taken (a 128-bit coincidence): nothing was counted; mint another. */
   | { kind: 'collision' }
   | { kind: 'locked', counts: WindowCount[], lockedForMs: number }
-  /** The mailbox is suppressed (bounced or complained): nothing written, nothing charged. */
+  /** The mailbox is suppressed (bounced or complained) and the plan refuses: nothing written, nothing charged. */
   | { kind: 'suppressed', counts: WindowCount[] }
+  /**
+   * The mailbox is suppressed and the plan withholds: everything an issued code counts,
+   * reserves and writes was, and the caller takes the token and the units back.
+   */
+  | { kind: 'withheld', counts: WindowCount[], quota: QuotaDecision }
   | { kind: 'limited', counts: WindowCount[], exceeded: Exceeded }
   | { kind: 'quota_exceeded', counts: WindowCount[], quota: QuotaDecision }
   | { kind: 'issued', counts: WindowCount[], quota: QuotaDecision }

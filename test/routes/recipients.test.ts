@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { BROWSER_LOCKED_RETRY_SECONDS } from '../../lib/admission/gate.js'
+import { BROWSER_RETRY_SECONDS } from '../../lib/admission/gate.js'
 import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
@@ -138,7 +138,7 @@ for (const store of ['memory', 'redis'] as const) {
     const refusals = []
     for (let i = 0; i < 20; i++) refusals.push(await call(pageKeys[i % 2] ?? '', '/otp/request', { email: 'victim@example.com' }, `127.0.4.${i + 1}`))
     t.ok(refusals.every((answer) => answer.status === 429 && answer.body.code === 'RATE_LIMITED'), 'the tenth wrong guess in a row, across sources and keys, locked the browser lane: from any source and key, no code')
-    t.ok(refusals.every((answer) => answer.headers['retry-after'] === String(BROWSER_LOCKED_RETRY_SECONDS) && answer.body.message === `Too many requests; retry in ${BROWSER_LOCKED_RETRY_SECONDS} s`), 'the stranger\'s 429 says a constant minute, not the 15-minute lock')
+    t.ok(refusals.every((answer) => answer.headers['retry-after'] === String(BROWSER_RETRY_SECONDS) && answer.body.message === `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s`), 'the stranger\'s 429 says a constant minute, not the 15-minute lock')
     t.ok(refusals.every((answer) => Object.keys(answer.headers).every((name) => !name.startsWith('ratelimit-'))), 'and names no bucket')
     const unread = await call(keys.acmeBrowser, '/otp/verify', { requestId: outstanding.requestId, userGuess: outstanding.code }, '127.0.3.23')
     t.same([unread.status, unread.body.code], [400, 'CODE_MISMATCH'], 'a browser-lane code sent before the lock is consumed unread, even guessed right')

@@ -1,7 +1,10 @@
 import t, { type Test } from 'tap'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type FixtureKeys } from '../helper.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { listenApp, send, type RawAnswer } from '../support/http.js'
+import { startSmtp } from '../support/mail-peers.js'
+import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 
 const page = { origin: 'https://app.acme.test' }
 
@@ -64,3 +67,79 @@ t.test('suppression on Redis survives a restart', redisTestOptions(), async (t) 
     return (await buildApp(t, env)).app
   }, app, keys, { messages: () => mail.count })
 })
+
+/** A page's answer as a comparison may read it: what differs between any two requests aside. */
+function comparable (answer: RawAnswer): { status: number, headers: Record<string, unknown>, body: string } {
+  const headers: Record<string, unknown> = { ...answer.headers }
+  delete headers.date
+  delete headers['x-request-id']
+  // Seconds left in a window: two requests made a moment apart may round to seconds apart by one.
+  delete headers['ratelimit-reset']
+  return { status: answer.status, headers, body: JSON.stringify(answer.body) }
+}
+
+/**
+ * A page, which anyone can type an address into, must not tell a mailbox suppressed at this
+ * tenant from one its provider refuses: not in the answer (status, body, every header), not in
+ * what the next requests meet (the recipient's bucket, the allowance), and not in its timing.
+ * The same requests go to each, alternately, each address from its own source, through a real
+ * SMTP relay that refuses one recipient after PEER_DELAY_MS and never hears of the other.
+ */
+const PEER_DELAY_MS = 100
+for (const store of ['memory', 'redis'] as const) {
+  t.test(`a page cannot tell a suppressed mailbox from a provider's refusal, in the answer or in the next ones (${store})`, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+    const redis = store === 'redis' ? await startRedis() : null
+    t.teardown(async () => { await redis?.stop() })
+    const asked: string[] = []
+    const relay = await startSmtp(t, {
+      onRcptTo (address, _session, callback) {
+        asked.push(address.address)
+        setTimeout(() => { callback(address.address === 'gone@example.com' ? Object.assign(new Error('no such user'), { responseCode: 550 }) : undefined) }, PEER_DELAY_MS)
+      }
+    })
+    const pageTest = generateKey('restricted', 'test')
+    const { path, keys } = writeTenants(t, (file) => {
+      file.tenants[0]?.keys.push({ id: 'acme_page_test', kind: 'restricted', mode: 'test', sha256: hashKey(pageTest), origins: ['app.acme.test'] })
+    })
+    const { app } = await buildApp(t, {
+      TENANTS_FILE: path,
+      MAIL_TRANSPORT: 'smtp',
+      SMTP_URL: `smtp://127.0.0.1:${relay.port}?tls=off`,
+      MAIL_FROM: 'codes@otp.test',
+      RATE_LIMIT_SOURCE: '10/1m',
+      RATE_LIMIT_RECIPIENT: '3/15m',
+      ...(redis === null ? {} : { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+    })
+    const port = await listenApp(app)
+    const call = async (key: string, path: string, email: string, localAddress: string): Promise<RawAnswer> => await send({
+      port, localAddress, path, headers: { 'content-type': 'application/json', ...bearer(key), ...(key === pageTest || key === keys.acmeBrowser ? page : {}) }, body: JSON.stringify({ email })
+    })
+    t.equal((await call(keys.acmeLive, '/recipients/suppress', 'ada@example.com', '127.0.9.1')).status, 200)
+    t.equal((await call(keys.acmeTest, '/recipients/suppress', 'ada@example.com', '127.0.9.1')).status, 200)
+
+    for (const [mode, key, refused] of [['live', keys.acmeBrowser, 'gone@example.com'], ['sandbox', pageTest, 'fail@simulator.invalid']] as const) {
+      const [suppressedSource, refusedSource] = mode === 'live' ? ['127.0.9.2', '127.0.9.3'] : ['127.0.9.4', '127.0.9.5']
+      const toRefused: RawAnswer[] = []
+      const toSuppressed: RawAnswer[] = []
+      const waited: number[] = []
+      for (let i = 0; i < 4; i++) {
+        toRefused.push(await call(key, '/otp/request', refused, refusedSource))
+        const started = performance.now()
+        toSuppressed.push(await call(key, '/otp/request', 'ada@example.com', suppressedSource))
+        waited.push(performance.now() - started)
+      }
+      t.strictSame(toRefused.map((answer) => answer.status), [502, 502, 502, 429], `${mode}: the refused address fails three times, then meets its recipient's bucket`)
+      t.strictSame(toSuppressed.map(comparable), toRefused.map(comparable), `${mode}: the suppressed mailbox's answers are the same, header for header and byte for byte`)
+      t.ok(toSuppressed.slice(0, 3).every((answer) => answer.headers['ratelimit-remaining'] !== undefined && answer.headers['ratelimit-reset'] !== undefined), `${mode}: its own source's RateLimit-*, as any failed delivery`)
+      if (mode === 'live') t.ok(waited.slice(0, 3).every((ms) => ms >= PEER_DELAY_MS), `${mode}: each answer came no sooner than the relay's refusal does (${waited.map((ms) => ms.toFixed(0)).join(', ')} ms)`)
+    }
+    t.notOk(asked.includes('ada@example.com'), 'the relay never heard of the suppressed mailbox')
+    if (redis !== null) {
+      const client = await connectFailFast(redis.url)
+      t.teardown(() => { client.disconnect() })
+      t.strictSame(await client.keys('otp:*'), [], 'and no code is left of either')
+    }
+    const usage = await send({ port, localAddress: '127.0.9.1', method: 'GET', path: '/usage', headers: bearer(keys.acmeLive) })
+    t.strictSame([usage.body.data?.live.used, usage.body.data?.sandbox.used], [0, 0], 'and nothing was charged for either')
+  })
+}

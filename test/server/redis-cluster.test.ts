@@ -158,6 +158,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
         const dispatch = async (requestId: string) => await admission.dispatch({
           audience: 'backend',
           recipient: { tenantId, mode, recipientTag: 'ada' },
+          suppression: 'refuse',
           laneSubject: 'ada',
           ownLimits: [],
           sharedLimits: limits,
@@ -196,6 +197,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const verdicts = await Promise.all(tenants.map(async (tenantId) => await admission.dispatch({
         audience: 'backend',
         recipient: { tenantId, mode: 'live', recipientTag: 'ada' },
+        suppression: 'refuse',
         laneSubject: 'ada',
         ownLimits: [{ name: 'source', tenantId, mode: 'live', bucket: 'x', max: 100, windowMs: 60_000 }],
         sharedLimits: [],
@@ -214,6 +216,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const dispatch = async (requestId: string) => await admission.dispatch({
         audience: 'backend',
         recipient: { tenantId: 'capped', mode: 'live', recipientTag: 'capped' },
+        suppression: 'refuse',
         laneSubject: 'capped',
         ownLimits: [],
         sharedLimits: [],

@@ -54,6 +54,7 @@ export function tokenDispatch (tenant: TenantMode, requestId: string, options: {
   return {
     audience: 'backend',
     recipient: { tenantId, mode, recipientTag: RECIPIENT },
+    suppression: 'refuse',
     laneSubject: RECIPIENT,
     ownLimits: [],
     sharedLimits: [],

@@ -74,7 +74,8 @@ export class MemoryAdmission implements AdmissionStore {
     if (own !== null) return { kind: 'limited', counts, exceeded: own }
     const lockedForMs = this.#lockout.lockedFor(lockout, now)
     if (lockedForMs > 0) return { kind: 'locked', counts, lockedForMs }
-    if (this.#suppressedUntil(recipient) > now) return { kind: 'suppressed', counts }
+    const suppressed = this.#suppressedUntil(recipient) > now
+    if (suppressed && plan.suppression === 'refuse') return { kind: 'suppressed', counts }
     // A code whose wrong guess could not be counted must not be sent.
     if (!this.#lockout.hasRoom(lockout, now)) throw lockoutFull()
     const shared = this.#hit(plan.sharedLimits, now, counts)
@@ -101,7 +102,7 @@ export class MemoryAdmission implements AdmissionStore {
       await refund()
       return { kind: 'collision' }
     }
-    return { kind: 'issued', counts, quota: decision }
+    return { kind: suppressed ? 'withheld' : 'issued', counts, quota: decision }
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {

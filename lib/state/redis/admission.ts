@@ -158,7 +158,7 @@ export class RedisAdmission implements AdmissionStore {
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
     const keys = [tokenAt, lockoutKey(tenantId, mode, plan.laneSubject), ...slots.map((slot) => slot.key)]
-    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length)]
+    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length), plan.suppression === 'withhold' ? '1' : '0']
     for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
     if (mailbox !== null) {
       keys.push(limitKey(mailbox))
@@ -185,6 +185,7 @@ export class RedisAdmission implements AdmissionStore {
         return { kind: 'limited', counts: hits, exceeded: { limit: mailbox, count: { current: reply[1] ?? 0, ttlMs: reply[2] ?? 0 } } }
       case DISPATCH.quotaExceeded:
       case DISPATCH.issued:
+      case DISPATCH.withheld:
         break
       default: throw unexpected('dispatch', raw)
     }
@@ -199,7 +200,7 @@ export class RedisAdmission implements AdmissionStore {
       await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
     }
-    return { kind: 'issued', counts: hits, quota: decision }
+    return { kind: verdict === DISPATCH.withheld ? 'withheld' : 'issued', counts: hits, quota: decision }
   }
 
   /**

@@ -129,7 +129,7 @@ return 0
 /* Admission: dispatch, verify, refused requests, the mailbox bucket, undo and restore (lib/state/redis/admission.ts). */
 
 /** The dispatch script's first reply, read by lib/state/redis/admission.ts. */
-export const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5, suppressed: 6 } as const
+export const DISPATCH = { issued: 0, collision: 1, locked: 2, limited: 3, quotaExceeded: 4, mailboxLimited: 5, suppressed: 6, withheld: 7 } as const
 /** The verify script's first reply. */
 export const VERIFY = { limited: 0, missing: 1, mismatch: 2, verified: 3, locked: 4 } as const
 
@@ -161,18 +161,21 @@ end
  * when counted here, one bucket per limit (the caller's own, then the shared ones), then the
  * mailbox's suppression.
  * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
- * number of own limits o, limit and expiry (epoch ms) per quota counter, max and window ms of
- * the mailbox bucket, then max and window ms per limit.
+ * number of own limits o, what a suppression does ('1': withhold, '0': refuse), limit and
+ * expiry (epoch ms) per quota counter, max and window ms of the mailbox bucket, then max and
+ * window ms per limit.
  * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
+ * A withheld dispatch replies like an issued one, under its own verdict.
  */
 export const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
 if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
 local quotas = tonumber(ARGV[3])
 local mailboxes = tonumber(ARGV[4])
 local own = tonumber(ARGV[5])
+local withhold = ARGV[6] == '1'
 local firstLimit = 3 + quotas + mailboxes
-local firstLimitArg = 6 + 2 * (quotas + mailboxes)
+local firstLimitArg = 7 + 2 * (quotas + mailboxes)
 local reply = { ${DISPATCH.issued}, 0, 0, 0 }
 local exceeded = hitLimits(firstLimit, firstLimit + own - 1, firstLimitArg, reply)
 if exceeded > 0 then
@@ -186,7 +189,7 @@ if lockedMs > 0 then
   reply[2] = lockedMs
   return reply
 end
-if suppressed(KEYS[#KEYS]) then
+if not withhold and suppressed(KEYS[#KEYS]) then
   reply[1] = ${DISPATCH.suppressed}
   return reply
 end
@@ -197,7 +200,7 @@ if exceeded > 0 then
   return reply
 end
 if mailboxes == 1 then
-  local arg = 6 + 2 * quotas
+  local arg = 7 + 2 * quotas
   local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
   if current > tonumber(ARGV[arg]) then
     reply[1] = ${DISPATCH.mailboxLimited}
@@ -206,7 +209,7 @@ if mailboxes == 1 then
     return reply
   end
 end
-local allowed, used = reserveQuotas(3, quotas, 6)
+local allowed, used = reserveQuotas(3, quotas, 7)
 reply[3] = allowed
 reply[4] = used
 if allowed == 0 then
@@ -214,6 +217,7 @@ if allowed == 0 then
   return reply
 end
 writeToken(KEYS[1], ARGV[1], ARGV[2])
+if withhold and suppressed(KEYS[#KEYS]) then reply[1] = ${DISPATCH.withheld} end
 return reply
 `
 /** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */

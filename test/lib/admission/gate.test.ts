@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { AdmissionGate, BROWSER_LOCKED_RETRY_SECONDS } from '../../../lib/admission/gate.js'
+import { AdmissionGate, BROWSER_RETRY_SECONDS, type DispatchDecision } from '../../../lib/admission/gate.js'
 import type { AdmissionStore } from '../../../lib/state/admission.js'
 import { MemoryAdmission } from '../../../lib/state/memory/admission.js'
 import { OVER_LIMIT_MEMORY_ENTRIES, OVER_LIMIT_MEMORY_MS, OverLimitMemory } from '../../../lib/admission/over-limit.js'
@@ -50,6 +50,7 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
   return {
     audience: 'backend',
     recipient: ADA,
+    suppression: 'refuse',
     laneSubject: 'ada',
     ownLimits: [limit('source', 100)],
     sharedLimits: [limit('recipient', 100)],
@@ -87,7 +88,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'verified', 'the token was stored')
   })
 
-  t.test('a suppressed mailbox: refused after the caller\'s own limits, before shared ones, no unit, no token; a page hears a delivery failure', async (t) => {
+  t.test('a suppressed mailbox, refused: after the caller\'s own limits, before shared ones, no unit, no token', async (t) => {
     const { gate, store, quota: quotaStore } = await makePeers(t)
     t.equal(await gate.unsuppress(ADA), false, 'nothing to lift yet')
     await gate.suppress(ADA, 60_000)
@@ -95,7 +96,6 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal(counts.kind, 'suppressed')
     t.strictSame(counts.kind === 'suppressed' && counts.counts.map((count) => count.current), [1], 'the source counted, the recipient bucket not')
     t.match(await gate.dispatch(dispatchPlan('b')), { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', headers: {} } })
-    t.match(await gate.dispatch(dispatchPlan('c', { audience: 'browser' })), { kind: 'refused', refusal: { code: 'DELIVERY_FAILED', headers: {} } })
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 0, 'no unit taken')
     t.equal((await store.verify(verifyPlan('a', ['k1.code-a']))).kind, 'missing', 'no token')
     t.equal((await gate.dispatch(dispatchPlan('d', { recipient: { ...ADA, recipientTag: 'bob' } }))).kind, 'admitted', 'another mailbox is not suppressed')
@@ -103,6 +103,34 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     t.equal((await gate.dispatch(dispatchPlan('e'))).kind, 'admitted', 'and dispatch works again')
     await gate.suppress(ADA, 1)
     await until('a suppression ends by itself', async () => (await store.dispatch(dispatchPlan(`f${Date.now()}`))).kind === 'issued')
+  })
+
+  t.test('a suppressed mailbox, withheld: every counter and the token as for an issued code, so a page meets what it would meet after a failed delivery', async (t) => {
+    const { gate, store, quota: quotaStore } = await makePeers(t)
+    await gate.suppress(ADA, 60_000)
+    const bob: Mailbox = { ...ADA, recipientTag: 'bob' }
+    // The same requests to each mailbox, from its own source, on its own allowance of two.
+    const page = (mailbox: Mailbox, requestId: string): DispatchPlan => dispatchPlan(`${mailbox.recipientTag}-${requestId}`, {
+      audience: 'browser',
+      suppression: 'withhold',
+      recipient: mailbox,
+      ownLimits: [{ ...limit('source', 100), bucket: mailbox.recipientTag }],
+      sharedLimits: [{ ...limit('recipient', 3), bucket: mailbox.recipientTag }],
+      quota: { ...quota(2), tenant: { scope: `${mailbox.recipientTag}:live`, share: null, limit: 2, window } }
+    })
+    const decisions = async (mailbox: Mailbox): Promise<DispatchDecision[]> => {
+      const made: DispatchDecision[] = []
+      for (const requestId of ['a', 'b', 'c', 'd']) made.push(await gate.dispatch(page(mailbox, requestId)))
+      return made
+    }
+    const suppressed = await decisions(ADA)
+    const deliverable = await decisions(bob)
+    t.strictSame(suppressed.map((decision) => decision.kind), ['withheld', 'withheld', 'refused', 'refused'])
+    t.strictSame(deliverable.map((decision) => decision.kind), ['admitted', 'admitted', 'refused', 'refused'])
+    const withoutKind = (decision: DispatchDecision): unknown => decision.kind === 'collision' ? null : { ...decision, kind: undefined, quota: decision.kind === 'refused' ? undefined : { ...decision.quota, resetMs: undefined } }
+    t.strictSame(suppressed.map(withoutKind), deliverable.map(withoutKind), 'the same headers, units and refusals: the allowance used up, then the recipient\'s bucket full')
+    t.equal((await quotaStore.usage('ada:live', window, Date.now())).used, 2, 'its units were taken, for the caller to give back')
+    t.equal((await store.verify(verifyPlan('ada-a', ['k1.code-ada-a']))).kind, 'verified', 'its token was written, for the caller to delete')
   })
 
   t.test('the tightest limit speaks in the RateLimit-* headers', async (t) => {
@@ -168,14 +196,17 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
     const { gate } = await makePeers(t)
-    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [limit('recipient', 2), limit('key', 5)] })
+    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [{ ...limit('recipient', 2), windowMs: 900_000 }, limit('key', 5)] })
     const admitted = await gate.dispatch(browser('a'))
     t.match(admitted, { kind: 'admitted', headers: { 'ratelimit-limit': '10', 'ratelimit-remaining': '9' } })
     t.notOk(admitted.kind === 'admitted' && 'quota-limit' in admitted.headers, 'no Quota-* headers')
     await gate.dispatch(browser('b'))
     const refused = await gate.dispatch(browser('c'))
-    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests; retry in \d+ s$/ } })
-    t.strictSame(refused.kind === 'refused' && Object.keys(refused.refusal.headers), ['retry-after'], 'the recipient bucket stays unnamed and uncounted')
+    const constant = { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s`, headers: { 'retry-after': String(BROWSER_RETRY_SECONDS) } }
+    t.strictSame(refused, { kind: 'refused', refusal: constant }, 'the recipient bucket stays unnamed and uncounted, and its window\'s end untold')
+    const keyFull = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [{ ...limit('source', 10), bucket: 'y' }], sharedLimits: [{ ...limit('recipient', 10), bucket: 'z' }, { ...limit('key', 3), bucket: 'k', windowMs: 30_000 }] })
+    for (const requestId of ['e', 'f', 'g']) await gate.dispatch(keyFull(requestId))
+    t.strictSame(await gate.dispatch(keyFull('h')), { kind: 'refused', refusal: constant }, 'a full key bucket says the same')
     const quotaRefused = await gate.dispatch(dispatchPlan('d', { audience: 'browser', quota: quota(0) }))
     t.match(quotaRefused, { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message: 'The allowance of this key is used up' } })
     t.notOk(quotaRefused.kind === 'refused' && Object.keys(quotaRefused.refusal.headers).some((name) => name.startsWith('quota-')), 'a 402 to a page carries no Quota-*')
@@ -289,8 +320,8 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
       await guess(requestId, 'k1.nope')
     }
     const refused = await gate.dispatch(pageCode('s4'))
-    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_LOCKED_RETRY_SECONDS} s` } })
-    t.strictSame(refused.kind === 'refused' && refused.refusal.headers, { 'retry-after': String(BROWSER_LOCKED_RETRY_SECONDS) }, 'a constant, not the lock\'s ten minutes')
+    t.match(refused, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s` } })
+    t.strictSame(refused.kind === 'refused' && refused.refusal.headers, { 'retry-after': String(BROWSER_RETRY_SECONDS) }, 'a constant, not the lock\'s ten minutes')
     t.equal((await guess('outstanding', 'k1.code-outstanding')).kind, 'locked', 'the browser lane\'s codes are consumed unread')
     t.equal((await guess('owner', 'k1.code-owner')).kind, 'verified', 'the backend lane\'s code verifies, whatever key sends the guess')
     t.equal((await gate.dispatch(dispatchPlan('owner2'))).kind, 'admitted', 'and the backend lane still dispatches')

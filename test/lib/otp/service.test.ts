@@ -49,6 +49,8 @@ interface Harness {
   mail: MailCapture
   live: Caller
   sandbox: Caller
+  /** The caller of another key of the tenant's (one `mutate` added). */
+  callerOf: (key: string) => Caller
   events: string[]
 }
 
@@ -104,7 +106,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     turns: new TenantTurns(1)
   })
   t.teardown(async () => { await mailer.close() })
-  return { signer, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), events, receipts }
+  return { signer, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), callerOf: caller, events, receipts }
 }
 
 async function refusal (promise: Promise<unknown>): Promise<ApiError> {
@@ -176,6 +178,20 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
     t.equal((await backend.quota.usage('acme:test', DAY, Date.now())).used, 1, 'only the delivered dispatch is charged')
     t.strictSame(events, ['sent', 'delivery_failed:rejected', 'event:delivery.failed'])
     t.same(await backend.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
+  })
+
+  t.test('a page\'s dispatch to a suppressed mailbox: the failed delivery\'s 502 and clean-up, and no delivery.failed for the tenant', async (t) => {
+    const pageKey = generateKey('restricted', 'live')
+    const { service, live, callerOf, backend, mail, events } = await harness(t, await makeBackend(t), (file) => {
+      file.tenants[0]?.keys.push({ id: 'page', kind: 'restricted', mode: 'live', sha256: hashKey(pageKey), origins: ['app.acme.test'], allowance: '100%' })
+    })
+    await service.suppress(live, 'ada@example.com')
+    const withheld = await refusal(service.dispatch(callerOf(pageKey), { email: 'Ada@example.com' }))
+    t.match(withheld, { code: 'DELIVERY_FAILED', statusCode: 502, headers: { 'ratelimit-limit': '30', 'ratelimit-remaining': '29' } }, 'its own source\'s headers, as after a failed send')
+    t.equal(mail.count, 0, 'nothing sent')
+    t.equal((await backend.quota.usage('acme:live', DAY, Date.now())).used, 0, 'the unit given back')
+    t.strictSame(events, [], 'the tenant hears of no failed delivery: its mailbox is suppressed, which it knows')
+    t.match(await refusal(service.dispatch(live, { email: 'ada@example.com' })), { code: 'RECIPIENT_SUPPRESSED', statusCode: 422 }, 'its backend hears the suppression')
   })
 
   t.test('wrong guesses lock the recipient out of new codes', async (t) => {
