@@ -46,6 +46,7 @@ export const EnvSchema = Type.Object({
   REDIS_REPLICA_ACKS: PositiveInt(0, 0, 16, 'Replicas that must acknowledge a new code and a used one (Redis WAIT) before dispatch or verify answers; too few within REDIS_REPLICA_ACK_TIMEOUT_MS and the request is undone and answers 503, so single use survives a failover. 0: no wait. Not applied on a Cluster.'),
   REDIS_REPLICA_ACK_TIMEOUT_MS: Duration('100', 'ms', '1ms', '10s', 'How long a dispatch or verify waits for REDIS_REPLICA_ACKS acknowledgements; keep it below REDIS_COMMAND_TIMEOUT_MS.'),
   OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes, e.g. `openssl rand -base64 32`). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES; unset on the embedded default, a per-process key is generated (with a warning).' })),
+  RECIPIENT_TAG_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Base64 of at least 32 bytes (`openssl rand -base64 32`): the key of the recipient tags that suppressions, lockouts and recipient counters are kept under, and of the address hashes of tenants without `addressHashKey`. It does not rotate with OTP_HMAC_KEYS, so a rotation leaves all of them where they were; a new value starts them afresh. Unset: the secret of the only key of OTP_HMAC_KEYS (with a warning; required once it lists more than one), or a per-process key on the embedded default.' })),
   OTP_TTL_SECONDS: Duration('600', 's', '1s', '1d', 'Lifetime of a code, unless the tenant overrides it.'),
   RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published; per process on the embedded default without OTP_HMAC_KEYS, with a warning).' })),
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
@@ -106,6 +107,7 @@ export const EnvSchema = Type.Object({
   // files, the tenants file watched (docs/mesh.md).
   MESH_IDENTITY_HEADER: Type.Optional(Type.Union([Type.Literal('x-forwarded-client-cert'), Type.Literal('l5d-client-id')], { description: 'The header in which a sidecar at a TRUST_PROXY address passes the caller\'s verified workload identity: x-forwarded-client-cert (Envoy, Istio: the URI of its last element) or l5d-client-id (Linkerd). Read only from TRUST_PROXY peers. Keys may then be bound to `workloads`, and per-source limits count per workload.' })),
   OTP_HMAC_KEYS_FILE: SecretFile('OTP_HMAC_KEYS'),
+  RECIPIENT_TAG_KEY_FILE: SecretFile('RECIPIENT_TAG_KEY'),
   RECEIPT_SIGNING_KEYS_FILE: SecretFile('RECEIPT_SIGNING_KEYS'),
   REDIS_URL_FILE: SecretFile('REDIS_URL'),
   REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
@@ -139,4 +141,4 @@ export const EnvSchema = Type.Object({
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECIPIENT_TAG_KEY', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])

@@ -11,6 +11,7 @@ import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
+import type { RecipientTagger } from '../recipients/tag.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
@@ -65,6 +66,8 @@ export interface OtpObserver {
 export interface OtpServiceOptions {
   policy: AdmissionPolicy
   signer: CodeSigner
+  /** The mailboxes' tags that suppressions, lockouts and recipient buckets are kept under. */
+  tagger: RecipientTagger
   backend: Pick<State, 'admission' | 'tokens' | 'quota'>
   mailer: Pick<Mailer, 'send'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
@@ -125,7 +128,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
+    const { policy, signer, tagger, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -134,7 +137,7 @@ export class OtpService {
     const own = refusalPlan(policy, this.#requester(caller))
     this.#refuseAtOnce(own)
 
-    const recipientTag = signer.tag(email.canonical)
+    const recipientTag = tagger.tag(email.canonical)
     const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const review = tenant.reviewAddresses.get(email.address.toLowerCase())
@@ -290,7 +293,7 @@ export class OtpService {
   mailboxTag (address: string): string {
     const checked = validateEmail(address)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    return this.#options.signer.tag(checked.email.canonical)
+    return this.#options.tagger.tag(checked.email.canonical)
   }
 
   /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */
