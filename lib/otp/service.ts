@@ -49,6 +49,12 @@ export interface DispatchInput {
   /** BCP 47 language of the mail; else Accept-Language, else the tenant's default language. */
   locale?: string | undefined
   acceptLanguage?: string | undefined
+  /**
+   * Awaited right before the message is handed to the mailer (an Idempotency-Key's claim
+   * records that the mail may leave). When it rejects nothing is sent, the dispatch is undone
+   * and its error is the answer.
+   */
+  beforeSend?: (() => Promise<void>) | undefined
 }
 
 export type VerifyResult = 'verified' | 'mismatch' | 'malformed'
@@ -177,6 +183,7 @@ export class OtpService {
             log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
           }
         }))
+        await input.beforeSend?.()
         deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
