@@ -49,7 +49,7 @@ const REPLAYED_HEADERS = ['quota-limit', 'quota-remaining', 'quota-reset']
  * the claim as it is, closed to other attempts if it may have sent.
  */
 function sentNothing (statusCode: number): boolean {
-  return statusCode < 500 || statusCode === 502 || statusCode === 503
+  return (statusCode > 200 && statusCode < 500) || statusCode === 502 || statusCode === 503
 }
 
 function toArray<T> (value: T | T[] | undefined): T[] {
@@ -114,23 +114,23 @@ export default fp(async function idempotencyPlugin (fastify) {
     const claim = request.idempotency
     if (claim === null) return payload
     request.idempotency = null
-    try {
-      if (reply.statusCode === 200 && typeof payload === 'string') {
-        const headers: Record<string, string> = {}
-        for (const name of REPLAYED_HEADERS) {
-          const value = reply.getHeader(name)
-          if (value !== undefined) headers[name] = String(value)
-        }
-        await store.complete(claim.scope, claim.key, claim.fingerprint, claim.attempt, { statusCode: reply.statusCode, body: payload, headers }, REPLAY_TTL_MS)
-      } else if (sentNothing(reply.statusCode)) {
-        await store.abandon(claim.scope, claim.key, claim.attempt)
-      } else {
-        request.log.warn({ statusCode: reply.statusCode }, 'idempotent dispatch failed unexpectedly: its key stays claimed (409 IDEMPOTENCY_OUTCOME_UNKNOWN if it may have sent)')
+    // The answer itself is right whatever the store does with it.
+    if (reply.statusCode === 200 && typeof payload === 'string') {
+      const headers: Record<string, string> = {}
+      for (const name of REPLAYED_HEADERS) {
+        const value = reply.getHeader(name)
+        if (value !== undefined) headers[name] = String(value)
       }
-    } catch (error) {
-      // The answer itself is right. An unrecorded 200 may still land when the store recovers;
-      // until then retries hear 409 (in flight, then outcome unknown), and the key never runs again.
-      request.log.warn({ err: error }, 'could not record the idempotent answer')
+      await store.complete(claim.scope, claim.key, claim.fingerprint, claim.attempt, { statusCode: reply.statusCode, body: payload, headers }, REPLAY_TTL_MS).catch((error: unknown) => {
+        // It may still land when the store recovers; until then retries hear 409.
+        request.log.warn({ err: error }, 'could not record the idempotent answer: the key does not run again, retries hear 409 until the answer lands')
+      })
+    } else if (sentNothing(reply.statusCode)) {
+      await store.abandon(claim.scope, claim.key, claim.attempt).catch((error: unknown) => {
+        request.log.warn({ err: error }, 'could not release the Idempotency-Key: a retry runs once its claim lapses, or hears 409 IDEMPOTENCY_OUTCOME_UNKNOWN if the dispatch came to sending')
+      })
+    } else {
+      request.log.warn({ statusCode: reply.statusCode }, 'idempotent answer neither recorded nor released: its key stays claimed (409 IDEMPOTENCY_OUTCOME_UNKNOWN once the claim lapses, if it may have sent)')
     }
     return payload
   }
