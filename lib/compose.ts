@@ -15,6 +15,7 @@ import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
+import { RecipientTagger } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { createState, type State } from './state/index.js'
 import { createRedisClient, type RedisClient } from './state/redis/client.js'
@@ -201,7 +202,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       }
     }, observers.mailSend)
     stops.push(async () => { await mailer.close() })
-    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.hmacKeys), backend.redemptions)
+    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
 
     const queue = backend.webhookQueue
     const policy = new AddressPolicy({
@@ -243,9 +244,14 @@ export async function createServices (config: Config, options: ServicesOptions):
     if (config.hmacKeyGenerated) {
       log.warn('OTP_HMAC_KEYS is not set: codes are signed with a key generated for this process only; set it in production')
     }
+    const { borrowedFrom } = config.recipientTagKey
+    if (borrowedFrom !== null) {
+      log.warn(`RECIPIENT_TAG_KEY is not set: recipient tags and address hashes are keyed by the secret of OTP_HMAC_KEYS key "${borrowedFrom}"; set RECIPIENT_TAG_KEY to that secret before adding a key to OTP_HMAC_KEYS, or the rotation cannot start`)
+    }
     const otp = new OtpService({
       policy: admissionPolicy(config),
       signer: new CodeSigner(config.hmacKeys),
+      tagger: new RecipientTagger(config.recipientTagKey.secret),
       backend,
       mailer,
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },

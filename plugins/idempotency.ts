@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
@@ -11,25 +11,45 @@ declare module 'fastify' {
     idempotent?: boolean
   }
   interface FastifyRequest {
-    idempotency: { scope: string, key: string, fingerprint: string } | null
+    /** The Idempotency-Key this request claimed; null without one (or once its answer is recorded). */
+    idempotency: IdempotentAttempt | null
   }
+}
+
+/** A request's claim on its Idempotency-Key. */
+export interface IdempotentAttempt {
+  scope: string
+  key: string
+  fingerprint: string
+  /** This attempt's own id: it acts on its claim only. */
+  attempt: string
+  /**
+   * Awaited right before the message is handed to the mailer: from then on the key never runs
+   * again within its window, whatever becomes of this request. Rejects (503 when the store
+   * cannot record it, 409 when the key is no longer this request's) and then nothing may be
+   * sent.
+   */
+  beforeSend: () => Promise<void>
 }
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000
 // Longer than any dispatch can take (mail timeout included): a claim older than this belongs
-// to an instance that died mid-request, and a retry may take the key over.
+// to an instance that died or lost its store mid-request. A retry may take the key over if that
+// attempt never came to sending; if it did, the retry hears that the outcome is unknown.
 const CLAIM_MS = 60 * 1000
 const KEY_FORMAT = /^[\x21-\x7e]{1,255}$/
 // Headers worth replaying; the rest (dates, request ids, rate limits) describe the new exchange.
 const REPLAYED_HEADERS = ['quota-limit', 'quota-remaining', 'quota-reset']
 
 /**
- * Answers kept for replay: those of admitted dispatches, the sent (200) and the undelivered
- * (502, whose unit was given back). A refusal keeps nothing, so what one caller can store is
- * bounded by its velocity limits, and a retry of a refused request really runs again.
+ * The answers of attempts that sent nothing, whose key is released so that a retry really runs
+ * again: refusals (which also keeps what one caller can store bounded by its velocity limits),
+ * 502 (the provider did not take the message: the code is destroyed and nothing charged) and
+ * 503 (the dispatch was undone). Only a 200 is kept for replay; any other answer (a 500) leaves
+ * the claim as it is, closed to other attempts if it may have sent.
  */
-function isAdmitted (statusCode: number): boolean {
-  return statusCode === 200 || statusCode === 502
+function sentNothing (statusCode: number): boolean {
+  return (statusCode > 200 && statusCode < 500) || statusCode === 502 || statusCode === 503
 }
 
 function toArray<T> (value: T | T[] | undefined): T[] {
@@ -48,9 +68,11 @@ function canonicalJson (value: unknown): string {
  * Stripe's Idempotency-Key semantics for routes with `config.idempotent`: the same key and
  * body within 24 hours gets the first answer again (no second mail, no second charge); the
  * same key with another body gets 422; a duplicate that arrives while the first is still
- * running gets 409 and should retry. Keys are scoped by API key (another key, the tenant's
- * public one say, can neither replay nor pre-empt them); stored answers never hold a code
- * (dispatch answers carry only the requestId).
+ * running gets 409 and should retry. A key whose first attempt may have sent and whose answer
+ * could not be recorded (its store failed at the wrong moment) is never run again in its 24
+ * hours: retries get 409 IDEMPOTENCY_OUTCOME_UNKNOWN until the answer is recorded, if ever.
+ * Keys are scoped by API key (another key, the tenant's public one say, can neither replay nor
+ * pre-empt them); stored answers never hold a code (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
   const store = fastify.backend.idempotency
@@ -65,35 +87,50 @@ export default fp(async function idempotencyPlugin (fastify) {
     }
     const scope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
-    const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, REPLAY_TTL_MS, CLAIM_MS))
+    const attempt = randomBytes(12).toString('base64url')
+    const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, attempt, REPLAY_TTL_MS, CLAIM_MS))
     if (claim.state === 'mismatch') throw apiError('IDEMPOTENCY_MISMATCH')
     if (claim.state === 'in_flight') throw apiError('IDEMPOTENCY_IN_FLIGHT', undefined, { 'retry-after': '1' })
+    if (claim.state === 'unknown') throw apiError('IDEMPOTENCY_OUTCOME_UNKNOWN')
     if (claim.state === 'replay') {
       return await reply.code(claim.response.statusCode)
         .headers({ ...claim.response.headers, 'idempotent-replayed': 'true', 'content-type': 'application/json; charset=utf-8' })
         .send(claim.response.body)
     }
-    request.idempotency = { scope, key: header, fingerprint }
+    request.idempotency = {
+      scope,
+      key: header,
+      fingerprint,
+      attempt,
+      async beforeSend () {
+        const marked = await storeCall('idempotency store', async () => await store.sending(scope, header, attempt))
+        // Our claim lapsed and another attempt holds the key: it is that one's to send.
+        if (!marked) throw apiError('IDEMPOTENCY_IN_FLIGHT', undefined, { 'retry-after': '1' })
+      }
+    }
   }
 
   async function recordIdempotentAnswer (request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
     const claim = request.idempotency
     if (claim === null) return payload
     request.idempotency = null
-    try {
-      if (isAdmitted(reply.statusCode) && typeof payload === 'string') {
-        const headers: Record<string, string> = {}
-        for (const name of REPLAYED_HEADERS) {
-          const value = reply.getHeader(name)
-          if (value !== undefined) headers[name] = String(value)
-        }
-        await store.complete(claim.scope, claim.key, claim.fingerprint, { statusCode: reply.statusCode, body: payload, headers }, REPLAY_TTL_MS)
-      } else {
-        await store.abandon(claim.scope, claim.key)
+    // The answer itself is right whatever the store does with it.
+    if (reply.statusCode === 200 && typeof payload === 'string') {
+      const headers: Record<string, string> = {}
+      for (const name of REPLAYED_HEADERS) {
+        const value = reply.getHeader(name)
+        if (value !== undefined) headers[name] = String(value)
       }
-    } catch (error) {
-      // The answer itself is right; only its replay is lost, and the claim lapses by itself.
-      request.log.warn({ err: error }, 'could not record the idempotent answer')
+      await store.complete(claim.scope, claim.key, claim.fingerprint, claim.attempt, { statusCode: reply.statusCode, body: payload, headers }, REPLAY_TTL_MS).catch((error: unknown) => {
+        // It may still land when the store recovers; until then retries hear 409.
+        request.log.warn({ err: error }, 'could not record the idempotent answer: the key does not run again, retries hear 409 until the answer lands')
+      })
+    } else if (sentNothing(reply.statusCode)) {
+      await store.abandon(claim.scope, claim.key, claim.attempt).catch((error: unknown) => {
+        request.log.warn({ err: error }, 'could not release the Idempotency-Key: a retry runs once its claim lapses, or hears 409 IDEMPOTENCY_OUTCOME_UNKNOWN if the dispatch came to sending')
+      })
+    } else {
+      request.log.warn({ statusCode: reply.statusCode }, 'idempotent answer neither recorded nor released: its key stays claimed (409 IDEMPOTENCY_OUTCOME_UNKNOWN once the claim lapses, if it may have sent)')
     }
     return payload
   }

@@ -4,17 +4,22 @@ import swaggerUi from '@fastify/swagger-ui'
 import { readManifest } from '../lib/manifest.js'
 import { DEMO_RESTRICTED_KEY } from '../lib/tenants-file/demo.js'
 import { namedSchemas } from '../schemas/components.js'
+import type { ErrorCode } from '../schemas/error-catalog.js'
 import { documentedErrorCodes } from '../schemas/errors.js'
 import { responseHeaderNames, responseHeaderPlacements, responseHeaders, type ResponseHeaderName } from '../schemas/headers.js'
 
 /** The headers the placement table gives one answer of one operation, and whether each is always sent. */
-function headersOf (operationId: string | undefined, status: number, codes: readonly string[] | null): Map<ResponseHeaderName, boolean> {
+function headersOf (operationId: string | undefined, status: number, codes: readonly ErrorCode[] | null): Map<ResponseHeaderName, boolean> {
   const required = new Map<ResponseHeaderName, boolean>()
   for (const placement of responseHeaderPlacements) {
     if (placement.operations !== undefined && (operationId === undefined || !placement.operations.includes(operationId))) continue
     if (placement.statuses !== undefined && !placement.statuses.includes(status)) continue
-    if (placement.codes !== undefined && !placement.codes.some((code) => codes?.includes(code) === true)) continue
-    for (const name of placement.headers) required.set(name, required.get(name) === true || placement.required === true)
+    // An answer that may carry other codes than the row's carries its headers only sometimes.
+    const listed = codes ?? []
+    const matching = placement.codes === undefined ? listed : listed.filter((code) => placement.codes?.includes(code) === true)
+    if (placement.codes !== undefined && matching.length === 0) continue
+    const always = placement.required === true && matching.length === listed.length
+    for (const name of placement.headers) required.set(name, required.get(name) === true || always)
   }
   // In the order of the header list, whatever the order of the rows.
   return new Map(responseHeaderNames.filter((name) => required.has(name)).map((name) => [name, required.get(name) === true]))

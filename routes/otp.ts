@@ -19,14 +19,15 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       body: ref(DispatchBody),
       response: {
         200: ref(DispatchReply, { description: 'The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_OUTCOME_UNKNOWN', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {
     const sent = await fastify.otp.dispatch(callerOf(request), {
       email: request.body.email,
       locale: request.body.locale,
-      acceptLanguage: request.headers['accept-language']
+      acceptLanguage: request.headers['accept-language'],
+      beforeSend: request.idempotency?.beforeSend
     })
     reply.headers(sent.headers)
     return { success: true as const, message: 'Verification code sent', data: { requestId: sent.requestId } }

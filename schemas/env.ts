@@ -46,6 +46,7 @@ export const EnvSchema = Type.Object({
   REDIS_REPLICA_ACKS: PositiveInt(0, 0, 16, 'Replicas that must acknowledge a new code and a used one (Redis WAIT) before dispatch or verify answers; too few within REDIS_REPLICA_ACK_TIMEOUT_MS and the request is undone and answers 503, so single use survives a failover. 0: no wait. Not applied on a Cluster.'),
   REDIS_REPLICA_ACK_TIMEOUT_MS: Duration('100', 'ms', '1ms', '10s', 'How long a dispatch or verify waits for REDIS_REPLICA_ACKS acknowledgements; keep it below REDIS_COMMAND_TIMEOUT_MS.'),
   OTP_HMAC_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `id:secret` pairs (secret: base64 of at least 32 bytes, e.g. `openssl rand -base64 32`). The first signs new codes; all verify. Required with REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES; unset on the embedded default, a per-process key is generated (with a warning).' })),
+  RECIPIENT_TAG_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Base64 of at least 32 bytes (`openssl rand -base64 32`): the key of the recipient tags that suppressions, lockouts and recipient counters are kept under, and of the address hashes of tenants without `addressHashKey`. It does not rotate with OTP_HMAC_KEYS, so a rotation leaves all of them where they were; a new value starts them afresh. Unset: the secret of the only key of OTP_HMAC_KEYS (with a warning; required once it lists more than one), or a per-process key on the embedded default.' })),
   OTP_TTL_SECONDS: Duration('600', 's', '1s', '1d', 'Lifetime of a code, unless the tenant overrides it.'),
   RECEIPT_SIGNING_KEYS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated `kid:key` pairs, key: base64 of a PKCS#8 DER Ed25519 or P-256 private key. The first signs verification receipts; all are published at /.well-known/jwks.json. Unset: Ed25519 keys derived from OTP_HMAC_KEYS (the first signs, all are published; per process on the embedded default without OTP_HMAC_KEYS, with a warning).' })),
   RECEIPT_ISSUER: Type.String({ default: 'email-otp', pattern: '^[\\x21-\\x7e]{1,200}$', description: 'The `iss` claim of receipts, e.g. the public base URL of the service.' }),
@@ -108,6 +109,7 @@ export const EnvSchema = Type.Object({
   MESH_GATEWAY_IDENTITIES: Type.Optional(Type.String({ minLength: 1, description: 'The workload identities of the gateways that forward end users\' requests to the service (an Istio ingress gateway, an ingress controller in the mesh), comma-separated: exact identities as MESH_IDENTITY_HEADER names them, or a prefix ending in `/*` for one more path segment; or `none` when only internal workloads call the service. Required with MESH_IDENTITY_HEADER. A gateway\'s requests are counted, blocked, paced and logged per end client, the X-Forwarded-For entry MESH_GATEWAY_TRUSTED_HOPS places left of the right-most one (fewer entries: 400 INVALID_FORWARDED_FOR); every other identity\'s per workload. Keys bound to `workloads` are checked against the gateway\'s own identity.' })),
   MESH_GATEWAY_TRUSTED_HOPS: PositiveInt(0, 0, 15, 'Proxies in front of the gateways of MESH_GATEWAY_IDENTITIES that append to X-Forwarded-For (load balancers): the gateway\'s own numTrustedProxies (Istio) or xff_num_trusted_hops (Envoy). The end client is the entry this many places left of the right-most one, which the gateway appended. Only with MESH_GATEWAY_IDENTITIES.'),
   OTP_HMAC_KEYS_FILE: SecretFile('OTP_HMAC_KEYS'),
+  RECIPIENT_TAG_KEY_FILE: SecretFile('RECIPIENT_TAG_KEY'),
   RECEIPT_SIGNING_KEYS_FILE: SecretFile('RECEIPT_SIGNING_KEYS'),
   REDIS_URL_FILE: SecretFile('REDIS_URL'),
   REDIS_PASSWORD_FILE: SecretFile('REDIS_PASSWORD'),
@@ -141,4 +143,4 @@ export const EnvSchema = Type.Object({
 export type Env = Static<typeof EnvSchema>
 
 /** Variables whose values must never be echoed in an error line; each may also come from `<NAME>_FILE`. */
-export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])
+export const secretEnvVariables: ReadonlySet<string> = new Set(['OTP_HMAC_KEYS', 'RECIPIENT_TAG_KEY', 'RECEIPT_SIGNING_KEYS', 'REDIS_URL', 'REDIS_PASSWORD', 'SMTP_URL', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])

@@ -44,6 +44,7 @@ export const errorCatalog = {
   RECIPIENT_SUPPRESSED: { status: 422, message: 'This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress)' },
   IDEMPOTENCY_MISMATCH: { status: 422, message: 'This Idempotency-Key was used with a different request body' },
   IDEMPOTENCY_IN_FLIGHT: { status: 409, message: 'A request with this Idempotency-Key is still in progress' },
+  IDEMPOTENCY_OUTCOME_UNKNOWN: { status: 409, message: 'The first request with this Idempotency-Key may have sent a code, and its answer could not be recorded: the key does not run again within 24 hours of that request. Dispatch with a new key to send a new code' },
   RECEIPT_ALREADY_REDEEMED: { status: 409, message: 'The receipt was already redeemed' },
   RECEIPT_NOT_REDEEMABLE: { status: 409, message: 'The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; retry later' },

@@ -66,8 +66,8 @@ export const responseHeaderNames = Object.keys(responseHeaders) as ResponseHeade
  * Which answers carry which headers. A row applies to the answers that match all of its
  * filters; a filter left out matches everything: `operations` by operationId, `statuses`,
  * and `codes` (error answers listing one of these codes). `required`: every such answer
- * carries the headers (generated clients then type them as always present); otherwise some
- * do. A new header is one entry above and one row here; a new route that carries a header is
+ * carries the headers (generated clients then type them as always present), or, with
+ * `codes`, every answer whose codes are all the row's; otherwise some do. A new header is one entry above and one row here; a new route that carries a header is
  * its operationId added to a row.
  */
 export interface HeaderPlacement {
@@ -101,6 +101,6 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   { headers: rateLimit, operations: ['verifyCode'], statuses: [400] },
   // Answers to secret keys given after the allowance was counted carry its state, replayed ones included.
   { headers: quota, operations: ['dispatchCode'], statuses: [200, 402, 502] },
-  // The answers an Idempotency-Key keeps: those of admitted dispatches.
-  { headers: ['Idempotent-Replayed'], operations: ['dispatchCode'], statuses: [200, 502] }
+  // The answers an Idempotency-Key keeps: those of dispatches whose mail left.
+  { headers: ['Idempotent-Replayed'], operations: ['dispatchCode'], statuses: [200] }
 ]

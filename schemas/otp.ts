@@ -46,7 +46,7 @@ export const DispatchHeaders = Type.Object({
   'idempotency-key': Type.Optional(Type.String({
     minLength: 1,
     maxLength: 255,
-    description: 'Makes retries safe: the same key with the same body within 24 hours returns the first answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second).'
+    description: 'Makes retries safe: the same key with the same body within 24 hours returns the first successful answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second). A key runs at most once in its 24 hours: when the first request may have sent its code and its answer could not be recorded, 409 IDEMPOTENCY_OUTCOME_UNKNOWN (use a new key for a new code). A refusal, 502 or 503 keeps nothing: the same key really runs again.'
   })),
   'end-user-ip': EndUserIpHeader,
   'captcha-token': Type.Optional(Type.String({

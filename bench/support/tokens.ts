@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { REQUEST_ID_BYTES } from '../../lib/otp/codes.js'
-import { MAC_BYTES, TAG_BYTES } from '../../lib/otp/signer.js'
+import { MAC_BYTES } from '../../lib/otp/signer.js'
 import { ADDRESS_HASH_BYTES } from '../../lib/receipts/address-hash.js'
+import { TAG_BYTES } from '../../lib/recipients/tag.js'
 import { tokenKey } from '../../lib/state/redis/keys.js'
 import { tokenRecord, type TokenRef } from '../../lib/state/tokens.js'
 
@@ -22,7 +23,7 @@ const BYTES_PER_TOKEN = REQUEST_ID_BYTES + MAC_BYTES + TAG_BYTES + ADDRESS_HASH_
 /**
  * `count` tokens shaped exactly like the service's: a requestId of tenant `bench` in live mode
  * and its Redis key (lib/state/redis/keys.ts), the record `k1.<mac>|<tag>|<address hash>` with the sizes of
- * lib/otp/signer.ts and lib/receipts/address-hash.ts.
+ * lib/otp/signer.ts, lib/recipients/tag.ts and lib/receipts/address-hash.ts.
  * Random bytes stand in for the HMACs: same lengths and alphabet, without a million HMAC
  * computations.
  */

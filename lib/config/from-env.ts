@@ -39,6 +39,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   if (hmacKeys === null && redis !== null) {
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
+  const recipientTagKey = recipientTagKeyOf(valid, hmacKeys)
   let receiptSigningKeys: ReceiptKeyMaterial[] | null = null
   if (valid.RECEIPT_SIGNING_KEYS !== undefined) {
     try {
@@ -114,6 +115,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     redisReplicaAcks: { count: valid.REDIS_REPLICA_ACKS, timeoutMs: durationMs(valid, 'REDIS_REPLICA_ACK_TIMEOUT_MS') },
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
+    recipientTagKey,
     otpTtlSeconds: durationSeconds(valid, 'OTP_TTL_SECONDS'),
     memoryStoreMaxTokens: valid.MEMORY_STORE_MAX_TOKENS,
     mailTransports,
@@ -394,6 +396,29 @@ function signingFirst<T> (selector: string, list: string, keys: T[], idOf: (key:
   const signing = keys.find((key) => idOf(key) === chosen)
   if (signing === undefined) throw new ConfigError(selector, `names no key of ${list} (got ${JSON.stringify(chosen)}; ids: ${keys.map(idOf).join(', ')})`)
   return [signing, ...keys.filter((key) => key !== signing)]
+}
+
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
+
+/**
+ * RECIPIENT_TAG_KEY, else the secret of the only OTP_HMAC_KEYS key, whose tags Redis already
+ * holds (the service tagged recipients with the signing key before the variable existed).
+ * With several keys, which one would depend on the phase of a rotation, so it must be named.
+ */
+function recipientTagKeyOf (env: Env, hmacKeys: MacKey[] | null): Config['recipientTagKey'] {
+  if (env.RECIPIENT_TAG_KEY !== undefined) {
+    const secret = Buffer.from(env.RECIPIENT_TAG_KEY, 'base64')
+    if (!BASE64.test(env.RECIPIENT_TAG_KEY) || secret.length < 32) {
+      throw new ConfigError('RECIPIENT_TAG_KEY', 'must be base64 of at least 32 bytes (openssl rand -base64 32)')
+    }
+    return { secret, borrowedFrom: null }
+  }
+  if (hmacKeys === null) return { secret: randomBytes(32), borrowedFrom: null }
+  const [only, ...others] = hmacKeys
+  if (only === undefined || others.length > 0) {
+    throw new ConfigError('RECIPIENT_TAG_KEY', `is required when OTP_HMAC_KEYS lists more than one key (ids: ${hmacKeys.map((key) => key.id).join(', ')}): set it to the secret of the key that signed before the rotation began, so that suppressions, lockouts and recipient counts keep their keys (UPGRADING.md)`)
+  }
+  return { secret: only.secret, borrowedFrom: only.id }
 }
 
 const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/

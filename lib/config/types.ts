@@ -29,6 +29,12 @@ export interface Config extends MailerConfig {
   hmacKeys: MacKey[]
   /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
   hmacKeyGenerated: boolean
+  /**
+   * The key of recipient tags and derived address hashes (RECIPIENT_TAG_KEY), which never
+   * rotates with `hmacKeys`. Unset, the secret of the only HMAC key, whose id `borrowedFrom`
+   * names (null when the variable is set, or on the embedded default's per-process key).
+   */
+  recipientTagKey: { secret: Buffer, borrowedFrom: string | null }
   otpTtlSeconds: number
   memoryStoreMaxTokens: number
   /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */

@@ -1,6 +1,6 @@
 /**
  * One of the service's HMAC keys (OTP_HMAC_KEYS): codes are signed with them, and the receipts'
- * derived signing keys and address hashes come from them, so the type sits below both.
+ * derived signing keys come from them, so the type sits below both.
  */
 export interface MacKey {
   id: string

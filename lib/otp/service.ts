@@ -11,6 +11,7 @@ import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
+import type { RecipientTagger } from '../recipients/tag.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
@@ -51,6 +52,12 @@ export interface DispatchInput {
   /** BCP 47 language of the mail; else Accept-Language, else the tenant's default language. */
   locale?: string | undefined
   acceptLanguage?: string | undefined
+  /**
+   * Awaited right before the message is handed to the mailer (an Idempotency-Key's claim
+   * records that the mail may leave). When it rejects nothing is sent, the dispatch is undone
+   * and its error is the answer.
+   */
+  beforeSend?: (() => Promise<void>) | undefined
 }
 
 export type VerifyResult = 'verified' | 'mismatch' | 'malformed'
@@ -68,6 +75,8 @@ export interface OtpObserver {
 export interface OtpServiceOptions {
   policy: AdmissionPolicy
   signer: CodeSigner
+  /** The mailboxes' tags that suppressions, lockouts and recipient buckets are kept under. */
+  tagger: RecipientTagger
   backend: Pick<State, 'admission' | 'tokens' | 'quota'>
   mailer: Pick<Mailer, 'send' | 'withhold'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
@@ -128,7 +137,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
+    const { policy, signer, tagger, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -137,7 +146,7 @@ export class OtpService {
     const own = refusalPlan(policy, this.#requester(caller))
     this.#refuseAtOnce(own)
 
-    const recipientTag = signer.tag(email.canonical)
+    const recipientTag = tagger.tag(email.canonical)
     const addressHash = receipts.addressHash(tenant, email.address)
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const review = tenant.reviewAddresses.get(email.address.toLowerCase())
@@ -182,7 +191,9 @@ export class OtpService {
 
       let deliveredBy: string
       try {
-        deliveredBy = await mailer.send(await compose(), { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
+        const message = await compose()
+        await input.beforeSend?.()
+        deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
@@ -298,7 +309,7 @@ export class OtpService {
   mailboxTag (address: string): string {
     const checked = validateEmail(address)
     if (!checked.ok) throw apiError('INVALID_EMAIL', describeEmailRejection(checked.reason))
-    return this.#options.signer.tag(checked.email.canonical)
+    return this.#options.tagger.tag(checked.email.canonical)
   }
 
   /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */

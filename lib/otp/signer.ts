@@ -12,12 +12,11 @@ export interface CodeScope {
 /**
  * HMAC-SHA256 truncated to 128 bits (RFC 2104 allows truncation to half the output): forging
  * one blind still takes 2^128 tries against a code space of 10^6. With the 96-bit recipient
- * tag, a record (`k1.<22>|<16>`) stays within the 44 bytes Redis stores in one allocation
- * with its object header, which is what keeps a live code under 200 bytes of Redis memory.
+ * tag (lib/recipients/tag.ts), a record (`k1.<22>|<16>`) stays within the 44 bytes Redis
+ * stores in one allocation with its object header, which is what keeps a live code under 200
+ * bytes of Redis memory.
  */
 export const MAC_BYTES = 16
-/** Enough to keep recipients apart: two collide in a tenant's limits only past ~2^48 of them. */
-export const TAG_BYTES = 12
 
 /**
  * Keyed hashes of codes. Only `keyId.mac` is ever stored: without the server key, a leaked
@@ -48,11 +47,6 @@ export class CodeSigner {
    */
   storedForms (scope: CodeScope, guess: string): string[] {
     return Array.from(this.#keys, ([id, secret]) => `${id}.${mac(secret, scope, guess).toString('base64url')}`)
-  }
-
-  /** A keyed, non-reversible tag for a recipient, so stores never hold addresses. */
-  tag (value: string): string {
-    return createHmac('sha256', this.#signingKey.secret).update('recipient\0').update(value).digest().toString('base64url', 0, TAG_BYTES)
   }
 }
 

@@ -1,5 +1,4 @@
 import { createHmac, createSecretKey, hkdfSync, timingSafeEqual, type KeyObject } from 'node:crypto'
-import type { MacKey } from '../keys/mac-key.js'
 import type { Tenant } from '../tenants/tenant.js'
 
 /** 128 bits: enough that two addresses of one tenant never share a hash, short in every record. */
@@ -17,41 +16,39 @@ export function addressHash (key: KeyObject, address: string): string {
 
 /**
  * Address hashes for every tenant: under the tenant's `addressHashKey` when the tenants file
- * sets one, else under a key derived per tenant from each OTP HMAC key (so every instance
- * agrees, tenants never share a key, and a hash made before an HMAC key rotation still
- * checks while the old key is listed).
+ * sets one, else under a key derived per tenant from RECIPIENT_TAG_KEY (so every instance
+ * agrees, tenants never share a key, and rotating the keys that sign codes leaves a tenant's
+ * hashes, which its receipts and webhook events carry, as they were).
  */
 export class AddressHasher {
-  readonly #hmacSecrets: readonly Buffer[]
-  /** Derived keys per tenant id, signing key first; as many entries as tenants. */
-  readonly #derived = new Map<string, KeyObject[]>()
+  readonly #secret: Buffer
+  /** Derived keys per tenant id; as many entries as tenants. */
+  readonly #derived = new Map<string, KeyObject>()
 
-  constructor (hmacKeys: readonly MacKey[]) {
-    this.#hmacSecrets = hmacKeys.map((key) => key.secret)
+  constructor (recipientTagKey: Buffer) {
+    this.#secret = recipientTagKey
   }
 
   hash (tenant: Tenant, address: string): string {
-    return addressHash(this.#keys(tenant)[0] as KeyObject, address)
+    return addressHash(this.#key(tenant), address)
   }
 
-  /** Whether `hash` is this address's under any of the tenant's keys; constant time per key. */
+  /** Whether `hash` is this address's under the tenant's key, in constant time. */
   matches (tenant: Tenant, address: string, hash: string): boolean {
     const presented = Buffer.from(hash)
-    let matched = false
-    for (const key of this.#keys(tenant)) {
-      const expected = Buffer.from(addressHash(key, address))
-      if (expected.length === presented.length && timingSafeEqual(expected, presented)) matched = true
-    }
-    return matched
+    const expected = Buffer.from(addressHash(this.#key(tenant), address))
+    return expected.length === presented.length && timingSafeEqual(expected, presented)
   }
 
-  #keys (tenant: Tenant): KeyObject[] {
-    if (tenant.addressHashKey !== null) return [tenant.addressHashKey]
-    let keys = this.#derived.get(tenant.id)
-    if (keys === undefined) {
-      keys = this.#hmacSecrets.map((secret) => createSecretKey(Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), `email-otp address hash key\0${tenant.id}`, 32))))
-      this.#derived.set(tenant.id, keys)
+  #key (tenant: Tenant): KeyObject {
+    if (tenant.addressHashKey !== null) return tenant.addressHashKey
+    let key = this.#derived.get(tenant.id)
+    if (key === undefined) {
+      // The derivation address hashes had under the signing HMAC key, so that RECIPIENT_TAG_KEY
+      // set to that key's secret keeps every hash a tenant has seen.
+      key = createSecretKey(Buffer.from(hkdfSync('sha256', this.#secret, Buffer.alloc(0), `email-otp address hash key\0${tenant.id}`, 32)))
+      this.#derived.set(tenant.id, key)
     }
-    return keys
+    return key
   }
 }

@@ -132,19 +132,22 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       t.equal((await quota.usage('tenant0:live', hour, now)).used, 9, 'refund runs on the Cluster too')
     })
 
-    t.test('idempotency store: of 20 concurrent begins one starts; replay, mismatch, abandon', async (t) => {
+    t.test('idempotency store: of 20 concurrent begins one starts; sending, replay, mismatch, abandon', async (t) => {
       const idem = new RedisIdempotencyStore(client)
       for (const scope of ['acme:live', 'globex:test', 'initech:live']) {
-        const claims = await Promise.all(Array.from({ length: 20 }, async () => await idem.begin(scope, 'burst', 'fp', 60_000, 5_000)))
-        t.equal(claims.filter((claim) => claim.state === 'started').length, 1, scope)
-        t.equal(claims.filter((claim) => claim.state === 'in_flight').length, 19)
-        await idem.complete(scope, 'burst', 'fp', { statusCode: 200, body: '{"ok":true}', headers: { 'quota-limit': '5' } }, 60_000)
-        t.strictSame(await idem.begin(scope, 'burst', 'fp', 60_000, 5_000),
+        const claims = await Promise.all(Array.from({ length: 20 }, async (_, i) => ({ attempt: `a${i}`, claim: await idem.begin(scope, 'burst', 'fp', `a${i}`, 60_000, 5_000) })))
+        const started = claims.filter(({ claim }) => claim.state === 'started')
+        t.equal(started.length, 1, scope)
+        t.equal(claims.filter(({ claim }) => claim.state === 'in_flight').length, 19)
+        const owner = started[0]?.attempt ?? ''
+        t.equal(await idem.sending(scope, 'burst', owner), true, 'the owner marks that it sends')
+        await idem.complete(scope, 'burst', 'fp', owner, { statusCode: 200, body: '{"ok":true}', headers: { 'quota-limit': '5' } }, 60_000)
+        t.strictSame(await idem.begin(scope, 'burst', 'fp', 'retry', 60_000, 5_000),
           { state: 'replay', response: { statusCode: 200, body: '{"ok":true}', headers: { 'quota-limit': '5' } } })
-        t.strictSame(await idem.begin(scope, 'burst', 'other', 60_000, 5_000), { state: 'mismatch' })
-        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 60_000, 5_000), { state: 'started' })
-        await idem.abandon(scope, 'dropped')
-        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 60_000, 5_000), { state: 'started' }, 'an abandoned claim is free again')
+        t.strictSame(await idem.begin(scope, 'burst', 'other', 'retry', 60_000, 5_000), { state: 'mismatch' })
+        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 'first', 60_000, 5_000), { state: 'started' })
+        await idem.abandon(scope, 'dropped', 'first')
+        t.strictSame(await idem.begin(scope, 'dropped', 'fp', 'second', 60_000, 5_000), { state: 'started' }, 'an abandoned claim is free again')
       }
     })
 

@@ -308,6 +308,7 @@ export interface components {
          *     - `RECIPIENT_SUPPRESSED` (422): This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress).
          *     - `IDEMPOTENCY_MISMATCH` (422): This Idempotency-Key was used with a different request body.
          *     - `IDEMPOTENCY_IN_FLIGHT` (409): A request with this Idempotency-Key is still in progress.
+         *     - `IDEMPOTENCY_OUTCOME_UNKNOWN` (409): The first request with this Idempotency-Key may have sent a code, and its answer could not be recorded: the key does not run again within 24 hours of that request. Dispatch with a new key to send a new code.
          *     - `RECEIPT_ALREADY_REDEEMED` (409): The receipt was already redeemed.
          *     - `RECEIPT_NOT_REDEEMABLE` (409): The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again.
          *     - `RATE_LIMITED` (429): Too many requests; retry later.
@@ -317,7 +318,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -1205,7 +1206,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes retries safe: the same key with the same body within 24 hours returns the first answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second). */
+                /** @description Makes retries safe: the same key with the same body within 24 hours returns the first successful answer (same requestId, no second mail, no second charge); with another body, 422 IDEMPOTENCY_MISMATCH; while the first is still running, 409 IDEMPOTENCY_IN_FLIGHT (retry after a second). A key runs at most once in its 24 hours: when the first request may have sent its code and its answer could not be recorded, 409 IDEMPOTENCY_OUTCOME_UNKNOWN (use a new key for a new code). A refusal, 502 or 503 keeps nothing: the same key really runs again. */
                 "idempotency-key"?: string;
                 /** @description Secret keys only: the address (IPv4 or IPv6) of the end user a backend calls for. Block lists and per-source limits then apply to that address, and the backend gets its own, higher ceiling. Invalid: 400 INVALID_END_USER_IP; with a restricted key: 400 END_USER_IP_NOT_ALLOWED. */
                 "end-user-ip"?: string;
@@ -1368,13 +1369,13 @@ export interface operations {
                     };
                 };
             };
-            /** @description `IDEMPOTENCY_IN_FLIGHT`: A request with this Idempotency-Key is still in progress. */
+            /** @description `IDEMPOTENCY_IN_FLIGHT`: A request with this Idempotency-Key is still in progress. `IDEMPOTENCY_OUTCOME_UNKNOWN`: The first request with this Idempotency-Key may have sent a code, and its answer could not be recorded: the key does not run again within 24 hours of that request. Dispatch with a new key to send a new code. */
             409: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
-                    "Retry-After": number;
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1387,7 +1388,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "IDEMPOTENCY_IN_FLIGHT";
+                        code: "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -1542,8 +1543,6 @@ export interface operations {
                     "Quota-Remaining"?: number;
                     /** @description Seconds until the current window ends and the allowance returns. */
                     "Quota-Reset"?: number;
-                    /** @description Present when this is the stored answer of an earlier request with the same `Idempotency-Key` and body: nothing was sent or charged again. */
-                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {

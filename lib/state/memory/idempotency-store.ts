@@ -5,8 +5,12 @@ import {
 interface Entry {
   readonly fingerprint: string
   readonly expiresAtMs: number
+  /** The attempt that holds the key, or whose answer `response` is. */
+  readonly attempt: string
   /** Until when the claim blocks other attempts; irrelevant once `response` is set. */
   readonly lockedUntilMs: number
+  /** The attempt may have sent: the key is never taken over. */
+  readonly sending: boolean
   readonly response?: StoredResponse
 }
 
@@ -36,7 +40,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return this.#entries.size
   }
 
-  async begin (scope: string, key: string, fingerprint: string, ttlMs: number, lockMs: number): Promise<IdempotencyBegin> {
+  async begin (scope: string, key: string, fingerprint: string, attempt: string, ttlMs: number, lockMs: number): Promise<IdempotencyBegin> {
     assertScope(scope)
     assertDurations(ttlMs, lockMs)
     const now = Date.now()
@@ -46,28 +50,38 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       if (entry.fingerprint !== fingerprint) return { state: 'mismatch' }
       if (entry.response !== undefined) return { state: 'replay', response: copy(entry.response) }
       if (entry.lockedUntilMs > now) return { state: 'in_flight' }
-      // The claim lapsed without complete or abandon: its owner died, this retry takes over.
+      if (entry.sending) return { state: 'unknown' }
+      // The claim lapsed before its owner could send: its owner died, this retry takes over.
     }
-    this.#entries.set(id, { fingerprint, expiresAtMs: now + ttlMs, lockedUntilMs: now + lockMs })
+    this.#entries.set(id, { fingerprint, expiresAtMs: now + ttlMs, attempt, lockedUntilMs: now + lockMs, sending: false })
     return { state: 'started' }
   }
 
-  async complete (scope: string, key: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+  async sending (scope: string, key: string, attempt: string): Promise<boolean> {
+    assertScope(scope)
+    const id = entryKey(scope, key)
+    const entry = this.#live(id, Date.now())
+    if (entry?.attempt !== attempt) return false
+    this.#entries.set(id, { ...entry, sending: true })
+    return true
+  }
+
+  async complete (scope: string, key: string, fingerprint: string, attempt: string, response: StoredResponse, ttlMs: number): Promise<void> {
     assertScope(scope)
     assertDurations(ttlMs)
     const now = Date.now()
     const id = entryKey(scope, key)
     const entry = this.#live(id, now)
-    if (entry !== undefined && (entry.fingerprint !== fingerprint || entry.response !== undefined)) return
+    if (entry !== undefined && (entry.attempt !== attempt || entry.response !== undefined)) return
     // Copied so later mutation of the caller's object cannot alter what is replayed.
-    this.#entries.set(id, { fingerprint, expiresAtMs: now + ttlMs, lockedUntilMs: 0, response: copy(response) })
+    this.#entries.set(id, { fingerprint, expiresAtMs: now + ttlMs, attempt, lockedUntilMs: 0, sending: false, response: copy(response) })
   }
 
-  async abandon (scope: string, key: string): Promise<void> {
+  async abandon (scope: string, key: string, attempt: string): Promise<void> {
     assertScope(scope)
     const id = entryKey(scope, key)
     const entry = this.#live(id, Date.now())
-    if (entry !== undefined && entry.response === undefined) this.#entries.delete(id)
+    if (entry?.attempt === attempt && entry.response === undefined) this.#entries.delete(id)
   }
 
   /** Stops the sweep timer. */

@@ -5,30 +5,36 @@ import { storeCall, storeUndo } from '../../store-errors.js'
 import {
   assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
 } from '../idempotency.js'
-import { IDEMPOTENCY_ABANDON_LUA, IDEMPOTENCY_BEGIN_LUA, IDEMPOTENCY_COMPLETE_LUA } from './scripts.js'
+import { IDEMPOTENCY_ABANDON_LUA, IDEMPOTENCY_BEGIN_LUA, IDEMPOTENCY_COMPLETE_LUA, IDEMPOTENCY_SENDING_LUA } from './scripts.js'
 
 /*
  * Each key is two Redis keys sharing the scope as hash tag (one Cluster slot, so the scripts
  * may touch both):
- *   record  idem:{<scope>}:r:<key>  hash { fingerprint, response? }, expires after ttlMs
+ *   record  idem:{<scope>}:r:<key>  hash { fingerprint, attempt, sending?, response? }, expires after ttlMs
  *   lock    idem:{<scope>}:l:<key>  exists while an attempt is in flight, expires after lockMs
  * Keeping the lock separate lets Redis expire the claim on its own clock while the record keeps
- * the key bound to its fingerprint for the full ttl.
- * Begin and complete are fenced (lib/state/redis/fence.ts: their last argument is the deadline by
- * which they must start): a claim or an answer the caller gave up on is not recorded later.
- * Abandon only removes, so it is not, and runs at Redis's memory limit too.
+ * the key bound to its fingerprint (and, once `sending` is set, closed to other attempts) for
+ * the full ttl.
+ * Begin and sending are fenced (lib/state/redis/fence.ts: their last argument is the deadline by
+ * which they must start): a claim or a mark the caller gave up on is not made later, and a begin
+ * whose answer was lost all the same is released at once (an abandon sent after it on the same
+ * connection). Complete is sent like an undo: landing late only records the answer that was
+ * given, so it is neither fenced nor given up on while Redis is stalled. Abandon only removes,
+ * and runs at Redis's memory limit too.
  */
 
 /** Names are specific to this service: defineCommand adds methods to a client others share. */
 const BEGIN_COMMAND = 'emailOtpIdempotencyBegin'
+const SENDING_COMMAND = 'emailOtpIdempotencySending'
 const COMPLETE_COMMAND = 'emailOtpIdempotencyComplete'
 const ABANDON_COMMAND = 'emailOtpIdempotencyAbandon'
 
 /** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
 interface IdempotencyCommands {
-  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, ttlMs: string, lockMs: string, deadline: string): Promise<unknown>
-  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, response: string, ttlMs: string, deadline: string): Promise<unknown>
-  [ABANDON_COMMAND](record: string, lock: string): Promise<unknown>
+  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, attempt: string, ttlMs: string, lockMs: string, deadline: string): Promise<unknown>
+  [SENDING_COMMAND](record: string, attempt: string, deadline: string): Promise<unknown>
+  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, attempt: string, response: string, ttlMs: string): Promise<unknown>
+  [ABANDON_COMMAND](record: string, lock: string, attempt: string): Promise<unknown>
 }
 
 /**
@@ -44,20 +50,30 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so scripts are sent in full only when needed.
     client.defineCommand(BEGIN_COMMAND, { lua: IDEMPOTENCY_BEGIN_LUA, numberOfKeys: 2 })
+    client.defineCommand(SENDING_COMMAND, { lua: IDEMPOTENCY_SENDING_LUA, numberOfKeys: 1 })
     client.defineCommand(COMPLETE_COMMAND, { lua: IDEMPOTENCY_COMPLETE_LUA, numberOfKeys: 2 })
     client.defineCommand(ABANDON_COMMAND, { lua: IDEMPOTENCY_ABANDON_LUA, numberOfKeys: 2 })
     this.#commands = client as unknown as IdempotencyCommands
   }
 
-  async begin (scope: string, key: string, fingerprint: string, ttlMs: number, lockMs: number): Promise<IdempotencyBegin> {
+  async begin (scope: string, key: string, fingerprint: string, attempt: string, ttlMs: number, lockMs: number): Promise<IdempotencyBegin> {
     assertScope(scope)
     assertDurations(ttlMs, lockMs)
     const [record, lock] = idempotencyKeys(scope, key)
-    const reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, String(ttlMs), String(lockMs), await this.#clock.deadline()))
+    let reply: unknown
+    try {
+      reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, attempt, String(ttlMs), String(lockMs), await this.#clock.deadline()))
+    } catch (error) {
+      // The script may have run just before Redis stalled: a claim nobody goes on with would
+      // hold the key. Sent after it on the same connection, the abandon lands after it.
+      await storeUndo('idempotency abandon after a failed begin', async () => await this.#commands[ABANDON_COMMAND](record, lock, attempt)).catch(() => {})
+      throw error
+    }
     const [state, stored] = Array.isArray(reply) ? reply as unknown[] : []
     switch (state) {
       case 'started':
       case 'in_flight':
+      case 'unknown':
       case 'mismatch':
         return { state }
       case 'replay':
@@ -67,18 +83,24 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  async complete (scope: string, key: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+  async sending (scope: string, key: string, attempt: string): Promise<boolean> {
+    assertScope(scope)
+    const [record] = idempotencyKeys(scope, key)
+    return await storeCall('idempotency sending', async () => await this.#commands[SENDING_COMMAND](record, attempt, await this.#clock.deadline())) === 1
+  }
+
+  async complete (scope: string, key: string, fingerprint: string, attempt: string, response: StoredResponse, ttlMs: number): Promise<void> {
     assertScope(scope)
     assertDurations(ttlMs)
     const [record, lock] = idempotencyKeys(scope, key)
     const json = JSON.stringify({ statusCode: response.statusCode, body: response.body, headers: response.headers })
-    await storeCall('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, json, String(ttlMs), await this.#clock.deadline()))
+    await storeUndo('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, attempt, json, String(ttlMs)))
   }
 
-  async abandon (scope: string, key: string): Promise<void> {
+  async abandon (scope: string, key: string, attempt: string): Promise<void> {
     assertScope(scope)
     const [record, lock] = idempotencyKeys(scope, key)
-    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](record, lock))
+    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](record, lock, attempt))
   }
 }
 

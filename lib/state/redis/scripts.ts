@@ -307,29 +307,47 @@ return reply
 
 /* Idempotency-Key records (lib/state/redis/idempotency-store.ts). */
 
-/** KEYS record, lock; ARGV fingerprint, ttlMs, lockMs. Returns { state, response? }. */
-export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
+/*
+ * The record is a hash: fingerprint, attempt (whose claim or answer it is), sending (set once
+ * that attempt may have sent), response (once answered). Records of earlier versions have
+ * only fingerprint and response, and read as an attempt that never marked sending.
+ */
+
+/** KEYS record, lock; ARGV fingerprint, attempt, ttlMs, lockMs. Returns { state, response? }. */
+export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response', 'sending')
 if stored[1] then
   if stored[1] ~= ARGV[1] then return { 'mismatch' } end
   if stored[2] then return { 'replay', stored[2] } end
   if redis.call('EXISTS', KEYS[2]) == 1 then return { 'in_flight' } end
-  -- The claim lapsed without complete or abandon: its owner died, this retry takes over.
+  -- An attempt that may have sent is never run again: its answer is unknown until it is recorded.
+  if stored[3] then return { 'unknown' } end
+  -- The claim lapsed before its owner could send: its owner died, this retry takes over.
 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
 return { 'started' }
 `
-/** KEYS record, lock; ARGV fingerprint, response JSON, ttlMs. First completion wins. */
-export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response')
-if (stored[1] and stored[1] ~= ARGV[1]) or stored[2] then return 0 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'response', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+/** KEYS record; ARGV attempt. 1 once marked, 0 when the key is not the attempt's (nothing marked). */
+export const IDEMPOTENCY_SENDING_LUA = `${WRITES_SHEBANG}${FENCE_LUA}if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'sending', '1')
+return 1
+`
+/**
+ * KEYS record, lock; ARGV fingerprint, attempt, response JSON, ttlMs. First completion wins.
+ * Not fenced: it records the answer the attempt gave, which is true however late it lands, and
+ * the attempt check keeps it off a key another attempt took over meanwhile.
+ */
+export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
+if stored[2] or (stored[1] and stored[1] ~= ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2], 'response', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
 return 1
 `
-/** KEYS record, lock. A completed response is kept: only a claim can be abandoned. */
-export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}if redis.call('HEXISTS', KEYS[1], 'response') == 1 then return 0 end
+/** KEYS record, lock; ARGV attempt. Only the attempt's own claim is released; a completed response is kept. */
+export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
+if stored[2] or stored[1] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 `

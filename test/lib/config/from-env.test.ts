@@ -16,7 +16,7 @@ t.test('defaults give the embedded service', async (t) => {
 })
 
 t.test('values are converted and checked', async (t) => {
-  const config = parseConfig({ PORT: '8080', OTP_TTL_SECONDS: '300', TRUST_PROXY: '10.0.0.0/8, ::1', OTP_HMAC_KEYS: TEST_HMAC_KEYS + ',old:' + Buffer.alloc(40, 1).toString('base64'), LOG_LEVEL: '' })
+  const config = parseConfig({ PORT: '8080', OTP_TTL_SECONDS: '300', TRUST_PROXY: '10.0.0.0/8, ::1', OTP_HMAC_KEYS: TEST_HMAC_KEYS + ',old:' + Buffer.alloc(40, 1).toString('base64'), RECIPIENT_TAG_KEY: Buffer.alloc(32, 9).toString('base64'), LOG_LEVEL: '' })
   t.equal(config.port, 8080)
   t.equal(config.otpTtlSeconds, 300)
   t.same(config.trustProxy, ['10.0.0.0/8', '::1'])
@@ -201,11 +201,38 @@ t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoe
 
 t.test('OTP_HMAC_SIGNING_KEY and RECEIPT_SIGNING_KEY choose the signing key among those listed', async (t) => {
   const keys = `a:${Buffer.alloc(32, 1).toString('base64')},b:${Buffer.alloc(32, 2).toString('base64')}`
-  t.same(parseConfig({ OTP_HMAC_KEYS: keys }).hmacKeys.map((key) => key.id), ['a', 'b'], 'the first signs unless told')
-  t.same(parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b' }).hmacKeys.map((key) => key.id), ['b', 'a'])
-  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'c' }), /OTP_HMAC_SIGNING_KEY names no key of OTP_HMAC_KEYS \(got "c"; ids: a, b\)/)
+  const tagKey = { RECIPIENT_TAG_KEY: Buffer.alloc(32, 1).toString('base64') }
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys, ...tagKey }).hmacKeys.map((key) => key.id), ['a', 'b'], 'the first signs unless told')
+  t.same(parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b', ...tagKey }).hmacKeys.map((key) => key.id), ['b', 'a'])
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'c', ...tagKey }), /OTP_HMAC_SIGNING_KEY names no key of OTP_HMAC_KEYS \(got "c"; ids: a, b\)/)
   t.throws(() => parseConfig({ OTP_HMAC_SIGNING_KEY: 'a' }), /OTP_HMAC_SIGNING_KEY is only used with OTP_HMAC_KEYS/)
-  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a' }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
+  t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, RECEIPT_SIGNING_KEY: 'a', ...tagKey }), /RECEIPT_SIGNING_KEY is only used with RECEIPT_SIGNING_KEYS/)
+})
+
+t.test('RECIPIENT_TAG_KEY: a key of its own; unset, the only HMAC key\'s secret; required once OTP_HMAC_KEYS lists several', async (t) => {
+  const [one, two, tag] = [1, 2, 9].map((fill) => Buffer.alloc(32, fill))
+  const keys = `a:${one?.toString('base64')},b:${two?.toString('base64')}`
+  const set = parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'b', RECIPIENT_TAG_KEY: tag?.toString('base64') })
+  t.same([set.recipientTagKey.secret.equals(tag as Buffer), set.recipientTagKey.borrowedFrom], [true, null], 'set: its own key, whichever HMAC key signs')
+
+  const borrowed = parseConfig({ OTP_HMAC_KEYS: `a:${one?.toString('base64')}` })
+  t.same([borrowed.recipientTagKey.secret.equals(one as Buffer), borrowed.recipientTagKey.borrowedFrom], [true, 'a'], 'unset with one HMAC key: that key\'s secret, the key recipients were tagged with before')
+
+  const embedded = parseConfig({})
+  t.same([embedded.recipientTagKey.secret.length, embedded.recipientTagKey.borrowedFrom], [32, null], 'the embedded default starts with nothing set')
+
+  const required = t.throws(() => parseConfig({ OTP_HMAC_KEYS: keys, OTP_HMAC_SIGNING_KEY: 'a' })) as ConfigError
+  t.equal(required.variable, 'RECIPIENT_TAG_KEY', 'with two HMAC keys: which one would depend on the phase of the rotation')
+  t.match(required.message, /RECIPIENT_TAG_KEY is required when OTP_HMAC_KEYS lists more than one key \(ids: a, b\): set it to the secret of the key that signed before the rotation began/)
+  t.notMatch(required.message, /\n/, 'one line')
+
+  const short = t.throws(() => parseConfig({ RECIPIENT_TAG_KEY: 'c2hvcnQtc2VjcmV0' })) as ConfigError
+  t.same([short.variable, short.message], ['RECIPIENT_TAG_KEY', 'Invalid configuration: RECIPIENT_TAG_KEY must be base64 of at least 32 bytes (openssl rand -base64 32)'], 'too short, and not echoed')
+  t.throws(() => parseConfig({ RECIPIENT_TAG_KEY: `${tag?.toString('base64')}!` }), /RECIPIENT_TAG_KEY must be base64/, 'not base64')
+
+  const dir = t.testdir({ tag: `${tag?.toString('base64')}\n` })
+  const fromFile = parseConfig({ OTP_HMAC_KEYS: keys, RECIPIENT_TAG_KEY_FILE: `${dir}/tag` })
+  t.ok(fromFile.recipientTagKey.secret.equals(tag as Buffer), 'RECIPIENT_TAG_KEY_FILE, like every secret')
 })
 
 t.test('SNS_SIGNING_CERT_URL_PATTERN matches the whole URL; the default only SNS\'s own hosts', async (t) => {

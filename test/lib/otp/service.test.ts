@@ -12,6 +12,8 @@ import { parseWindow } from '../../../lib/limits/window.js'
 import { TenantTurns } from '../../../lib/tenants/turns.js'
 import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
 import { CodeSigner } from '../../../lib/otp/signer.js'
+import { RecipientTagger } from '../../../lib/recipients/tag.js'
+import type { MacKey } from '../../../lib/keys/mac-key.js'
 import { generateKey, hashKey } from '../../../lib/keys/api-keys.js'
 import { registryFromJson } from '../../../lib/tenants-file/load.js'
 import type { TenantsFile } from '../../../schemas/tenants.js'
@@ -21,28 +23,46 @@ import { connectFailFast, redisTestOptions, startRedis } from '../../support/red
 const quiet = { info () {}, warn () {}, error () {} }
 const DAY = parseWindow('1d') ?? (() => { throw new Error('test setup: 1d should parse') })()
 
+/** Keyed hashes computed for codes and recipients. */
+interface KeyedHashes { count: number }
+
 /** The real signer, counting the keyed hashes it computes. */
 class CountingSigner extends CodeSigner {
-  hashes = 0
+  readonly #counted: KeyedHashes
+
+  constructor (keys: MacKey[], counted: KeyedHashes) {
+    super(keys)
+    this.#counted = counted
+  }
 
   override sign (...args: Parameters<CodeSigner['sign']>): string {
-    this.hashes++
+    this.#counted.count++
     return super.sign(...args)
   }
 
   override storedForms (...args: Parameters<CodeSigner['storedForms']>): string[] {
-    this.hashes++
+    this.#counted.count++
     return super.storedForms(...args)
+  }
+}
+
+/** The real tagger, counting the keyed hashes it computes. */
+class CountingTagger extends RecipientTagger {
+  readonly #counted: KeyedHashes
+
+  constructor (secret: Buffer, counted: KeyedHashes) {
+    super(secret)
+    this.#counted = counted
   }
 
   override tag (value: string): string {
-    this.hashes++
+    this.#counted.count++
     return super.tag(value)
   }
 }
 
 interface Harness {
-  signer: CountingSigner
+  keyedHashes: KeyedHashes
   receipts: Receipts
   service: OtpService
   backend: State
@@ -81,15 +101,16 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     return { key: found, address: '192.0.2.1', log: quiet }
   }
   const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3', ...env })
-  const signer = new CountingSigner(config.hmacKeys)
+  const keyedHashes: KeyedHashes = { count: 0 }
   const mail = new MailCapture()
   const mailer = new Mailer(config, backend.sandboxInbox, mail)
   const events: string[] = []
   const issuer = new ReceiptIssuer({ keys: await prepareSigningKeys(await deriveReceiptSigningKeys(config.hmacKeys)), issuer: 'https://otp.test', ttlSeconds: 300 })
-  const receipts = new Receipts(issuer, new AddressHasher(config.hmacKeys), backend.redemptions)
+  const receipts = new Receipts(issuer, new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
   const service = new OtpService({
     policy: admissionPolicy(config),
-    signer,
+    signer: new CountingSigner(config.hmacKeys, keyedHashes),
+    tagger: new CountingTagger(config.recipientTagKey.secret, keyedHashes),
     backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
@@ -106,7 +127,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     turns: new TenantTurns(1)
   })
   t.teardown(async () => { await mailer.close() })
-  return { signer, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), callerOf: caller, events, receipts }
+  return { keyedHashes, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), callerOf: caller, events, receipts }
 }
 
 async function refusal (promise: Promise<unknown>): Promise<ApiError> {
@@ -226,19 +247,19 @@ t.test('Redis backend', redisTestOptions(), async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
-    const { service, signer, sandbox, events } = await harness(t, createState(client, { memoryStoreMaxTokens: 1000 }), () => {}, { RATE_LIMIT_SOURCE: '2/1m' })
+    const { service, keyedHashes, sandbox, events } = await harness(t, createState(client, { memoryStoreMaxTokens: 1000 }), () => {}, { RATE_LIMIT_SOURCE: '2/1m' })
     const sent = await service.dispatch(sandbox, { email: 'ada@example.com' })
     await service.dispatch(sandbox, { email: 'bob@example.com' })
     t.match(await refusal(service.dispatch(sandbox, { email: 'cy@example.com' })), { code: 'RATE_LIMITED', statusCode: 429 }, 'the store\'s 429')
-    const hashed = signer.hashes
+    const hashed = keyedHashes.count
     t.ok(hashed > 0, 'the admitted dispatches and the store\'s refusal were hashed')
     const again = await refusal(service.dispatch(sandbox, { email: 'dee@example.com' }))
     t.match(again, { code: 'RATE_LIMITED', statusCode: 429, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^\d+$/ } }, 'the same 429, from memory')
     t.match(await refusal(service.verify(sandbox, sent.requestId, '123456')), { code: 'RATE_LIMITED' }, 'a verify from the source too')
-    t.equal(signer.hashes, hashed, 'neither computed a keyed hash')
+    t.equal(keyedHashes.count, hashed, 'neither computed a keyed hash')
     t.notOk(events.includes('mismatch'), 'the refused verify checked no guess')
     const other: Caller = { ...sandbox, address: '192.0.2.2' }
     await service.dispatch(other, { email: 'eve@example.com' })
-    t.ok(signer.hashes > hashed, 'another source is served as before')
+    t.ok(keyedHashes.count > hashed, 'another source is served as before')
   })
 })
