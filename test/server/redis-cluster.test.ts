@@ -63,6 +63,30 @@ t.test('configuration: one topology; node lists; credentials only where no URL c
   }
 })
 
+t.test('configuration: a setting without effect in the chosen topology is refused at start', async (t) => {
+  const keys = { OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+  const cluster = { ...keys, REDIS_CLUSTER_NODES: 'r:7000' }
+  t.same(parseConfig({ ...cluster, REDIS_REPLICA_ACKS: '1' }).redisReplicaAcks, { count: 1, timeoutMs: 100 }, 'REDIS_REPLICA_ACKS applies on a Cluster')
+  t.same(parseConfig({ ...keys, REDIS_URL: 'redis://r', REDIS_REPLICA_ACKS: '2', REDIS_REPLICA_ACK_TIMEOUT_MS: '250ms', REDIS_COMMAND_TIMEOUT_MS: '1s' }).redisReplicaAcks, { count: 2, timeoutMs: 250 })
+  // .env.example spells every default out: a default chooses nothing, and is accepted anywhere.
+  t.ok(parseConfig({ REDIS_REPLICA_ACKS: '0', REDIS_REPLICA_ACK_TIMEOUT_MS: '100', REDIS_COMMAND_TIMEOUT_MS: '500', MEMORY_STORE_MAX_TOKENS: '1000000' }))
+  t.ok(parseConfig({ ...cluster, REDIS_REPLICA_ACKS: '0', REDIS_REPLICA_ACK_TIMEOUT_MS: '100ms', MEMORY_STORE_MAX_TOKENS: '1000000' }))
+  const cases: Array<[Record<string, string>, string, string]> = [
+    [{ REDIS_REPLICA_ACKS: '1' }, 'REDIS_REPLICA_ACKS', 'REDIS_REPLICA_ACKS is only used with one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES: the embedded default has no replicas'],
+    [{ REDIS_COMMAND_TIMEOUT_MS: '2s' }, 'REDIS_COMMAND_TIMEOUT_MS', 'REDIS_COMMAND_TIMEOUT_MS is only used with one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES'],
+    [{ ...cluster, MEMORY_STORE_MAX_TOKENS: '5000' }, 'MEMORY_STORE_MAX_TOKENS', 'MEMORY_STORE_MAX_TOKENS is only used on the embedded default, not with REDIS_CLUSTER_NODES (Redis holds the codes)'],
+    [{ ...cluster, REDIS_REPLICA_ACK_TIMEOUT_MS: '200' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS is only used with REDIS_REPLICA_ACKS of 1 or more'],
+    [{ REDIS_REPLICA_ACK_TIMEOUT_MS: '200' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS is only used with REDIS_REPLICA_ACKS of 1 or more'],
+    [{ ...cluster, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '500' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS must be below REDIS_COMMAND_TIMEOUT_MS (500 ms), or the commands behind a WAIT time out before it returns (got 500 ms)']
+  ]
+  for (const [env, variable, message] of cases) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.ok(error instanceof ConfigError, JSON.stringify(env))
+    t.equal(error.variable, variable)
+    t.equal(error.message, `Invalid configuration: ${message}`)
+  }
+})
+
 t.test('Redis Cluster', topologyTestOptions(), async (t) => {
   const cluster = await startCluster()
   t.teardown(cluster.stop)
