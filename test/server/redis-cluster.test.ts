@@ -8,7 +8,7 @@ import { RedisTokenStore } from '../../lib/state/redis/token-store.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { parseWindow } from '../../lib/limits/window.js'
 import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
+import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
 import { FaultLoad } from '../support/faults.js'
 import { freePort } from '../support/redis.js'
 import { ACME_LIVE, reserve, rightForm, tokenDispatch, tokenRef, tokenVerify, type TenantMode } from '../support/admission.js'
@@ -360,6 +360,28 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       t.ok(after.every((status) => status === 200 || status === 503), `recovering: ${after.join(' ')}`)
     }
     t.strictSame(new Set(after), new Set([200]), 'every dispatch answers 200 again')
+  })
+
+  t.test('a primary frozen: the tenants of the others are served, and /readyz stays 200', async (t) => {
+    await flush()
+    const { path, keys } = writeTenants(t)
+    const env = { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path }
+    const acme = await cluster.shardOf('otp:{acme:live}:x')
+    const other = (await cluster.shards()).find((shard) => shard.primary !== acme.primary)
+    if (other === undefined) throw new Error('test setup: one primary')
+    other.primary.freeze()
+    let frozen = true
+    t.teardown(() => { if (frozen) other.primary.thaw() })
+    // A fresh instance reads every primary for its readiness, as a probe after a deploy would.
+    const built = await buildApp(t, env)
+    await until('the app connected to the Cluster', () => built.app.redis?.status === 'ready')
+    const ready = await readiness(built.app)
+    t.equal(ready.status, 200, 'ready: every instance depends on the same primaries, so none is taken out of service')
+    t.equal(ready.body.checks.tokenStore.ok, true)
+    const sent = await built.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'frozen@example.com' } })
+    t.equal(sent.statusCode, 200, 'a tenant of another primary is served')
+    other.primary.thaw()
+    frozen = false
   })
 
   t.test('start-up with no node reachable: bounded, not ready, 503', async (t) => {
