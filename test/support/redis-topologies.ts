@@ -173,10 +173,21 @@ export async function startCluster ({ replicas = 0, args = [] }: ClusterOptions 
   }
   try {
     const ports: number[] = []
+    const taken = new Set<number>()
+    // A port just released can be handed out again: each one is taken once.
+    const unusedPort = async (): Promise<number> => {
+      for (;;) {
+        const port = await freePort()
+        if (!taken.has(port)) {
+          taken.add(port)
+          return port
+        }
+      }
+    }
     for (let i = 0; i < 3 * (1 + replicas); i++) {
-      const port = await freePort()
+      const port = await unusedPort()
       // The cluster bus defaults to port + 10000, which can be taken or past 65535.
-      const busPort = await freePort()
+      const busPort = await unusedPort()
       ports.push(port)
       servers.push(await spawnRedis(port, [
         '--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`),
