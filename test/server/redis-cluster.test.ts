@@ -430,7 +430,8 @@ t.test('REDIS_REPLICA_ACKS on a Cluster: each WAIT goes to the primary that took
   t.teardown(cluster.stop)
   const shards = await cluster.shards()
   const { path, a, b } = await tenantsOnTwoShards(t, cluster)
-  const built = await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '100', RATE_LIMIT_MAILBOX: '1000/15m' })
+  // Generous timeouts: a replica that answers must be in time on a busy machine too.
+  const built = await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '500', REDIS_COMMAND_TIMEOUT_MS: '2s', RATE_LIMIT_MAILBOX: '1000/15m' })
   await until('the app connected to the Cluster', () => built.app.redis?.status === 'ready')
   const inspect = new Cluster(cluster.servers.map(({ port }) => ({ host: '127.0.0.1', port })), { scaleReads: 'master', redisOptions: { maxRetriesPerRequest: 0 } })
   inspect.on('error', () => {})
