@@ -111,8 +111,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     templatesDir,
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
-    redisCommandTimeoutMs: durationMs(valid, 'REDIS_COMMAND_TIMEOUT_MS'),
-    redisReplicaAcks: { count: valid.REDIS_REPLICA_ACKS, timeoutMs: durationMs(valid, 'REDIS_REPLICA_ACK_TIMEOUT_MS') },
+    ...redisSettings(valid, redis?.variable ?? null),
     hmacKeys: hmacKeys ?? [{ id: 'ephemeral', secret: randomBytes(32) }],
     hmacKeyGenerated: hmacKeys === null,
     recipientTagKey,
@@ -309,6 +308,32 @@ function redisTopology (env: Env): { topology: RedisTopology, variable: string }
   return null
 }
 
+/**
+ * The Redis client's timeout and acknowledgements, each refused where it would do nothing
+ * (`redisVariable`: the variable that chose a topology, null for the embedded default): a
+ * setting without effect would let an operator count on a guarantee the service does not give.
+ * A variable left at its default, as .env.example spells them all, chooses nothing.
+ */
+function redisSettings (env: Env, redisVariable: string | null): Pick<Config, 'redisCommandTimeoutMs' | 'redisReplicaAcks'> {
+  const commandTimeoutMs = durationMs(env, 'REDIS_COMMAND_TIMEOUT_MS')
+  const replicaAcks = { count: env.REDIS_REPLICA_ACKS, timeoutMs: durationMs(env, 'REDIS_REPLICA_ACK_TIMEOUT_MS') }
+  const topologies = REDIS_TOPOLOGY_VARIABLES.join(', ')
+  if (redisVariable === null) {
+    if (replicaAcks.count > 0) throw new ConfigError('REDIS_REPLICA_ACKS', `is only used with one of ${topologies}: the embedded default has no replicas`)
+    if (commandTimeoutMs !== defaultDurationMs('REDIS_COMMAND_TIMEOUT_MS')) throw new ConfigError('REDIS_COMMAND_TIMEOUT_MS', `is only used with one of ${topologies}`)
+  } else if (env.MEMORY_STORE_MAX_TOKENS !== EnvSchema.properties.MEMORY_STORE_MAX_TOKENS.default) {
+    throw new ConfigError('MEMORY_STORE_MAX_TOKENS', `is only used on the embedded default, not with ${redisVariable} (Redis holds the codes)`)
+  }
+  if (replicaAcks.count === 0 && replicaAcks.timeoutMs !== defaultDurationMs('REDIS_REPLICA_ACK_TIMEOUT_MS')) {
+    throw new ConfigError('REDIS_REPLICA_ACK_TIMEOUT_MS', 'is only used with REDIS_REPLICA_ACKS of 1 or more')
+  }
+  if (replicaAcks.count > 0 && replicaAcks.timeoutMs >= commandTimeoutMs) {
+    // WAIT holds its connection until it returns: every command behind it would time out first.
+    throw new ConfigError('REDIS_REPLICA_ACK_TIMEOUT_MS', `must be below REDIS_COMMAND_TIMEOUT_MS (${commandTimeoutMs} ms), or the commands behind a WAIT time out before it returns (got ${replicaAcks.timeoutMs} ms)`)
+  }
+  return { redisCommandTimeoutMs: commandTimeoutMs, redisReplicaAcks: replicaAcks }
+}
+
 /** `host:port,host:port`; an IPv6 host goes in brackets, `[::1]:26379`. */
 function parseRedisNodes (variable: string, value: string): RedisNode[] {
   const nodes: RedisNode[] = []
@@ -345,6 +370,12 @@ function durationMs (env: Env, variable: DurationVariable): number {
   const maximum = parseDuration(schema.durationMaximum, null) ?? 0
   if (ms === null || ms < minimum || ms > maximum) throw new ConfigError(variable, `${durationRule(schema)} (got ${JSON.stringify(spec)})`)
   return ms
+}
+
+/** A duration variable's default, in milliseconds. */
+function defaultDurationMs (variable: DurationVariable): number {
+  const schema = EnvSchema.properties[variable] as unknown as DurationSchema & { default: string }
+  return parseDuration(schema.default, schema.durationUnit) ?? 0
 }
 
 /** A duration variable the service counts in whole seconds. */

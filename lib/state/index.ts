@@ -17,6 +17,7 @@ import { RedisRedemptionStore } from './redis/redemption-store.js'
 import type { RedisTopology } from '../config/redis-topology.js'
 import { createToolRedisClient, type RedisClient } from './redis/client.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
+import { ReplicaAcks } from './redis/replica-acks.js'
 import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
 import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
 import type { SandboxInbox } from './sandbox-inbox.js'
@@ -62,7 +63,7 @@ export interface State {
 export interface StateOptions {
   /** Cap on live codes per tenant and mode in the in-memory token store. */
   memoryStoreMaxTokens: number
-  /** Redis replicas that must acknowledge a dispatch's or verify's write (none when not given). */
+  /** Redis replicas that must acknowledge what a dispatch, a verify or a redemption wrote (none when not given). */
   replicaAcks?: { count: number, timeoutMs: number }
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
@@ -96,14 +97,15 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   }
   const tokens = new RedisTokenStore(redis)
   const eviction = new EvictionPolicyWatch(redis, options.log ?? { error: () => {}, info: () => {} })
+  const acks = new ReplicaAcks(redis, options.replicaAcks ?? { count: 0, timeoutMs: 0 })
   return {
     kind: 'redis',
     tokens,
-    admission: new AdmissionGate(new RedisAdmission(redis, options.replicaAcks), new OverLimitMemory()),
+    admission: new AdmissionGate(new RedisAdmission(redis, acks), new OverLimitMemory()),
     quota: new RedisQuotaStore(redis),
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),
-    redemptions: new RedisRedemptionStore(redis),
+    redemptions: new RedisRedemptionStore(redis, { acks }),
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis),
     ready: async () => {

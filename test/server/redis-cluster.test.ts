@@ -1,4 +1,4 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { Cluster } from 'ioredis'
 import { RedisIdempotencyStore } from '../../lib/state/redis/idempotency-store.js'
 import { RedisAdmission } from '../../lib/state/redis/admission.js'
@@ -7,10 +7,13 @@ import { RedisSandboxInbox } from '../../lib/state/redis/sandbox-inbox.js'
 import { RedisTokenStore } from '../../lib/state/redis/token-store.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { parseWindow } from '../../lib/limits/window.js'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
+import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp, assertStartsUnavailable } from '../helper.js'
+import { FaultLoad } from '../support/faults.js'
 import { freePort } from '../support/redis.js'
 import { ACME_LIVE, reserve, rightForm, tokenDispatch, tokenRef, tokenVerify, type TenantMode } from '../support/admission.js'
-import { startCluster, topologyTestOptions } from '../support/redis-topologies.js'
+import { ask, startCluster, topologyTestOptions, type ClusterShard, type RedisClusterSet } from '../support/redis-topologies.js'
+import { until } from '../support/wait.js'
 
 /*
  * The Redis-backed stores and the service on a real three-primary Cluster. A Cluster refuses
@@ -57,6 +60,30 @@ t.test('configuration: one topology; node lists; credentials only where no URL c
     t.equal(error.variable, variable)
     t.match(error.message, message)
     t.notMatch(error.message, /hunter2/, 'the password is never echoed')
+  }
+})
+
+t.test('configuration: a setting without effect in the chosen topology is refused at start', async (t) => {
+  const keys = { OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+  const cluster = { ...keys, REDIS_CLUSTER_NODES: 'r:7000' }
+  t.same(parseConfig({ ...cluster, REDIS_REPLICA_ACKS: '1' }).redisReplicaAcks, { count: 1, timeoutMs: 100 }, 'REDIS_REPLICA_ACKS applies on a Cluster')
+  t.same(parseConfig({ ...keys, REDIS_URL: 'redis://r', REDIS_REPLICA_ACKS: '2', REDIS_REPLICA_ACK_TIMEOUT_MS: '250ms', REDIS_COMMAND_TIMEOUT_MS: '1s' }).redisReplicaAcks, { count: 2, timeoutMs: 250 })
+  // .env.example spells every default out: a default chooses nothing, and is accepted anywhere.
+  t.ok(parseConfig({ REDIS_REPLICA_ACKS: '0', REDIS_REPLICA_ACK_TIMEOUT_MS: '100', REDIS_COMMAND_TIMEOUT_MS: '500', MEMORY_STORE_MAX_TOKENS: '1000000' }))
+  t.ok(parseConfig({ ...cluster, REDIS_REPLICA_ACKS: '0', REDIS_REPLICA_ACK_TIMEOUT_MS: '100ms', MEMORY_STORE_MAX_TOKENS: '1000000' }))
+  const cases: Array<[Record<string, string>, string, string]> = [
+    [{ REDIS_REPLICA_ACKS: '1' }, 'REDIS_REPLICA_ACKS', 'REDIS_REPLICA_ACKS is only used with one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES: the embedded default has no replicas'],
+    [{ REDIS_COMMAND_TIMEOUT_MS: '2s' }, 'REDIS_COMMAND_TIMEOUT_MS', 'REDIS_COMMAND_TIMEOUT_MS is only used with one of REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES'],
+    [{ ...cluster, MEMORY_STORE_MAX_TOKENS: '5000' }, 'MEMORY_STORE_MAX_TOKENS', 'MEMORY_STORE_MAX_TOKENS is only used on the embedded default, not with REDIS_CLUSTER_NODES (Redis holds the codes)'],
+    [{ ...cluster, REDIS_REPLICA_ACK_TIMEOUT_MS: '200' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS is only used with REDIS_REPLICA_ACKS of 1 or more'],
+    [{ REDIS_REPLICA_ACK_TIMEOUT_MS: '200' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS is only used with REDIS_REPLICA_ACKS of 1 or more'],
+    [{ ...cluster, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '500' }, 'REDIS_REPLICA_ACK_TIMEOUT_MS', 'REDIS_REPLICA_ACK_TIMEOUT_MS must be below REDIS_COMMAND_TIMEOUT_MS (500 ms), or the commands behind a WAIT time out before it returns (got 500 ms)']
+  ]
+  for (const [env, variable, message] of cases) {
+    const error = t.throws(() => parseConfig(env)) as ConfigError
+    t.ok(error instanceof ConfigError, JSON.stringify(env))
+    t.equal(error.variable, variable)
+    t.equal(error.message, `Invalid configuration: ${message}`)
   }
 })
 
@@ -341,7 +368,148 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
     t.strictSame(new Set(after), new Set([200]), 'every dispatch answers 200 again')
   })
 
+  t.test('a primary frozen: the tenants of the others are served, and /readyz stays 200', async (t) => {
+    await flush()
+    const { path, keys } = writeTenants(t)
+    const env = { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path }
+    const acme = await cluster.shardOf('otp:{acme:live}:x')
+    const other = (await cluster.shards()).find((shard) => shard.primary !== acme.primary)
+    if (other === undefined) throw new Error('test setup: one primary')
+    other.primary.freeze()
+    let frozen = true
+    t.teardown(() => { if (frozen) other.primary.thaw() })
+    // A fresh instance reads every primary for its readiness, as a probe after a deploy would.
+    const built = await buildApp(t, env)
+    await until('the app connected to the Cluster', () => built.app.redis?.status === 'ready')
+    const ready = await readiness(built.app)
+    t.equal(ready.status, 200, 'ready: every instance depends on the same primaries, so none is taken out of service')
+    t.equal(ready.body.checks.tokenStore.ok, true)
+    const sent = await built.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'frozen@example.com' } })
+    t.equal(sent.statusCode, 200, 'a tenant of another primary is served')
+    other.primary.thaw()
+    frozen = false
+  })
+
   t.test('start-up with no node reachable: bounded, not ready, 503', async (t) => {
     await assertStartsUnavailable(t, { REDIS_CLUSTER_NODES: `127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}` })
   })
+})
+
+/** WAIT calls each primary has run so far (INFO commandstats), by port. */
+async function waitCalls (shards: readonly ClusterShard[]): Promise<Map<number, number>> {
+  return new Map(await Promise.all(shards.map(async ({ primary }) => {
+    const stats = String(await ask(primary.port, 'INFO', 'commandstats'))
+    return [primary.port, Number(/^cmdstat_wait:calls=(\d+)/m.exec(stats)?.[1] ?? 0)] as const
+  })))
+}
+
+/** The primaries whose count grew between two readings of waitCalls, by port. */
+function grown (before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number[] {
+  return [...after].filter(([port, calls]) => calls > (before.get(port) ?? 0)).map(([port]) => port).sort()
+}
+
+/** The keys matching `pattern` on each primary, as `port key`. */
+async function keysOn (shards: readonly ClusterShard[], pattern: string): Promise<Set<string>> {
+  const found = await Promise.all(shards.map(async ({ primary }) => ((await ask(primary.port, 'KEYS', pattern)) as string[]).map((key) => `${primary.port} ${key}`)))
+  return new Set(found.flat())
+}
+
+interface ShardTenant { id: string, key: string, shard: ClusterShard }
+
+/** Two tenants with a live secret key each, whose codes live on two different primaries. */
+async function tenantsOnTwoShards (t: Test, cluster: RedisClusterSet): Promise<{ path: string, a: ShardTenant, b: ShardTenant }> {
+  const candidates = await Promise.all(Array.from({ length: 12 }, async (_, i): Promise<ShardTenant> => {
+    const id = `shard${i}`
+    return { id, key: generateKey('secret', 'live'), shard: await cluster.shardOf(`otp:{${id}:live}:x`) }
+  }))
+  const [a] = candidates
+  const b = candidates.find((candidate) => candidate.shard.primary !== a?.shard.primary)
+  if (a === undefined || b === undefined) throw new Error('test setup: twelve tenants on one primary')
+  const { path } = writeTenants(t, (file) => {
+    for (const tenant of [a, b]) file.tenants.push({ id: tenant.id, tier: 'standard', keys: [{ id: `${tenant.id}_live`, kind: 'secret', mode: 'live', sha256: hashKey(tenant.key) }] })
+  })
+  return { path, a, b }
+}
+
+t.test('REDIS_REPLICA_ACKS on a Cluster: each WAIT goes to the primary that took the write; too few acknowledgements undo and answer 503', topologyTestOptions(), async (t) => {
+  const cluster = await startCluster({ replicas: 1 })
+  t.teardown(cluster.stop)
+  const shards = await cluster.shards()
+  const { path, a, b } = await tenantsOnTwoShards(t, cluster)
+  // Generous timeouts: a replica that answers must be in time on a busy machine too.
+  const built = await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_REPLICA_ACKS: '1', REDIS_REPLICA_ACK_TIMEOUT_MS: '500', REDIS_COMMAND_TIMEOUT_MS: '2s', RATE_LIMIT_MAILBOX: '1000/15m' })
+  await until('the app connected to the Cluster', () => built.app.redis?.status === 'ready')
+  const inspect = new Cluster(cluster.servers.map(({ port }) => ({ host: '127.0.0.1', port })), { scaleReads: 'master', redisOptions: { maxRetriesPerRequest: 0 } })
+  inspect.on('error', () => {})
+  t.teardown(() => { inspect.disconnect() })
+  await until('the inspecting client connected', () => inspect.status === 'ready')
+  const dispatch = async (tenant: ShardTenant, email: string): Promise<number> =>
+    (await built.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(tenant.key), payload: { email } })).statusCode
+
+  // One dispatch at a time: the WAITs that follow it went to the primary of the tenant's code
+  // and to the primary of the mailbox's service-wide count (another one for some mailboxes).
+  const mailboxes = new Map<number, string[]>()
+  for (let i = 0; i < 12; i++) {
+    const email = `probe${i}@example.com`
+    const [waitsBefore, countsBefore] = [await waitCalls(shards), await keysOn(shards, 'rl:m:*')]
+    t.equal(await dispatch(b, email), 200)
+    const waited = grown(waitsBefore, await waitCalls(shards))
+    const counted = [...await keysOn(shards, 'rl:m:*')].filter((entry) => !countsBefore.has(entry))
+    t.equal(counted.length, 1, 'one new mailbox count')
+    const mailbox = Number(counted[0]?.split(' ')[0])
+    mailboxes.set(mailbox, [...mailboxes.get(mailbox) ?? [], email])
+    t.same(waited, [...new Set([b.shard.primary.port, mailbox])].sort(), `${email}: a WAIT on the tenant's primary and on the mailbox's, none elsewhere`)
+  }
+  const onA = mailboxes.get(a.shard.primary.port) ?? []
+  const onB = mailboxes.get(b.shard.primary.port) ?? []
+  t.ok(onA.length > 0 && onB.length > 0, 'some mailboxes counted on either tenant\'s primary')
+  const verifyBefore = await waitCalls(shards)
+  const load = new FaultLoad(built, a.key, 'live', a.id)
+  t.equal(await load.dispatch(), 200)
+  const [issued] = load.takeOutstanding(1)
+  if (issued === undefined) throw new Error('test setup: no code')
+  const afterDispatch = await waitCalls(shards)
+  t.equal(await load.verify(issued), 200)
+  t.same(grown(afterDispatch, await waitCalls(shards)), [a.shard.primary.port], 'a verify waits on its tenant\'s primary only')
+  t.ok(grown(verifyBefore, afterDispatch).includes(a.shard.primary.port))
+
+  // Tenant a's primary loses its replica: a's requests are undone and answer 503, as are other
+  // tenants' dispatches to a mailbox counted there; b's own are served.
+  for (let i = 0; i < 6; i++) t.equal(await load.dispatch(), 200)
+  const [replica] = a.shard.replicas
+  if (replica === undefined) throw new Error('test setup: no replica')
+  replica.freeze()
+  let frozen = true
+  t.teardown(() => { if (frozen) replica.thaw() })
+  const [dispatched, verified] = await Promise.all([
+    Promise.all(Array.from({ length: 5 }, async () => await load.dispatch())),
+    Promise.all(load.takeOutstanding(5).map(async (code) => await load.verify(code)))
+  ])
+  t.same([...new Set([...dispatched, ...verified])], [503], 'with no replica acknowledging, a\'s dispatches and verifies answer 503')
+  t.same(await Promise.all(onB.map(async (email) => await dispatch(b, email))), onB.map(() => 200), 'b\'s dispatches to mailboxes counted on b\'s primary answer 200')
+  t.same(await Promise.all(onA.map(async (email) => await dispatch(b, email))), onA.map(() => 503), 'b\'s dispatches to mailboxes counted on a\'s primary answer 503')
+  const usage = await built.app.inject({ method: 'GET', url: '/usage', headers: bearer(b.key) })
+  t.equal(usage.json().data.live.used, 12 + onB.length, 'b is charged for the dispatches answered 200 only')
+  replica.thaw()
+  frozen = false
+  await until('the replica in sync again', async () => /master_link_status:up/.test(String(await ask(replica.port, 'INFO', 'replication'))))
+  // On a's primary: charges and codes match the 200s; each verify answered 503 verifies on retry.
+  await load.check(t, inspect)
+
+  // A redemption and a suppression wait for the replica too; a redemption no replica holds is
+  // taken back, so that the retry redeems.
+  const sent = await built.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(a.key), payload: { email: 'receipt@example.com' } })
+  t.equal(sent.statusCode, 200)
+  const { requestId } = sent.json().data
+  const checked = await built.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(a.key), payload: { requestId, userGuess: built.mail.codeFor('receipt@example.com') } })
+  t.equal(checked.statusCode, 200)
+  const redeem = async (): Promise<number> => (await built.app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(a.key), payload: { receipt: checked.json().data.receipt } })).statusCode
+  const suppress = async (): Promise<number> => (await built.app.inject({ method: 'POST', url: '/recipients/suppress', headers: bearer(a.key), payload: { email: 'receipt@example.com' } })).statusCode
+  replica.freeze()
+  frozen = true
+  t.same([await redeem(), await suppress()], [503, 503], 'without acknowledgement, a redemption and a suppression answer 503')
+  replica.thaw()
+  frozen = false
+  await until('the replica in sync again', async () => /master_link_status:up/.test(String(await ask(replica.port, 'INFO', 'replication'))))
+  t.same([await redeem(), await redeem(), await suppress()], [200, 409, 200], 'once acknowledged, the receipt redeems, once')
 })

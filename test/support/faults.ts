@@ -1,10 +1,10 @@
 import type { Test } from 'tap'
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
 import { bearer, type TestApp } from '../helper.js'
 import { attemptUntil, until } from './wait.js'
 
 /** A code the service answered 200 for, and what became of it. */
-interface Issued {
+export interface Issued {
   requestId: string
   email: string
   code: string
@@ -19,9 +19,10 @@ interface Issued {
  * retry with the same code.
  */
 export class FaultLoad {
-  readonly #app: TestApp
+  readonly #apps: readonly TestApp[]
   readonly #key: string
   readonly #mode: 'live' | 'test'
+  readonly #tenant: string
   readonly #issued: Issued[] = []
   /** Codes whose verify answered 503: each must verify on retry. */
   readonly #unanswered: Issued[] = []
@@ -33,13 +34,22 @@ export class FaultLoad {
   #sequence = 0
 
   /**
-   * `key` a secret key of tenant acme in `mode`. A sandbox (test) key's codes go to its inbox,
-   * not the mail: they are counted, not verified.
+   * `key` a secret key of `tenant` in `mode`. A sandbox (test) key's codes go to its inbox,
+   * not the mail: they are counted, not verified. Several apps (instances of the service on one
+   * Redis) take the requests in turn.
    */
-  constructor (app: TestApp, key: string, mode: 'live' | 'test' = 'live') {
-    this.#app = app
+  constructor (app: TestApp | readonly TestApp[], key: string, mode: 'live' | 'test' = 'live', tenant = 'acme') {
+    this.#apps = Array.isArray(app) ? app : [app as TestApp]
     this.#key = key
     this.#mode = mode
+    this.#tenant = tenant
+  }
+
+  /** The next instance in turn. */
+  #app (): TestApp {
+    const app = this.#apps[this.#sequence % this.#apps.length]
+    if (app === undefined) throw new Error('FaultLoad needs an app')
+    return app
   }
 
   #count (what: string, status: number, startedMs: number): void {
@@ -50,14 +60,20 @@ export class FaultLoad {
 
   /** One dispatch to a mailbox of its own (so its code can be read from the mail). */
   async dispatch (): Promise<number> {
-    const email = `fault-${this.#mode}-${this.#sequence++}@example.com`
+    const instance = this.#app()
+    const email = `fault-${this.#tenant}-${this.#mode}-${this.#sequence++}@example.com`
     const startedMs = Date.now()
-    const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(this.#key), payload: { email } })
+    const answer = await instance.app.inject({ method: 'POST', url: '/otp/request', headers: bearer(this.#key), payload: { email } })
     this.#count('dispatch', answer.statusCode, startedMs)
     if (answer.statusCode === 200) {
-      this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#mode === 'live' ? this.#app.mail.codeFor(email) : '', verified: false })
+      this.#issued.push({ requestId: answer.json().data.requestId, email, code: this.#mode === 'live' ? instance.mail.codeFor(email) : '', verified: false })
     }
     return answer.statusCode
+  }
+
+  /** Every code answered 200 so far, in the order of the answers. */
+  get issuedCodes (): readonly Issued[] {
+    return this.#issued
   }
 
   /** The codes issued and not yet verified nor being verified, taken out for verifying. */
@@ -71,7 +87,7 @@ export class FaultLoad {
   /** Verifies with the right code; a 503 leaves it for the retry check. */
   async verify (issued: Issued): Promise<number> {
     const startedMs = Date.now()
-    const answer = await this.#app.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })
+    const answer = await this.#app().app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })
     this.#taken.delete(issued)
     this.#count('verify', answer.statusCode, startedMs)
     if (answer.statusCode === 200) issued.verified = true
@@ -84,29 +100,31 @@ export class FaultLoad {
   }
 
   /**
-   * Once Redis answers again: the invariants, read from Redis and /usage. `redisUrl` reaches
-   * the same server as the app.
+   * Once Redis answers again: the invariants, read from Redis and /usage. `redis` reaches the
+   * same server as the app: its URL, or a client of the same Cluster (live codes only).
    */
-  async check (t: Test, redisUrl: string): Promise<void> {
-    const { app } = this.#app
+  async check (t: Test, redis: string | Cluster): Promise<void> {
+    const { app } = this.#app()
     // The app's own connection runs what it sent while Redis was frozen before this PING.
     await until('Redis answering the app again', async () => await app.redis?.ping().then(() => true, () => false) ?? false)
     const usage = await app.inject({ method: 'GET', url: '/usage', headers: bearer(this.#key) })
     t.equal(usage.statusCode, 200)
-    t.equal(usage.json().data[this.#mode === 'live' ? 'live' : 'sandbox'].used, this.#issued.length, `${this.#mode}: charged exactly for the ${this.#issued.length} dispatches answered 200`)
-    const inspect = new Redis(redisUrl)
+    t.equal(usage.json().data[this.#mode === 'live' ? 'live' : 'sandbox'].used, this.#issued.length, `${this.#tenant} ${this.#mode}: charged exactly for the ${this.#issued.length} dispatches answered 200`)
+    const inspect = typeof redis === 'string' ? new Redis(redis) : null
     try {
       const tokens: string[] = []
       // Consumed tokens are set aside under `<token>:used:<attempt>` until they expire.
-      for await (const keys of inspect.scanStream({ match: `otp:{acme:${this.#mode}}:*`, count: 1000 })) tokens.push(...(keys as string[]).filter((key) => !key.includes(':used:')))
+      for (const server of inspect === null ? (redis as Cluster).nodes('master') : [inspect]) {
+        for await (const keys of server.scanStream({ match: `otp:{${this.#tenant}:${this.#mode}}:*`, count: 1000 })) tokens.push(...(keys as string[]).filter((key) => !key.includes(':used:')))
+      }
       const outstanding = this.#issued.filter((issued) => !issued.verified)
-      t.equal(tokens.length, outstanding.length, `${this.#mode}: a code in Redis for every dispatch answered 200 and not verified (${outstanding.length}), and no other`)
-      if (this.#mode === 'test') {
-        const messages = await inspect.eval("local n = 0 for _, key in ipairs(redis.call('KEYS', 'sandbox-entries:{acme}:*')) do n = n + redis.call('LLEN', key) end return n", 0)
+      t.equal(tokens.length, outstanding.length, `${this.#tenant} ${this.#mode}: a code in Redis for every dispatch answered 200 and not verified (${outstanding.length}), and no other`)
+      if (this.#mode === 'test' && inspect !== null) {
+        const messages = await inspect.eval(`local n = 0 for _, key in ipairs(redis.call('KEYS', 'sandbox-entries:{${this.#tenant}}:*')) do n = n + redis.call('LLEN', key) end return n`, 0)
         t.equal(messages, this.#issued.length, 'sandbox: an inbox message for every dispatch answered 200, and no other')
       }
     } finally {
-      inspect.disconnect()
+      inspect?.disconnect()
     }
     // A 503 says "retry": a retry that meets the store still recovering is retried in turn.
     const retried = this.#unanswered.splice(0)
@@ -117,7 +135,7 @@ export class FaultLoad {
     this.#unanswered.splice(0)
     t.same(retries.filter((status) => status !== 200), [], `each of the ${retried.length} verifies answered 503 verifies on retry with the same code`)
     const again = this.#issued.filter((issued) => issued.verified).slice(0, 20)
-    const replays = await Promise.all(again.map(async (issued) => await this.#app.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })))
+    const replays = await Promise.all(again.map(async (issued) => await this.#app().app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(this.#key), payload: { requestId: issued.requestId, userGuess: issued.code } })))
     t.same(replays.map((answer) => answer.statusCode).filter((status) => status !== 400), [], 'a verified code never verifies again')
   }
 }

@@ -46,6 +46,10 @@ export interface Server {
   start(): Promise<void>
   /** What the server has logged since it was last started, for failure reports. */
   log(): string
+  /** Freezes it (SIGSTOP): connections stay open, nothing is answered or replicated. */
+  freeze(): void
+  /** Lets a frozen server run again (SIGCONT). */
+  thaw(): void
 }
 
 /**
@@ -95,38 +99,72 @@ async function spawnRedis (port: number, extraArgs: string[], sentinelConf?: str
     }
   }
 
+  function signal (name: NodeJS.Signals): void {
+    if (child === null || !child.kill(name)) throw new Error(`redis-server on ${port} is not running`)
+  }
+
   await start()
-  return { port, stop, start, log: () => output }
+  return { port, stop, start, log: () => output, freeze: () => { signal('SIGSTOP') }, thaw: () => { signal('SIGCONT') } }
 }
 
-/** One command on a plain connection to one server, closed afterwards. */
-async function ask (port: number, ...command: [string, ...Array<string | number>]): Promise<unknown> {
+type RedisCommand = [string, ...Array<string | number>]
+
+/** Commands run in turn on one plain connection to one server, closed afterwards; their replies. */
+export async function askEach (port: number, ...commands: RedisCommand[]): Promise<unknown[]> {
   const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 2000, commandTimeout: 2000 })
   client.on('error', () => {})
   try {
     await client.connect()
-    return await client.call(...command)
+    const replies: unknown[] = []
+    for (const command of commands) replies.push(await client.call(...command))
+    return replies
   } finally {
     client.disconnect()
   }
+}
+
+/** One command on a plain connection to one server, closed afterwards. */
+export async function ask (port: number, ...command: RedisCommand): Promise<unknown> {
+  const [reply] = await askEach(port, command)
+  return reply
 }
 
 function infoField (info: unknown, field: string): string | undefined {
   return typeof info === 'string' ? new RegExp(`^${field}:(.*)\\r?$`, 'm').exec(info)?.[1] : undefined
 }
 
+/** One primary of a Cluster, as a node's `CLUSTER NODES` shows it, and its replicas. */
+export interface ClusterShard {
+  readonly primary: Server
+  readonly replicas: Server[]
+  /** Inclusive slot ranges. */
+  readonly slots: Array<[number, number]>
+}
+
 export interface RedisClusterSet {
   readonly servers: Server[]
   /** `127.0.0.1:P1,127.0.0.1:P2,…`, the REDIS_CLUSTER_NODES value. */
   readonly nodes: string
+  /** The primaries and their replicas, as a reachable node sees them now (failed nodes left out). */
+  shards(): Promise<ClusterShard[]>
+  /** The shard serving `key` now. */
+  shardOf(key: string): Promise<ClusterShard>
   stop(): Promise<void>
 }
 
+export interface ClusterOptions {
+  /** Replicas of each of the three primaries (none by default). */
+  replicas?: number
+  /** More `redis-server` arguments for every node (`--cluster-node-timeout`, say). */
+  args?: string[]
+}
+
 /**
- * Three primaries, no replicas, on free loopback ports, joined with `redis-cli --cluster create`.
- * Resolves once every node reports `cluster_state:ok`.
+ * Three primaries (each with `replicas` replicas) on free loopback ports, joined with
+ * `redis-cli --cluster create`. Resolves once every node reports `cluster_state:ok` and every
+ * replica has synchronised.
  */
-export async function startCluster (): Promise<RedisClusterSet> {
+export async function startCluster ({ replicas = 0, args = [] }: ClusterOptions = {}): Promise<RedisClusterSet> {
   const dir = mkdtempSync(join(tmpdir(), 'email-otp-cluster-'))
   const servers: Server[] = []
   const stop = async (): Promise<void> => {
@@ -135,24 +173,72 @@ export async function startCluster (): Promise<RedisClusterSet> {
   }
   try {
     const ports: number[] = []
-    for (let i = 0; i < 3; i++) {
-      const port = await freePort()
+    const taken = new Set<number>()
+    // A port just released can be handed out again: each one is taken once.
+    const unusedPort = async (): Promise<number> => {
+      for (;;) {
+        const port = await freePort()
+        if (!taken.has(port)) {
+          taken.add(port)
+          return port
+        }
+      }
+    }
+    for (let i = 0; i < 3 * (1 + replicas); i++) {
+      const port = await unusedPort()
       // The cluster bus defaults to port + 10000, which can be taken or past 65535.
-      const busPort = await freePort()
+      const busPort = await unusedPort()
       ports.push(port)
       servers.push(await spawnRedis(port, [
         '--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`),
-        '--cluster-port', String(busPort), '--dir', dir
+        '--cluster-port', String(busPort), '--dir', dir, ...args
       ]))
     }
     const addresses = ports.map((port) => `127.0.0.1:${port}`)
-    const create = spawnSync('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 30_000 })
+    const create = spawnSync('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'], { encoding: 'utf8', timeout: 30_000 })
     if (create.status !== 0) throw new Error(`redis-cli --cluster create failed: ${create.stdout}${create.stderr}`)
     await waitFor('cluster_state:ok on every node', 30_000, async () => {
       const states = await Promise.all(ports.map(async (port) => infoField(await ask(port, 'CLUSTER', 'INFO'), 'cluster_state')))
       return states.every((state) => state === 'ok')
     })
-    return { servers, nodes: addresses.join(','), stop }
+    /** The first node that answers: some are down while a test fails one over. */
+    const askAny = async (...command: RedisCommand): Promise<unknown> => {
+      for (const server of servers) {
+        const reply = await ask(server.port, ...command).catch(() => undefined)
+        if (reply !== undefined) return reply
+      }
+      throw new Error(`no Cluster node answers ${command.join(' ')}`)
+    }
+    const shards = async (): Promise<ClusterShard[]> => {
+      const nodes = await askAny('CLUSTER', 'NODES')
+      const lines = String(nodes).split('\n').filter((line) => line.trim() !== '')
+      const byPort = (address: string): Server | undefined => servers.find((server) => address.startsWith(`127.0.0.1:${server.port}@`))
+      const fields = lines.map((line) => line.split(' ')).filter((node) => !/(^|,)(fail|noaddr|handshake)(,|$)/.test(node[2] ?? ''))
+      return fields.filter((node) => /(^|,)master(,|$)/.test(node[2] ?? '') && node.length > 8).map((node) => {
+        const primary = byPort(node[1] ?? '')
+        if (primary === undefined) throw new Error(`a primary the test did not start: ${node.join(' ')}`)
+        return {
+          primary,
+          replicas: fields.filter((replica) => replica[3] === node[0]).map((replica) => byPort(replica[1] ?? '')).filter((server): server is Server => server !== undefined),
+          slots: node.slice(8).filter((range) => !range.startsWith('[')).map((range) => {
+            const [from, to = from] = range.split('-').map(Number)
+            return [from ?? 0, to ?? 0]
+          })
+        }
+      })
+    }
+    const shardOf = async (key: string): Promise<ClusterShard> => {
+      const slot = Number(await askAny('CLUSTER', 'KEYSLOT', key))
+      const shard = (await shards()).find((candidate) => candidate.slots.some(([from, to]) => slot >= from && slot <= to))
+      if (shard === undefined) throw new Error(`no primary serves slot ${slot} (${key})`)
+      return shard
+    }
+    await waitFor('every replica in sync', 30_000, async () => {
+      const found = await shards()
+      const links = await Promise.all(found.flatMap((shard) => shard.replicas).map(async (replica) => infoField(await ask(replica.port, 'INFO', 'replication'), 'master_link_status')))
+      return found.length === 3 && links.length === 3 * replicas && links.every((link) => link === 'up')
+    })
+    return { servers, nodes: addresses.join(','), shards, shardOf, stop }
   } catch (error) {
     await stop()
     throw error

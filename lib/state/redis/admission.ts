@@ -3,7 +3,7 @@ import { Cluster } from 'ioredis'
 import { quotaDecision, quotaSlot, type QuotaSlot } from './quota-store.js'
 import type { RedisClient } from './client.js'
 import { redisClock, type RedisClock } from './fence.js'
-import { ReplicaAcks } from './replica-acks.js'
+import { ReplicaAcks, type TrackedWrite } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
 import { assertLimit } from '../quota.js'
@@ -111,10 +111,10 @@ export class RedisAdmission implements AdmissionStore {
    * they were created.
    */
   /**
-   * `replicaAcks`: replicas that must hold a new code or a used one before the answer (not
-   * applied on a Cluster, where a WAIT would have to follow each key's node).
+   * `acks`: the replicas that must hold what a dispatch, a verify, a suppression or an unlock
+   * wrote before it answers (none when not given).
    */
-  constructor (client: RedisClient, replicaAcks: { count: number, timeoutMs: number } = { count: 0, timeoutMs: 0 }) {
+  constructor (client: RedisClient, acks: ReplicaAcks = new ReplicaAcks(client, { count: 0, timeoutMs: 0 })) {
     for (const { name, lua } of Object.values(COMMANDS)) {
       for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
     }
@@ -122,7 +122,7 @@ export class RedisAdmission implements AdmissionStore {
     this.#clock = redisClock(client)
     this.#commands = client as unknown as AdmissionCommands
     this.#crossSlot = !(client instanceof Cluster)
-    this.#acks = new ReplicaAcks(client, this.#crossSlot ? replicaAcks.count : 0, replicaAcks.timeoutMs)
+    this.#acks = acks
   }
 
   /**
@@ -166,7 +166,8 @@ export class RedisAdmission implements AdmissionStore {
     }
     limitArgs(limits, keys, args)
     keys.push(suppressionKey(tenantId, mode, recipient.recipientTag))
-    const { raw, reply } = await this.#run('dispatch', keys, args).catch(async (error: unknown) => {
+    const issued = this.#acks.write(tokenAt)
+    const { raw, reply } = await this.#run('dispatch', keys, args).then(issued.landed, async (error: unknown) => {
       // No answer (or an unreadable one): the script may have run all the same, its reply
       // lost or late. The undo goes on the same connection, so Redis runs it after the
       // dispatch, and takes back whatever the dispatch did.
@@ -191,12 +192,16 @@ export class RedisAdmission implements AdmissionStore {
     }
     const decision = quotaDecision([reply[2], reply[3]], quota.tenant.limit, quotaSlot(quota.tenant.scope, quota.tenant.window, quota.nowMs))
     if (verdict === DISPATCH.quotaExceeded) return { kind: 'quota_exceeded', counts: hits, quota: decision }
+    const writes = [issued]
     if (plan.mailbox !== null && mailbox === null) {
-      const over = await this.#mailboxOverCap(plan.mailbox, tokenAt, slots)
+      const counted = this.#acks.write(limitKey(plan.mailbox))
+      const over = await this.#mailboxOverCap(plan.mailbox, tokenAt, slots, counted)
       if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
+      writes.push(counted)
     }
-    if (!await this.#acks.acknowledged()) {
-      // A code only the primary holds could vanish in a failover after its dispatch said 200.
+    if (!await this.#acks.acknowledged(writes)) {
+      // A code only the primary holds could vanish in a failover after its dispatch said 200
+      // (on a Cluster, the mailbox's count on its own primary likewise).
       await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
     }
@@ -205,13 +210,13 @@ export class RedisAdmission implements AdmissionStore {
 
   /**
    * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
-   * not counted (the answer is then 503), the dispatch is undone.
+   * not counted (the answer is then 503), the dispatch is undone. `write` tracks the count.
    */
-  async #mailboxOverCap (mailbox: LimitHit, tokenAt: string, slots: readonly QuotaSlot[]): Promise<Exceeded | null> {
+  async #mailboxOverCap (mailbox: LimitHit, tokenAt: string, slots: readonly QuotaSlot[], write: TrackedWrite): Promise<Exceeded | null> {
     const undo = async (): Promise<void> => { await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []) }
     let counted: { raw: unknown, reply: number[] }
     try {
-      counted = await this.#run('mailbox', [limitKey(mailbox)], [String(mailbox.max), String(mailbox.windowMs)])
+      counted = await this.#run('mailbox', [limitKey(mailbox)], [String(mailbox.max), String(mailbox.windowMs)]).then(write.landed)
     } catch (error) {
       await undo().catch(() => {})
       throw error
@@ -232,7 +237,8 @@ export class RedisAdmission implements AdmissionStore {
     limitArgs(limits, keys, args)
     const attempt = nextAttempt()
     args.push(attempt)
-    const { raw, reply, text } = await this.#run('verify', keys, args, 3).catch(async (error: unknown) => {
+    const used = this.#acks.write(tokenAt)
+    const { raw, reply, text } = await this.#run('verify', keys, args, 3).then(used.landed, async (error: unknown) => {
       // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
       // token it may have consumed is put back, by a command Redis runs after it.
       await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
@@ -241,7 +247,7 @@ export class RedisAdmission implements AdmissionStore {
     const hits = counts(reply, 4)
     const addressHash = text === '' ? null : text
     const consumed = reply[0] === VERIFY.mismatch || reply[0] === VERIFY.locked || reply[0] === VERIFY.verified
-    if (consumed && !await this.#acks.acknowledged()) {
+    if (consumed && !await this.#acks.acknowledged([used])) {
       // A code used only on the primary would be back on a promoted replica: put it back here
       // too, and let the caller retry.
       await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
@@ -269,17 +275,29 @@ export class RedisAdmission implements AdmissionStore {
 
   async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<void> {
     const key = suppressionKey(tenantId, mode, recipientTag)
-    await storeCall('suppress', async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
+    await this.#acknowledgedWrite('suppress', key, async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
   }
 
   async unsuppress ({ tenantId, mode, recipientTag }: Mailbox): Promise<boolean> {
     const key = suppressionKey(tenantId, mode, recipientTag)
-    return await storeCall('unsuppress', async () => await this.#client.del(key)) > 0
+    return await this.#acknowledgedWrite('unsuppress', key, async () => await this.#client.del(key)) > 0
   }
 
   /** One DEL: a mailbox's lanes share their tenant's hash tag, so on a Cluster they live in one slot. */
   async clearLockout ({ tenantId, mode, laneSubjects }: MailboxLanes): Promise<boolean> {
     const keys = laneSubjects.map((subject) => lockoutKey(tenantId, mode, subject))
-    return await storeCall('lockout clear', async () => await this.#client.del(...keys)) > 0
+    return await this.#acknowledgedWrite('lockout clear', keys[0] ?? '', async () => await this.#client.del(...keys)) > 0
+  }
+
+  /**
+   * A write whose answer promises its effect (a suppression, its end, an unlock), answered only
+   * once replicas hold it. Without them it stays on the primary and the caller gets a 503: these
+   * writes set a state, so the caller's retry comes to the same.
+   */
+  async #acknowledgedWrite<T> (what: string, key: string, command: () => Promise<T>): Promise<T> {
+    const write = this.#acks.write(key)
+    const result = await storeCall(what, command).then(write.landed)
+    if (!await this.#acks.acknowledged([write])) throw new StoreUnavailableError(`too few Redis replicas acknowledged the ${what}`)
+    return result
   }
 }

@@ -75,13 +75,15 @@ export class EvictionPolicyWatch {
   }
 
   async #read (): Promise<EvictionVerdict> {
-    let infos: string[]
-    try {
-      const primaries = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
-      infos = await storeCall('INFO memory', async () => await Promise.all(primaries.map(async (primary) => await primary.info('memory'))))
-    } catch (error) {
+    const primaries = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
+    const readings = await Promise.allSettled(primaries.map(async (primary) => await storeCall('INFO memory', async () => await primary.info('memory'))))
+    // A Cluster primary that does not answer is only its own tenants' outage (see
+    // RedisTokenStore.ready): the others' readings decide.
+    const infos = readings.flatMap((reading) => reading.status === 'fulfilled' ? [reading.value] : [])
+    const [failure] = readings.flatMap((reading) => reading.status === 'rejected' ? [reading.reason as Error] : [])
+    if (infos.length === 0) {
       // Not kept: an unreachable Redis is reported by its own check, and read again next time.
-      return { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${(error as Error).message}` }
+      return { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${failure?.message ?? 'no Redis primary known'}` }
     }
     const policies = infos.map((info) => maxmemoryPolicy(info) ?? 'unknown')
     const evicting = [...new Set(policies.filter(policyEvicts))]

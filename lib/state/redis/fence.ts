@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, type Redis } from 'ioredis'
 import { commandTimeoutOf, fenceMarginMs, type RedisClient } from './client.js'
 
@@ -51,7 +52,8 @@ const SAMPLES = 3
  * T, received at local t1; so Redis's clock is between T - t1 and T - t0 ahead; the lower bound
  * is kept (on the safe side: a deadline never later than meant). A slow round trip gives a
  * loose bound, which would make deadlines needlessly early: such a reading does not replace a
- * tighter one, and is taken again a second later. On a Cluster the lowest of every primary's is kept. It is measured again
+ * tighter one, and is taken again a second later. On a Cluster the lowest of every primary's is
+ * kept (a primary that does not answer is read again a second later). It is measured again
  * in the background, and from scratch after every reconnection (a failover can bring another
  * server and its clock).
  */
@@ -87,7 +89,8 @@ export class RedisClock {
   async #measure (): Promise<number> {
     const servers: Redis[] = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
     if (servers.length === 0) throw new Error('no Redis primary to read the time from')
-    const readings = await Promise.all(servers.map(async (server) => {
+    const readings: Array<{ lower: number, roundTripMs: number }> = []
+    const each = servers.map(async (server) => {
       // A busy moment makes one round trip slow and its bound loose: a few tries, the tightest kept.
       let best = { lower: -Infinity, roundTripMs: Infinity }
       for (let attempt = 0; attempt < SAMPLES && best.roundTripMs > LOOSE_MS; attempt++) {
@@ -98,14 +101,24 @@ export class RedisClock {
         const lower = Number(seconds) * 1000 + Number(micros) / 1000 - receivedMs - 1
         if (lower > best.lower) best = { lower, roundTripMs: receivedMs - sentMs }
       }
-      return best
-    }))
+      readings.push(best)
+    })
+    const settled = Promise.allSettled(each)
+    // A Cluster primary that does not answer (frozen, cut off) must not hold every other
+    // primary's commands: once one has answered, the others have a moment more.
+    await Promise.race([settled, Promise.any(each).then(async () => { await sleep(LOOSE_MS) })])
+    if (readings.length === 0) {
+      const [failure] = (await settled).flatMap((result) => result.status === 'rejected' ? [result.reason] : [])
+      throw failure instanceof Error ? failure : new Error('no Redis primary answered TIME')
+    }
+    const complete = readings.length === servers.length
     const lower = Math.min(...readings.map((reading) => reading.lower))
-    const loose = readings.some((reading) => reading.roundTripMs > LOOSE_MS)
-    // A tight reading replaces the bound (the clocks may have been stepped); a loose one keeps
-    // the tighter bound read before.
+    const loose = !complete || readings.some((reading) => reading.roundTripMs > LOOSE_MS)
+    // A tight reading of every primary replaces the bound (the clocks may have been stepped); a
+    // loose one keeps the tighter bound read before; one that missed a primary keeps the bound
+    // read before, which counted it.
     const previous = this.#offsetMs
-    const offset = previous === null || !loose ? lower : Math.max(previous, lower)
+    const offset = previous === null || (complete && !loose) ? lower : complete ? Math.max(previous, lower) : previous
     this.#offsetMs = offset
     this.#measuredAtMs = Date.now()
     this.#refreshMs = loose ? LOOSE_REFRESH_MS : REFRESH_MS

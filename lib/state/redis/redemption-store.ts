@@ -1,6 +1,7 @@
 import type { RedisClient } from './client.js'
 import { redisClock, type RedisClock } from './fence.js'
-import { storeCall } from '../../store-errors.js'
+import { ReplicaAcks } from './replica-acks.js'
+import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import { assertRedemption, newEpoch, type Redemption, type RedemptionStore } from '../redemptions.js'
 import { epochKey, redemptionKey } from './keys.js'
 import { RECEIPT_EPOCH_LUA, RECEIPT_REDEEM_LUA } from './scripts.js'
@@ -22,14 +23,19 @@ type Command = (...keysAndArgs: string[]) => Promise<unknown>
 export class RedisRedemptionStore implements RedemptionStore {
   readonly #epochCommand: Command
   readonly #redeemCommand: Command
+  readonly #client: RedisClient
   readonly #clock: RedisClock
+  readonly #acks: ReplicaAcks
   readonly #now: () => number
   /** Per scope: the epoch last read and when. As many entries as scopes. */
   readonly #epochs = new Map<string, { epoch: string, readAtMs: number }>()
 
-  constructor (client: RedisClient, options: { now?: () => number } = {}) {
+  /** `acks`: the replicas that must hold a redemption before it answers (none when not given). */
+  constructor (client: RedisClient, options: { now?: () => number, acks?: ReplicaAcks } = {}) {
     this.#now = options.now ?? Date.now
+    this.#client = client
     this.#clock = redisClock(client)
+    this.#acks = options.acks ?? new ReplicaAcks(client, { count: 0, timeoutMs: 0 })
     client.defineCommand('emailOtpReceiptEpoch', { lua: RECEIPT_EPOCH_LUA, numberOfKeys: 1 })
     client.defineCommand('emailOtpReceiptRedeem', { lua: RECEIPT_REDEEM_LUA, numberOfKeys: 2 })
     const methods = client as unknown as Record<string, Command | undefined>
@@ -61,10 +67,20 @@ export class RedisRedemptionStore implements RedemptionStore {
 
   async redeem (scope: string, jti: string, epoch: string | undefined, ttlMs: number): Promise<Redemption> {
     assertRedemption(scope, jti, ttlMs)
-    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(epochKey(scope), redemptionKey(scope, jti), epoch ?? '', String(ttlMs), newEpoch(), await this.#clock.deadline()))
+    const redemption = redemptionKey(scope, jti)
+    const write = this.#acks.write(redemption)
+    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(epochKey(scope), redemption, epoch ?? '', String(ttlMs), newEpoch(), await this.#clock.deadline())).then(write.landed)
     const [outcome, current] = Array.isArray(reply) ? reply as [number, string] : []
     if (typeof current === 'string') this.#epochs.set(scope, { epoch: current, readAtMs: this.#now() })
-    if (outcome === 1) return 'redeemed'
+    if (outcome === 1) {
+      if (!await this.#acks.acknowledged([write])) {
+        // A mark only the primary holds would be gone after a failover, and the receipt
+        // redeemable again: it is taken back here too, and the caller retries.
+        await storeUndo('receipt redemption undo', async () => await this.#client.del(redemption)).catch(() => {})
+        throw new StoreUnavailableError('too few Redis replicas acknowledged the redemption')
+      }
+      return 'redeemed'
+    }
     if (outcome === 2) return 'already_redeemed'
     if (outcome === 0) return 'other_epoch'
     throw new Error(`unexpected reply from the receipt redemption script: ${JSON.stringify(reply)}`)

@@ -1,3 +1,4 @@
+import { Cluster } from 'ioredis'
 import type { RedisClient } from './client.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
 import type { TokenRef, TokenStore } from '../tokens.js'
@@ -21,10 +22,17 @@ export class RedisTokenStore implements TokenStore {
     await storeUndo('token delete', async () => await this.#client.del(key))
   }
 
+  /**
+   * Redis answers. On a Cluster, one primary answering is enough: every instance depends on the
+   * same primaries, so taking instances out of service for one that is down (its tenants answer
+   * 503) would stop every other tenant too.
+   */
   async ready (): Promise<boolean> {
-    if (this.#client.status !== 'ready') return false
+    const client = this.#client
+    if (client.status !== 'ready') return false
+    const servers = client instanceof Cluster ? client.nodes('master') : [client]
     try {
-      return await storeCall('token store ping', async () => await this.#client.ping()) === 'PONG'
+      return await Promise.any(servers.map(async (server) => await storeCall('token store ping', async () => await server.ping()))) === 'PONG'
     } catch {
       return false
     }
