@@ -92,7 +92,7 @@ t.test('check lists every refused template and exits 1; a good file exits 0', as
   ])
   const refused = await processRun(['check', '--file', broken])
   t.equal(refused.code, 1, 'exits 1')
-  t.match(refused.stderr, /the tenants file would be refused \(3 problems\):\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+  t.match(refused.stderr, /2 tenants \(acme, globex\) of 2 tenants would be refused \(3 problems\):\n {2}\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
   t.match(refused.stderr, /\/tenants\/0\/templates\/en\/html .*allocates more than the limit/)
   t.match(refused.stderr, /\/tenants\/1\/templates\/de\/text .*file "..\/outside.liquid" leaves the tenant's template folder .*\/templates\/globex\/: a path may not contain "\.\."/)
   t.equal(refused.stdout, '')
