@@ -133,7 +133,7 @@ t.test('derived keys: the same for every instance with the same HMAC keys, one p
 function tenant (extra: Record<string, unknown> = {}, id = 'acme'): Tenant {
   const registry = registryFromJson({ tiers: { t: { allowance: 1, window: '1d', sandboxAllowance: 1 } }, tenants: [{ id, tier: 't', keys: [], ...extra }] })
   const found = registry.tenants.get(id)
-  if (found === undefined) throw new Error('tenant')
+  if (found === undefined) throw new Error(`tenant refused: ${registry.refused.get(id)?.problems.join('; ') ?? 'not in the file'}`)
   return found
 }
 
