@@ -165,9 +165,14 @@ t.test('a tenant with its own default language and a language the service does n
   t.equal((await app.inject({ method: 'POST', url: '/templates/preview', headers: bearer(keys.acmeLive), payload: {} })).json().data.locale, 'it')
 })
 
-t.test('a tenants file with a refused template does not start the service', async (t) => {
-  const { path } = writeTenants(t, (file) => { file.tenants[0]!.templates = { en: { subject: 'Your code is {{ code }}' } } })
-  await t.rejects(buildApp(t, { TENANTS_FILE: path }), /tenants file: \/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/)
+t.test('a refused template refuses its tenant alone, named by its place in the file', async (t) => {
+  const { path, keys } = writeTenants(t, (file) => { file.tenants[0]!.templates = { en: { subject: 'Your code is {{ code }}' } } })
+  const { app, logs } = await buildApp(t, { TENANTS_FILE: path })
+  const refused = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeTest), payload: { email: 'someone@acme.test' } })
+  t.same({ status: refused.statusCode, code: refused.json().code }, { status: 503, code: 'TENANT_MISCONFIGURED' }, 'the tenant\'s keys answer 503')
+  t.match(logs.text, /\/tenants\/0\/templates\/en\/subject \(tenant acme, locale en, subject\): the subject must not contain the code/, 'the log names the place and the reason')
+  const other = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.globexTest), payload: { email: 'someone@globex.test' } })
+  t.equal(other.statusCode, 200, 'the other tenant is served')
 })
 
 t.test('previews are limited per tenant, all its keys together, and render one at a time per tenant', async (t) => {
