@@ -79,9 +79,9 @@ export class Mailer {
   async send (message: OutgoingMessage, context: DeliveryContext): Promise<DeliveredBy> {
     if (context.mode === 'live') {
       const attributes = { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }
-      // The whole list's time, failovers included: what a withheld dispatch waits instead (round-trips.ts).
+      // The whole list's time, failovers included: what a page's failed or withheld dispatch takes (round-trips.ts).
       const sendStarted = performance.now()
-      let failed = true
+      let accepted = false
       try {
         const sentBy = await this.#live.send(message, async (transport, attempt) => {
           const started = performance.now()
@@ -95,10 +95,10 @@ export class Mailer {
             this.#observe?.(transport, (performance.now() - started) / 1000, result)
           }
         })
-        failed = false
+        accepted = true
         return sentBy
       } finally {
-        this.#roundTrips.record(context.tenantId, performance.now() - sendStarted, failed)
+        this.#roundTrips.record(context.tenantId, performance.now() - sendStarted, accepted)
       }
     }
     await simulateDelivery(message.to, this.#timeoutMs)
@@ -117,13 +117,13 @@ export class Mailer {
   }
 
   /**
-   * Sends nothing, and takes as long as a send would: live mail, a provider round trip drawn
-   * from the tenant's recent ones (lib/mail/round-trips.ts); sandbox mail, nothing, as the
-   * simulator's rejection (`fail@simulator.invalid`) waits for nothing. For a dispatch that
-   * must answer as a failed delivery without sending.
+   * For a page's dispatch that answers as a failed delivery, whether nothing was sent or the
+   * provider refused after `refusedAfterMs`: takes as long as either would, from the tenant's
+   * recent live mail (lib/mail/round-trips.ts); sandbox mail, nothing, as the simulator's
+   * rejection (`fail@simulator.invalid`) waits for nothing.
    */
-  async withhold (context: Pick<DeliveryContext, 'mode' | 'tenantId'>): Promise<void> {
-    if (context.mode === 'live') await this.#roundTrips.imitate(context.tenantId)
+  async withhold (context: Pick<DeliveryContext, 'mode' | 'tenantId'>, refusedAfterMs?: number): Promise<void> {
+    if (context.mode === 'live') await this.#roundTrips.imitate(context.tenantId, refusedAfterMs)
   }
 
   async ready (): Promise<boolean> {

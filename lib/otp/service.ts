@@ -190,11 +190,17 @@ export class OtpService {
       if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
 
       let deliveredBy: string
+      let sendStarted: number | null = null
       try {
         const message = await compose()
         await input.beforeSend?.()
+        sendStarted = performance.now()
         deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
+        // A page's failed send answers after a send's time, as a withheld one does (#withhold).
+        if (plan.audience === 'browser' && sendStarted !== null && error instanceof DeliveryError) {
+          await mailer.withhold({ mode, tenantId: tenant.id }, performance.now() - sendStarted)
+        }
         const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })

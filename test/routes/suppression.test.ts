@@ -143,3 +143,44 @@ for (const store of ['memory', 'redis'] as const) {
     t.strictSame([usage.body.data?.live.used, usage.body.data?.sandbox.used], [0, 0], 'and nothing was charged for either')
   })
 }
+
+/**
+ * A healthy tenant's sends are accepted, slowly (the relay takes ACCEPT_DELAY_MS to accept a
+ * message), and its refusals are rare and quick (a relay refuses at RCPT, before the data). A
+ * page probing one address after another must meet the same time for a suppressed mailbox and a
+ * refused one from the first probe on: both answer after a send's time, never the refusal alone.
+ */
+const ACCEPT_DELAY_MS = 300
+t.test('a healthy tenant\'s first probes: a refused and a suppressed mailbox both answer after a send\'s time', async (t) => {
+  const relay = await startSmtp(t, {
+    onRcptTo (address, _session, callback) {
+      callback(address.address.startsWith('gone') ? Object.assign(new Error('no such user'), { responseCode: 550 }) : undefined)
+    },
+    onData (stream, _session, callback) {
+      stream.resume()
+      stream.on('end', () => { setTimeout(callback, ACCEPT_DELAY_MS) })
+    }
+  })
+  const { path, keys } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, MAIL_TRANSPORT: 'smtp', SMTP_URL: `smtp://127.0.0.1:${relay.port}?tls=off`, MAIL_FROM: 'codes@otp.test' })
+  const port = await listenApp(app)
+  const call = async (key: string, path: string, email: string, localAddress: string): Promise<{ answer: RawAnswer, ms: number }> => {
+    const started = performance.now()
+    const answer = await send({ port, localAddress, path, headers: { 'content-type': 'application/json', ...bearer(key), ...(key === keys.acmeBrowser ? page : {}) }, body: JSON.stringify({ email }) })
+    return { answer, ms: performance.now() - started }
+  }
+  for (const [i, source] of ['127.0.10.1', '127.0.10.2', '127.0.10.3'].entries()) {
+    t.equal((await call(keys.acmeLive, '/otp/request', `user${i}@example.com`, source)).answer.status, 200, 'the tenant\'s backend sends, accepted')
+  }
+  for (const [i, source] of ['127.0.10.4', '127.0.10.5'].entries()) t.equal((await call(keys.acmeLive, '/recipients/suppress', `bounced${i}@example.com`, source)).answer.status, 200)
+
+  const probes = [
+    ['suppressed', 'bounced0@example.com', '127.0.10.6'], ['refused', 'gone0@example.com', '127.0.10.7'],
+    ['suppressed', 'bounced1@example.com', '127.0.10.8'], ['refused', 'gone1@example.com', '127.0.10.9']
+  ] as const
+  for (const [what, email, source] of probes) {
+    const { answer, ms } = await call(keys.acmeBrowser, '/otp/request', email, source)
+    t.equal(answer.status, 502, `${what}: a failed delivery`)
+    t.ok(ms >= ACCEPT_DELAY_MS, `${what}: answered after a send's time (${ms.toFixed(0)} ms), not a refusal's`)
+  }
+})

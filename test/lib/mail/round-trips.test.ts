@@ -1,23 +1,21 @@
 import t from 'tap'
 import { Writable } from 'node:stream'
-import { FAILURE_FRESH_MS, FAILURES_KEPT, RoundTrips, SENDS_KEPT } from '../../../lib/mail/round-trips.js'
+import { RoundTrips, SENDS_KEPT } from '../../../lib/mail/round-trips.js'
 import { Mailer } from '../../../lib/mail/mailer.js'
 import { parseConfig } from '../../../lib/config/from-env.js'
 import { MemorySandboxInbox } from '../../../lib/state/memory/sandbox-inbox.js'
 import type { OutgoingMessage } from '../../../lib/mail/transport.js'
 import { startSmtp } from '../../support/mail-peers.js'
 
-/** Round trips on a clock the test moves, drawing the index it is told, and recording each wait instead of waiting. */
-function drivenRoundTrips (): { roundTrips: RoundTrips, waits: number[], clock: { now: number }, picks: number[] } {
-  const clock = { now: 0 }
+/** Round trips drawing the index they are told, and recording each wait instead of waiting. */
+function drivenRoundTrips (): { roundTrips: RoundTrips, waits: number[], picks: number[] } {
   const waits: number[] = []
   const picks: number[] = []
   const roundTrips = new RoundTrips({
-    now: () => clock.now,
     pick: (count) => picks.shift() ?? count - 1,
     wait: async (ms) => { waits.push(ms) }
   })
-  return { roundTrips, waits, clock, picks }
+  return { roundTrips, waits, picks }
 }
 
 /** Every duration a draw can give, by drawing each index in turn. */
@@ -33,17 +31,17 @@ function drawable (roundTrips: RoundTrips, tenantId: string, picks: number[]): n
   return seen.sort((a, b) => a - b)
 }
 
-t.test('a tenant with no live send yet has nothing to imitate: no wait', async (t) => {
+t.test('a process that has sent no live mail yet has nothing to imitate: no wait', async (t) => {
   const { roundTrips, waits } = drivenRoundTrips()
   t.equal(roundTrips.draw('acme'), null)
   await roundTrips.imitate('acme')
   t.strictSame(waits, [])
 })
 
-t.test('the wait is a round trip drawn from the tenant\'s own sends', async (t) => {
+t.test('the wait is a round trip drawn from the tenant\'s own accepted sends', async (t) => {
   const { roundTrips, waits, picks } = drivenRoundTrips()
-  for (const ms of [12, 30, 18]) roundTrips.record('acme', ms, false)
-  roundTrips.record('globex', 4000, false)
+  for (const ms of [12, 30, 18]) roundTrips.record('acme', ms, true)
+  roundTrips.record('globex', 4000, true)
   picks.push(1)
   await roundTrips.imitate('acme')
   t.strictSame(waits, [30], 'the drawn sample, waited for whole')
@@ -51,28 +49,53 @@ t.test('the wait is a round trip drawn from the tenant\'s own sends', async (t) 
   t.strictSame(drawable(roundTrips, 'globex', picks), [4000], 'and never another tenant\'s')
 })
 
-t.test('fresh failures are what a failure is imitated by; once stale, the tenant\'s sends again', async (t) => {
-  const { roundTrips, clock, picks } = drivenRoundTrips()
-  for (let i = 0; i < 10; i++) roundTrips.record('acme', 40, false)
-  roundTrips.record('acme', 9, true)
-  t.strictSame(drawable(roundTrips, 'acme', picks), [9], 'a refusal came sooner than an acceptance: the refusal is drawn')
-  for (let i = 0; i < SENDS_KEPT * 2; i++) roundTrips.record('acme', 40, false)
-  t.strictSame(drawable(roundTrips, 'acme', picks), [9], 'kept apart: a run of sent mail does not push it out')
-  clock.now += FAILURE_FRESH_MS + 1
-  t.strictSame(drawable(roundTrips, 'acme', picks), [40], `after ${FAILURE_FRESH_MS / 60_000} minutes it no longer stands for what a failure takes now`)
-  roundTrips.record('acme', 5000, true)
-  t.strictSame(drawable(roundTrips, 'acme', picks), [5000], 'a provider that times out now makes the wait a timeout')
-})
-
-t.test('bounded: the last sends and failures only', async (t) => {
+t.test('a tenant with no accepted send yet draws from every tenant\'s', async (t) => {
   const { roundTrips, picks } = drivenRoundTrips()
-  for (let ms = 1; ms <= SENDS_KEPT + 10; ms++) roundTrips.record('acme', ms, false)
-  t.strictSame(drawable(roundTrips, 'acme', picks), Array.from({ length: SENDS_KEPT }, (_, i) => i + 11), `the last ${SENDS_KEPT} sends`)
-  for (let ms = 1; ms <= FAILURES_KEPT + 3; ms++) roundTrips.record('acme', 1000 + ms, true)
-  t.strictSame(drawable(roundTrips, 'acme', picks), Array.from({ length: FAILURES_KEPT }, (_, i) => 1004 + i), `the last ${FAILURES_KEPT} failures`)
+  roundTrips.record('acme', 25, true)
+  roundTrips.record('globex', 40, true)
+  t.strictSame(drawable(roundTrips, 'initech', picks), [25, 40])
 })
 
-t.test('the mailer records each live send through its providers, and a withheld send waits for one of them', async (t) => {
+t.test('a process with no accepted send draws from its sends of any outcome; a refusal never joins a tenant\'s', async (t) => {
+  const { roundTrips, picks } = drivenRoundTrips()
+  roundTrips.record('acme', 90, false)
+  t.strictSame(drawable(roundTrips, 'acme', picks), [90], 'refusals only: they are what a send takes here')
+  roundTrips.record('globex', 300, true)
+  t.strictSame(drawable(roundTrips, 'acme', picks), [300], 'once a send is accepted anywhere, only accepted ones')
+  roundTrips.record('acme', 250, true)
+  roundTrips.record('acme', 5, false)
+  t.strictSame(drawable(roundTrips, 'acme', picks), [250], 'the tenant\'s own accepted sends, its quick refusal not among them')
+})
+
+t.test('a withheld send waits the longer of an accepted send and a refusal, as a refused one does', async (t) => {
+  const { roundTrips, waits } = drivenRoundTrips()
+  roundTrips.record('acme', 100, true)
+  roundTrips.record('acme', 150, false)
+  await roundTrips.imitate('acme')
+  roundTrips.record('globex', 100, true)
+  roundTrips.record('globex', 20, false)
+  await roundTrips.imitate('globex')
+  t.strictSame(waits, [150, 100])
+})
+
+t.test('what a refused send already took is not waited again', async (t) => {
+  const { roundTrips, waits, picks } = drivenRoundTrips()
+  roundTrips.record('acme', 300, true)
+  picks.push(0)
+  await roundTrips.imitate('acme', 120)
+  t.strictSame(waits, [180], 'a refusal after 120 ms waits the rest of a 300 ms accepted send')
+  picks.push(0)
+  await roundTrips.imitate('acme', 450)
+  t.strictSame(waits, [180], 'one that took longer than the draw waits nothing more')
+})
+
+t.test('bounded: the last sends only', async (t) => {
+  const { roundTrips, picks } = drivenRoundTrips()
+  for (let ms = 1; ms <= SENDS_KEPT + 10; ms++) roundTrips.record('acme', ms, true)
+  t.strictSame(drawable(roundTrips, 'acme', picks), Array.from({ length: SENDS_KEPT }, (_, i) => i + 11), `the last ${SENDS_KEPT} sends`)
+})
+
+t.test('the mailer records each accepted live send through its providers, never a refused one, and a withheld send waits for one of them', async (t) => {
   const refused = new Set(['gone@example.com'])
   const peer = await startSmtp(t, {
     onRcptTo (address, _session, callback) {
@@ -91,11 +114,12 @@ t.test('the mailer records each live send through its providers, and a withheld 
   await mailer.send(message('ada@example.com'), context)
   await t.rejects(mailer.send(message('gone@example.com'), context), { name: 'DeliveryError', message: /\(rejected\)/ }, 'the relay refuses the recipient')
   const drawn = drawable(roundTrips, 'acme', picks)
-  t.equal(drawn.length, 1, 'the fresh refusal alone is what a withheld send imitates')
-  const refusalMs = drawn[0] ?? 0
-  t.ok(refusalMs > 0, 'the refusal took the provider\'s time')
+  t.equal(drawn.length, 1, 'the accepted send alone is what an accepted send takes')
+  const acceptedMs = drawn[0] ?? 0
+  const refusalMs = roundTrips.drawRefusal('acme') ?? 0
+  t.ok(acceptedMs > 0 && refusalMs > 0, 'each took the provider\'s time, kept apart')
   await mailer.withhold({ mode: 'live', tenantId: 'acme' })
-  t.strictSame(waits, [refusalMs], 'a withheld live send waits for it')
+  t.strictSame(waits, [Math.max(acceptedMs, refusalMs)], 'a withheld live send waits the longer of the two')
   await mailer.withhold({ mode: 'test', tenantId: 'acme' })
-  t.strictSame(waits, [refusalMs], 'a withheld sandbox send waits for nothing, as the simulator\'s rejection does')
+  t.strictSame(waits, [Math.max(acceptedMs, refusalMs)], 'a withheld sandbox send waits for nothing, as the simulator\'s rejection does')
 })
