@@ -1,12 +1,18 @@
-import { writeFileSync } from 'node:fs'
+import { once } from 'node:events'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { createServer as createHttpsServer } from 'node:https'
+import { createServer as createTcpServer } from 'node:net'
 import { join } from 'node:path'
+import { getCACertificates, setDefaultCACertificates } from 'node:tls'
 import t, { type Test } from 'tap'
-import { createServices, type Services } from '../../lib/compose.js'
+import { Webhook } from 'standardwebhooks'
+import { createServices, type Services, type ServicesLog } from '../../lib/compose.js'
 import { parseConfig } from '../../lib/config/from-env.js'
 import type { Caller } from '../../lib/otp/service.js'
 import { MailCapture, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { until } from '../support/wait.js'
+import { webhookSecret } from '../support/webhook-receiver.js'
 
 const quiet = { info () {}, warn () {}, error () {}, child () { return quiet } }
 
@@ -114,4 +120,66 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     await until('the connection is closed', () => leftOpen(before).length === 0, 5000)
     t.same(leftOpen(before), [], 'nothing left open')
   })
+})
+
+/** A loopback certificate (127.0.0.1, localhost) and its key, trusted by this process only. */
+const LOOPBACK_CERT = readFileSync(new URL('../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
+const LOOPBACK_KEY = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
+
+/** What a log line records: its level, message and fields. */
+interface LogRecord { level: string, msg: string, fields: Record<string, unknown> }
+
+function recordingLog (records: LogRecord[]): ServicesLog {
+  const at = (level: string) => (fields: unknown, msg?: string): void => { records.push({ level, msg: msg ?? '', fields: fields as Record<string, unknown> }) }
+  const log: ServicesLog = { info: at('info'), warn: at('warn'), error: at('error'), child: () => log }
+  return log
+}
+
+t.test('WEBHOOK_ALLOWED_NETWORKS reaches the sender: an endpoint inside the networks is delivered to, one outside is never connected to', async (t) => {
+  // The webhook sender makes its own TLS connections (no shared agent): the process's default CAs are what it trusts.
+  const defaults = getCACertificates('default')
+  setDefaultCACertificates([...defaults, LOOPBACK_CERT])
+  t.teardown(() => { setDefaultCACertificates(defaults) })
+
+  const secret = webhookSecret()
+  const verifier = new Webhook(secret)
+  const delivered: unknown[] = []
+  const inside = createHttpsServer({ key: LOOPBACK_KEY, cert: LOOPBACK_CERT }, (request, response) => {
+    let body = ''
+    request.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    request.on('end', () => {
+      delivered.push(verifier.verify(body, request.headers as Record<string, string>))
+      response.writeHead(204).end()
+    })
+  })
+  inside.listen(0, '127.0.0.1')
+  await once(inside, 'listening')
+  t.teardown(async () => { inside.closeAllConnections(); inside.close(); await once(inside, 'close') })
+  // Outside the networks (a loopback address too, so that only the networks tell the two apart): counts connections.
+  let outsideConnections = 0
+  const outside = createTcpServer((socket) => { outsideConnections++; socket.destroy() })
+  outside.listen(0, '127.0.0.2')
+  await once(outside, 'listening')
+  t.teardown(async () => { outside.close(); await once(outside, 'close') })
+  const portOf = (server: { address: () => unknown }): number => (server.address() as { port: number }).port
+  const insideUrl = `https://127.0.0.1:${portOf(inside)}/hooks`
+  const outsideUrl = `https://127.0.0.2:${portOf(outside)}/hooks`
+
+  const { path } = writeTenants(t, (file) => {
+    file.tenants[0]!.webhooks = [{ url: insideUrl, secret, events: ['review.used'] }, { url: outsideUrl, secret, events: ['review.used'] }]
+  })
+  const records: LogRecord[] = []
+  const services = await createServices(parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, WEBHOOK_ALLOWED_NETWORKS: '127.0.0.1/32' }), { log: recordingLog(records), mailLog: new MailCapture() })
+  t.teardown(async () => { await services.close() })
+  await services.start()
+  const acme = services.tenants.current.tenants.get('acme')
+  if (acme === undefined) throw new Error('test setup: no tenant acme')
+  services.webhooks.emit(acme, 'live', 'review.used', { requestId: 'req_networks', addressHash: 'A'.repeat(22), keyId: 'acme_live', source: '192.0.2.1' })
+
+  const failed = (url: string): LogRecord[] => records.filter((record) => record.msg === 'webhook attempt failed; retrying' && record.fields.url === url)
+  await until('a first attempt at each endpoint', () => delivered.length + failed(insideUrl).length >= 1 && failed(outsideUrl).length >= 1)
+  t.same(failed(insideUrl), [], 'inside 127.0.0.1/32: no attempt failed')
+  t.match(delivered, [{ type: 'review.used', data: { tenant: 'acme', requestId: 'req_networks' } }], 'inside: delivered over https, signed, although loopback is not otherwise allowed')
+  t.match(failed(outsideUrl)[0]?.fields, { error: /^refused: .*127\.0\.0\.2 is a loopback address/ }, 'outside: refused as loopback, the refusal logged')
+  t.equal(outsideConnections, 0, 'outside: never connected to')
 })

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { mock } from 'node:test'
 import t from 'tap'
 import { run } from '../../cli/keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
@@ -10,6 +11,12 @@ import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
 const CODE = '135790'
 const sha256 = (value: string): string => createHash('sha256').update(value).digest('hex')
 const inDays = (days: number): string => new Date(Date.now() + days * 86_400_000).toISOString()
+const REVIEW_USED = 'review address used: no mail sent, nothing charged'
+
+/** The service's log lines, parsed, with exactly this message. */
+function logLines (text: string, msg: string): Array<Record<string, unknown>> {
+  return text.split('\n').filter((line) => line !== '').map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === msg)
+}
 
 t.test('review address: no mail, no charge, the fixed code verifies once, every use reported', redisTestOptions(), async (t) => {
   const redis = await startRedis()
@@ -24,7 +31,7 @@ t.test('review address: no mail, no charge, the fixed code verifies once, every 
     file.tenants[0]!.webhooks = [{ url: receiver.url, secret, events: ['review.used'] }]
   })
   const { app, mail, logs } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, WEBHOOK_ALLOW_HTTP_LOOPBACK: 'true', LOCKOUT_THRESHOLD: '3' })
-  t.match(logs.text, /"level":40[^\n]*"msg":"\/tenants\/0\/reviewAddresses\/1: the review address has expired and is ignored"/, 'an expired entry is ignored with a warning naming its place')
+  t.same(logLines(logs.text, '/tenants/0/reviewAddresses/1: the review address has expired and is ignored').map((line) => line.level), [40], 'an expired entry is ignored with one warning naming its place')
   t.notMatch(logs.text, /old-reviewer/i, 'the warning never names the address')
   const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
   const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
@@ -46,7 +53,12 @@ t.test('review address: no mail, no charge, the fixed code verifies once, every 
   t.equal((await verify(other, CODE)).statusCode, 400, 'and used the code up')
 
   // Wrong guesses count toward the lockout like any other code's.
-  for (let i = 0; i < 2; i++) await verify((await dispatch('reviewer@acme.test')).json().data.requestId, '000000')
+  const reviewed = [requestId, other]
+  for (let i = 0; i < 2; i++) {
+    const next = (await dispatch('reviewer@acme.test')).json().data.requestId as string
+    reviewed.push(next)
+    await verify(next, '000000')
+  }
   const locked = await dispatch('reviewer@acme.test')
   t.equal(locked.statusCode, 429, 'three wrong guesses lock the review address too')
 
@@ -58,11 +70,38 @@ t.test('review address: no mail, no charge, the fixed code verifies once, every 
 
   const uses = (await app.metrics.registry.getSingleMetric('email_otp_review_uses_total')?.get())?.values.find((value) => value.labels.mode === 'live')?.value
   t.equal(uses, 4, 'every use counted')
-  t.equal(logs.text.match(/"msg":"review address used/g)?.length, 4, 'and logged')
-  t.match(logs.text, /"keyId":"acme_live","source":"127\.0\.0\.1"[^\n]*review address used/, 'with the key and the source')
+  t.same(
+    logLines(logs.text, REVIEW_USED).map(({ level, tenant, mode, keyId, source, requestId }) => ({ level, tenant, mode, keyId, source, requestId })),
+    reviewed.map((id) => ({ level: 40, tenant: 'acme', mode: 'live', keyId: 'acme_live', source: '127.0.0.1', requestId: id })),
+    'each use logged once, as a warning naming the tenant, mode, key, source and request'
+  )
   await receiver.waitFor(() => receiver.verified.length >= 4, 'four review.used webhooks')
   t.match(receiver.verified[0]?.payload, { type: 'review.used', data: { tenant: 'acme', mode: 'live', requestId, keyId: 'acme_live', source: '127.0.0.1', addressHash: /^[A-Za-z0-9_-]{22}$/ } })
   t.notMatch(JSON.stringify(receiver.verified.map((hook) => hook.payload)), /reviewer@/, 'never the address')
+})
+
+t.test('review address: one valid at load stops being a review address at its expiry, without a reload', async (t) => {
+  const expiresAtMs = Date.now() + 86_400_000
+  const { path, keys } = writeTenants(t, (file) => {
+    file.tenants[0]!.reviewAddresses = [{ address: 'reviewer@acme.test', codeSha256: sha256(CODE), expiresAt: new Date(expiresAtMs).toISOString() }]
+  })
+  const { app, mail, logs } = await buildApp(t, { TENANTS_FILE: path })
+  // The service reads Date: node:test's MockTimers moves it, with nothing reloaded meanwhile.
+  mock.timers.enable({ apis: ['Date'], now: Date.now() })
+  t.teardown(() => { mock.timers.reset() })
+  const dispatch = async () => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'reviewer@acme.test' } })
+  const verify = async (requestId: string, userGuess: string) => await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess } })
+
+  mock.timers.tick(expiresAtMs - Date.now() - 1)
+  const last = (await dispatch()).json().data.requestId as string
+  t.equal(mail.count, 0, 'a millisecond before its expiry: still a review address, no mail')
+  t.equal((await verify(last, CODE)).statusCode, 200, 'and the fixed code verifies')
+
+  mock.timers.tick(1)
+  const after = (await dispatch()).json().data.requestId as string
+  t.equal(mail.count, 1, 'at its expiry: an ordinary address, its mail sent')
+  t.equal((await verify(after, CODE)).json().code, 'CODE_MISMATCH', 'the fixed code no longer verifies (a wrong guess, as for any code)')
+  t.same(logLines(logs.text, REVIEW_USED).map((line) => line.requestId), [last], 'only the use before the expiry was reported')
 })
 
 t.test('review address: the expiry is required and at most 90 days ahead; a bad entry refuses its tenant alone', async (t) => {

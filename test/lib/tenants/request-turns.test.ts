@@ -226,3 +226,22 @@ t.test('leave counts a request out: a tenant whose requests were all answered is
   await Promise.all(noisy)
   t.equal(turns.turns.waiting, 0)
 })
+
+t.test('leave counts a request out of all tenants\' average too: a tenant whose many requests were answered does not make the heavy one look light', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, leave, idle } = turns
+  // Globex held 60 requests for a second beside the noisy tenant's 30, then all of them were
+  // answered: three seconds on, globex is still present (its average fading, near 2), the
+  // noisy tenant still holds its 30.
+  for (let index = 0; index < 60; index++) await enter('globex', `globex-held${index}`)
+  for (let index = 0; index < 30; index++) await enter('noisy', `held${index}`)
+  idle(1000)
+  leave('globex', 60)
+  idle(3000)
+  await nextTurn()
+  log.length = 0
+  const noisy = Array.from({ length: 10 }, async (_, index) => { await enter('noisy', `n${index}`, 1) })
+  t.same(log, ['n0', 'n1'], 'the noisy tenant is heavier than all the others together now: past the quantum, its requests wait')
+  t.equal(turns.turns.waiting, 8, 'eight wait for their turn')
+  await Promise.all(noisy)
+})
