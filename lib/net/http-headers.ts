@@ -11,3 +11,22 @@ export function headerCount (rawHeaders: readonly string[], lowerCaseName: strin
   }
   return count
 }
+
+/**
+ * The first of `lowerCaseNames` that a request carries on more than one header line, or null.
+ * node joins such lines into one value (`a, b`) or keeps the first, and the proxy in front may
+ * have read the other one: which of them speaks for the caller is then a guess. One pass over
+ * `rawHeaders`, whatever the number of names.
+ */
+export function repeatedHeader (rawHeaders: readonly string[], lowerCaseNames: readonly string[]): string | null {
+  let seen = 0
+  for (let index = 0; index < rawHeaders.length; index += 2) {
+    const name = (rawHeaders[index] as string).toLowerCase()
+    const which = lowerCaseNames.indexOf(name)
+    if (which === -1) continue
+    const bit = 1 << which
+    if ((seen & bit) !== 0) return name
+    seen |= bit
+  }
+  return null
+}

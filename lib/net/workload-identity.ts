@@ -166,3 +166,11 @@ export function workloadMatcher (patterns: readonly string[]): (identity: string
 export function workloadBucket (identity: string): string {
   return `wl:${hash('sha256', identity, 'base64url')}`
 }
+
+/**
+ * The one per-source bucket of every caller that reaches the service through the sidecar
+ * without an identity: what such a caller writes in X-Forwarded-For is its own word, so it
+ * chooses no bucket. Also the name logs give such a caller. No workload bucket (`wl:`) nor
+ * address can equal it.
+ */
+export const UNIDENTIFIED_MESH_SOURCE = 'mesh:unidentified'
