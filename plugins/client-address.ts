@@ -36,6 +36,10 @@ export function clientAddressOf (request: Pick<FastifyRequest, 'socket' | 'heade
   return clientAddress(request.socket?.remoteAddress, forwardedForOf(request), proxies)
 }
 
+function mayBeRepeated (value: string | string[] | undefined): boolean {
+  return value !== undefined && (Array.isArray(value) || value.includes(','))
+}
+
 /** The header a backend names its end user with (as Auth0's `auth0-forwarded-for`), read from any peer. */
 export const END_USER_IP = 'end-user-ip'
 
@@ -54,7 +58,9 @@ export default fp(async function clientAddressPlugin (fastify) {
   fastify.decorateRequest('clientAddress', '')
   fastify.addHook('onRequest', (request, _reply, done) => {
     const read = fromTrustedProxy(request.socket?.remoteAddress, proxies) ? fromProxies : fromAnyPeer
-    const repeated = repeatedHeader(request.raw.rawHeaders, read)
+    // node joins these headers' lines with ", ": a value without a comma came on one line, and
+    // most requests need no look at the raw headers.
+    const repeated = read.some((name) => mayBeRepeated(request.headers[name])) ? repeatedHeader(request.raw.rawHeaders, read) : null
     if (repeated !== null) {
       done(apiError('AMBIGUOUS_HEADER', `${repeated} appears more than once`))
       return

@@ -21,12 +21,24 @@ export function headerCount (rawHeaders: readonly string[], lowerCaseName: strin
 export function repeatedHeader (rawHeaders: readonly string[], lowerCaseNames: readonly string[]): string | null {
   let seen = 0
   for (let index = 0; index < rawHeaders.length; index += 2) {
-    const name = (rawHeaders[index] as string).toLowerCase()
-    const which = lowerCaseNames.indexOf(name)
-    if (which === -1) continue
-    const bit = 1 << which
-    if ((seen & bit) !== 0) return name
-    seen |= bit
+    const name = rawHeaders[index] as string
+    for (let which = 0; which < lowerCaseNames.length; which++) {
+      const wanted = lowerCaseNames[which] as string
+      if (!sameName(name, wanted)) continue
+      const bit = 1 << which
+      if ((seen & bit) !== 0) return wanted
+      seen |= bit
+    }
   }
   return null
+}
+
+/** Whether a header name as received is `lowerCaseName`, ASCII case folded, without a new string. */
+function sameName (name: string, lowerCaseName: string): boolean {
+  if (name.length !== lowerCaseName.length) return false
+  for (let index = 0; index < name.length; index++) {
+    const code = name.charCodeAt(index)
+    if ((code >= 65 && code <= 90 ? code + 32 : code) !== lowerCaseName.charCodeAt(index)) return false
+  }
+  return true
 }

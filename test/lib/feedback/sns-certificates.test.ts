@@ -9,6 +9,8 @@ import { playHost, TLS_CERT, type PlayedHost } from '../../support/https-hosts.j
 const CERT = TLS_CERT
 const SNS_HOST = 'sns.eu-west-1.amazonaws.com'
 const DEFAULT = parseConfig({}).sesFeedback.certUrlPattern
+/** The hosts played here, whole, whatever the path. */
+const PLAYED = /^https:\/\/(sns\.eu-west-1\.amazonaws\.com|evil\.example)\//
 
 type Route = (response: ServerResponse) => void
 
@@ -19,7 +21,7 @@ async function startHost (t: Test, routes: Record<string, Route>, hostname = SNS
     if (route === undefined) response.writeHead(404).end()
     else route(response)
   })
-  return { ...host, url: (path) => signingCertificateUrl(`${host.origin}${path}`, /.*/) }
+  return { ...host, url: (path) => signingCertificateUrl(`${host.origin}${path}`, PLAYED) }
 }
 
 const pem = (name: string): string => `/SimpleNotificationService-${name}.pem`
