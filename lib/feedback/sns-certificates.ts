@@ -43,7 +43,9 @@ export interface SigningCertificatesOptions {
  * fetch. A fetch is started only within three bounds, checked in this order: a URL that failed
  * is not tried again for a minute (503); the source that asks has a token (429, Retry-After);
  * fewer than CERT_FETCHES_IN_FLIGHT fetches are under way and fewer than ten new URLs were
- * fetched this minute (503: SNS retries later).
+ * fetched this minute (503: SNS retries later). Renewing a certificate after its day is bound
+ * by the first and the fetches in flight only. A renewal that fails (the certificate is gone)
+ * drops trust in it: the old key is not used past its day.
  */
 export class SigningCertificates {
   readonly #now: () => number
@@ -66,7 +68,11 @@ export class SigningCertificates {
     if (known !== undefined && known.until > this.#now()) return known.key
     const fetching = this.#fetching.get(id)
     if (fetching !== undefined) return await fetching
-    this.#admit(id, source)
+    // Renewing a certificate this URL served before is charged to no source and to no new-URL
+    // budget: strangers spending those budgets with made-up URLs must not stop SNS's own
+    // certificate from being fetched again when its day is up. At most one renewal per URL a
+    // day, of at most 1,000 URLs that served a certificate.
+    this.#admit(id, known === undefined ? source : null)
     const fetch = this.#fetch(id, url)
     this.#fetching.set(id, fetch)
     try {
@@ -76,10 +82,15 @@ export class SigningCertificates {
     }
   }
 
-  #admit (id: string, source: string): void {
+  /** `source`: null for a renewal, which only the failed-URL memory and the fetches in flight bound. */
+  #admit (id: string, source: string | null): void {
     const now = this.#now()
     const failedUntil = this.#failedUntil.get(id)
     if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('the signing certificate could not be fetched a moment ago')
+    if (source === null) {
+      if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
+      return
+    }
     const { burst, refillMs } = CERT_FETCHES_PER_SOURCE
     const bucket = this.#sources.get(source) ?? { tokens: burst, at: now }
     const tokens = Math.min(burst, bucket.tokens + (now - bucket.at) / refillMs)

@@ -127,3 +127,26 @@ t.test('at most ten new certificate URLs are fetched a minute; known ones are se
   await certificates.publicKey(host.url(pem(`f${NEW_CERT_URLS_PER_MINUTE.toString(16)}`)), 'sx')
   t.equal(host.requests.length, NEW_CERT_URLS_PER_MINUTE + 1, 'the next minute, it is')
 })
+
+t.test('a certificate whose day is up is fetched again even while strangers spend every budget; if it is gone, it is trusted no more', async (t) => {
+  let now = 1_000_000
+  let served = true
+  const routes: Record<string, Route> = { [pem('ab')]: (response) => { if (served) response.writeHead(200).end(CERT); else response.writeHead(404).end() } }
+  for (let index = 0; index < 40; index++) routes[pem(`e${index.toString(16)}`)] = (response) => response.writeHead(404).end()
+  const host = await startHost(t, routes)
+  const certificates = new SigningCertificates({ now: () => now })
+  await certificates.publicKey(host.url(pem('ab')), 'sns')
+  now += CERT_KEPT_MS
+  // Made-up URLs spend SNS's own source's tokens (its address is shared with strangers), then
+  // strangers from many sources the new-URL budget of this minute.
+  for (let index = 0; index < CERT_FETCHES_PER_SOURCE.burst; index++) await t.rejects(certificates.publicKey(host.url(pem(`e${(20 + index).toString(16)}`)), 'sns'), FeedbackUnavailable)
+  for (let index = CERT_FETCHES_PER_SOURCE.burst; index < NEW_CERT_URLS_PER_MINUTE; index++) await t.rejects(certificates.publicKey(host.url(pem(`e${index.toString(16)}`)), `stranger-${index}`), FeedbackUnavailable)
+  await t.rejects(certificates.publicKey(host.url(pem('e1f')), 'anyone'), FeedbackUnavailable, 'no new URL is fetched this minute')
+  await t.rejects(certificates.publicKey(host.url(pem('e1e')), 'sns'), FeedbackThrottled, 'and SNS\'s source may start none')
+  const before = host.requests.length
+  t.equal((await certificates.publicKey(host.url(pem('ab')), 'sns')).asymmetricKeyType, 'rsa', 'SNS\'s certificate is renewed all the same')
+  t.equal(host.requests.length, before + 1, 'by a fetch')
+  now += CERT_KEPT_MS
+  served = false
+  await t.rejects(certificates.publicKey(host.url(pem('ab')), 'sns'), FeedbackUnavailable, 'a day later it is gone: its old key is not used')
+})
