@@ -130,9 +130,15 @@ t.test('the certificate URL is parsed once, in its one serialisation, and the pa
     'not a URL'
   ]
   for (const url of refused) t.equal(refusal(() => signingCertificateUrl(url, DEFAULT)), 'SNS_CERT_URL_NOT_ALLOWED', JSON.stringify(url))
-  // The operator's pattern decides the host, never the rules above.
-  const anything = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: '.*' }).sesFeedback.certUrlPattern
+  // The operator's pattern decides the host, never the rules above: this one names every host
+  // below whole, with any port and path.
+  const anything = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: 'https://(certs\\.internal\\.example\\.?|evil\\.example|127\\.0\\.0\\.1|\\[::1\\])(:[0-9]+)?/.*' }).sesFeedback.certUrlPattern
   t.equal(signingCertificateUrl('https://certs.internal.example/a.pem', anything).hostname, 'certs.internal.example', 'a host the pattern allows')
+  for (const loose of ['.*', 'https://certs\\.internal\\.example.*', 'https://[^/]*/a\\.pem']) {
+    const pattern = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: loose }).sesFeedback.certUrlPattern
+    t.equal(refusal(() => signingCertificateUrl('https://certs.internal.example/a.pem', pattern)), 'SNS_CERT_URL_NOT_ALLOWED', `${loose}: a pattern that does not end the host refuses every URL`)
+    t.equal(refusal(() => signingCertificateUrl('https://certs.internal.example.evil.example/a.pem', pattern)), 'SNS_CERT_URL_NOT_ALLOWED', `${loose}: and so the attacker's host it would admit`)
+  }
   for (const url of [
     'https://a@certs.internal.example/a.pem',
     'https://certs.internal.example@evil.example/a.pem',
