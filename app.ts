@@ -5,6 +5,7 @@ import fp from 'fastify-plugin'
 import type { Config } from './lib/config/types.js'
 import { withStoreBudget } from './lib/store-errors.js'
 import { requestIdFor, traceIdOf } from './lib/telemetry/correlation.js'
+import { UNIDENTIFIED_MESH_SOURCE } from './lib/net/workload-identity.js'
 import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
@@ -58,10 +59,14 @@ function redactUnlessErrorCode (value: unknown, path: string[]): unknown {
 export function serverOptions (config: Config, logStream?: Writable): FastifyHttpOptions<Server> {
   const proxies = trustedProxies(config.trustProxy)
   const mesh = meshSettings(config)
-  /** A gateway's end client, as the onRequest hooks will resolve it; null for any other request. */
-  const endClientOf = (request: FastifyRequest): string | null => {
+  /**
+   * A gateway's end client as the onRequest hooks will resolve it, or the name of the one
+   * source of callers through the sidecar without an identity; null for any other request.
+   */
+  const meshClientOf = (request: FastifyRequest): string | null => {
     const caller = mesh === null ? null : meshCallerOf(request, mesh)
-    return caller?.ok === true ? caller.endClient : null
+    if (caller?.ok !== true) return null
+    return caller.kind === 'unidentified' ? UNIDENTIFIED_MESH_SOURCE : caller.endClient
   }
   return {
     logger: {
@@ -75,7 +80,7 @@ export function serverOptions (config: Config, logStream?: Writable): FastifyHtt
           method: request.method,
           url: request.url.split('?')[0],
           // Logged before the onRequest hooks that resolve it, hence resolved here as well.
-          remoteAddress: endClientOf(request) ?? clientAddressOf(request, proxies) ?? request.ip
+          remoteAddress: meshClientOf(request) ?? clientAddressOf(request, proxies) ?? request.ip
         })
       }
     },
@@ -135,8 +140,8 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   })
   // Every hook after this one knows the client's address.
   await fastify.register(clientAddressPlugin)
-  await fastify.register(workloadIdentityPlugin)
   await fastify.register(metricsPlugin)
+  await fastify.register(workloadIdentityPlugin)
   await fastify.register(servicesPlugin, options.mailLog === undefined ? {} : { mailLog: options.mailLog })
   await fastify.register(refusalPacingPlugin)
   await fastify.register(rateLimitPlugin)

@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin'
 import { apiError } from '../lib/errors.js'
 import { normalizeAddress } from '../lib/net/source-address.js'
+import { END_USER_IP } from './client-address.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -11,9 +12,6 @@ declare module 'fastify' {
     endUserAddress: string | null
   }
 }
-
-/** The header a backend names its end user with (as Auth0's `auth0-forwarded-for`). */
-const END_USER_IP = 'end-user-ip'
 
 /**
  * Network block lists in the API scope, cheapest first: the global lists (Tor exits, proxy
@@ -55,7 +53,7 @@ export default fp(async function abuseGuardPlugin (fastify) {
         done(apiError('END_USER_IP_NOT_ALLOWED'))
         return
       }
-      // The parsing of a socket's address; repeated headers arrive joined and parse as nothing.
+      // The parsing of a socket's address; repeated headers were refused as ambiguous.
       const endUser = typeof forwarded === 'string' ? normalizeAddress(forwarded.trim()) : null
       if (endUser === null) {
         done(apiError('INVALID_END_USER_IP'))

@@ -3,7 +3,6 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge } from 'prom-client'
 import { RefusalPacer } from '../lib/net/refusal-pacing.js'
 import { sourceBucket } from '../lib/net/source-address.js'
-import { workloadBucket } from '../lib/net/workload-identity.js'
 
 /** Sources whose pace is remembered at once (a few MB at most). */
 const PACED_SOURCES = 100_000
@@ -38,7 +37,7 @@ export default fp(async function refusalPacingPlugin (fastify) {
     collect () { this.set(pacer.held) }
   }))
   const sourceOf = (request: FastifyRequest): string => {
-    if (request.sourceWorkload !== null) return workloadBucket(request.sourceWorkload)
+    if (request.meshSource !== null) return request.meshSource
     const client = request.clientAddress === '' ? request.ip : request.clientAddress
     return sourceBucket(client, ipv6BucketPrefix) ?? client
   }

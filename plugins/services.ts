@@ -49,7 +49,7 @@ export interface ServicesPluginOptions {
  */
 export function callerOf (request: FastifyRequest): Caller {
   if (request.auth === null) throw apiError('UNAUTHORIZED')
-  return { key: request.auth, address: request.clientAddress, endUserAddress: request.endUserAddress, sourceWorkload: request.sourceWorkload, log: request.log }
+  return { key: request.auth, address: request.clientAddress, endUserAddress: request.endUserAddress, meshSource: request.meshSource, log: request.log }
 }
 
 /**

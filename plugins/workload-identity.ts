@@ -1,10 +1,11 @@
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../lib/config/types.js'
+import { Counter } from 'prom-client'
 import { apiError } from '../lib/errors.js'
-import { fromTrustedProxy, gatewayClient } from '../lib/net/client-address.js'
+import { fromTrustedProxy, gatewayClient, peerAddress } from '../lib/net/client-address.js'
 import type { IpRangeSet } from '../lib/net/ip-ranges.js'
-import { workloadIdentity, workloadMatcher, type MeshIdentityHeader } from '../lib/net/workload-identity.js'
+import { UNIDENTIFIED_MESH_SOURCE, workloadBucket, workloadIdentity, workloadMatcher, type MeshIdentityHeader } from '../lib/net/workload-identity.js'
 import { forwardedForOf, trustedProxies } from './client-address.js'
 
 /** Where a request keeps its mesh caller once read (meshCallerOf). */
@@ -16,16 +17,17 @@ declare module 'fastify' {
     /**
      * The caller's workload identity (a SPIFFE ID, a Linkerd identity) as the mesh's sidecar
      * verified it, or null: no MESH_IDENTITY_HEADER, a peer that is not a trusted proxy, or a
-     * caller outside the mesh. For a gateway's request, the gateway's: keys bound to
+     * caller without an identity. For a gateway's request, the gateway's: keys bound to
      * `workloads` are checked against it.
      */
     workload: string | null
     /**
-     * The workload per-source limits count this request under: `workload`, or null when there
-     * is none or it is a gateway's (MESH_GATEWAY_IDENTITIES), whose requests speak for the end
-     * clients it forwards and are counted by `clientAddress`, theirs.
+     * The per-source bucket of a caller in the mesh that is not counted by its address: an
+     * internal workload's (workloadBucket), or UNIDENTIFIED_MESH_SOURCE, the one bucket of every
+     * caller that reaches the service through the sidecar without an identity. Null for a
+     * gateway's end clients and for requests from outside the mesh, counted by `clientAddress`.
      */
-    sourceWorkload: string | null
+    meshSource: string | null
   }
 }
 
@@ -37,12 +39,19 @@ export interface MeshSettings {
   gatewayHops: number
 }
 
-/** What a request's mesh headers say; a refusal when they cannot be read. */
+/**
+ * What a request's mesh headers say: a caller from outside the mesh (its peer is not a trusted
+ * proxy), one that came through the sidecar without an identity, an internal workload, a
+ * gateway's end client; or a refusal when they cannot be read.
+ */
 export type MeshCaller =
-  | { ok: true, workload: string | null, endClient: string | null }
+  | { ok: true, kind: 'outside' | 'unidentified', workload: null, endClient: null }
+  | { ok: true, kind: 'workload', workload: string, endClient: null }
+  | { ok: true, kind: 'gateway', workload: string, endClient: string }
   | { ok: false, code: 'INVALID_WORKLOAD_IDENTITY' | 'INVALID_FORWARDED_FOR', problem: string }
 
-const OUTSIDE_THE_MESH: MeshCaller = { ok: true, workload: null, endClient: null }
+const OUTSIDE_THE_MESH: MeshCaller = { ok: true, kind: 'outside', workload: null, endClient: null }
+const UNIDENTIFIED: MeshCaller = { ok: true, kind: 'unidentified', workload: null, endClient: null }
 
 /** The mesh settings of a configuration; null when no identity is read. */
 export function meshSettings (config: Pick<Config, 'meshIdentityHeader' | 'trustProxy' | 'meshGateways'>): MeshSettings | null {
@@ -60,27 +69,30 @@ export function meshSettings (config: Pick<Config, 'meshIdentityHeader' | 'trust
 /**
  * Who a request comes from in the mesh: the identity its sidecar verified, and for a gateway
  * the end client it forwarded (lib/net/client-address.ts gatewayClient). A request from a peer
- * that is not a trusted proxy carries whatever its sender wrote, and is outside the mesh.
+ * that is not a trusted proxy carries whatever its sender wrote, and is outside the mesh. One
+ * from the sidecar without the identity header is unidentified: a plaintext caller (Istio's
+ * PERMISSIVE mode, a pod without a sidecar) or a probe, whose X-Forwarded-For is its own word.
  *
  * Read once per request and kept on it: the log serializer of the request's first line runs
  * before the onRequest hook and asks too, and parsing an XFCC header costs several microseconds.
  */
 export function meshCallerOf (request: Pick<FastifyRequest, 'socket' | 'headers' | typeof meshCallerKey>, mesh: MeshSettings): MeshCaller {
+  if (!fromTrustedProxy(request.socket?.remoteAddress, mesh.proxies)) return OUTSIDE_THE_MESH
   const value = request.headers[mesh.header]
-  if (value === undefined || !fromTrustedProxy(request.socket?.remoteAddress, mesh.proxies)) return OUTSIDE_THE_MESH
+  if (value === undefined) return UNIDENTIFIED
   request[meshCallerKey] ??= callerFrom(request, value, mesh)
   return request[meshCallerKey]
 }
 
 function callerFrom (request: Pick<FastifyRequest, 'headers'>, value: string | string[], mesh: MeshSettings): MeshCaller {
   const found = workloadIdentity(mesh.header, value)
-  if (found === null) return OUTSIDE_THE_MESH
+  if (found === null) return UNIDENTIFIED
   if (!found.ok) return { ok: false, code: 'INVALID_WORKLOAD_IDENTITY', problem: found.problem }
-  if (!mesh.isGateway(found.identity)) return { ok: true, workload: found.identity, endClient: null }
+  if (!mesh.isGateway(found.identity)) return { ok: true, kind: 'workload', workload: found.identity, endClient: null }
   const endClient = gatewayClient(forwardedForOf(request), mesh.gatewayHops)
   return endClient === null
     ? { ok: false, code: 'INVALID_FORWARDED_FOR', problem: `X-Forwarded-For from the gateway ${found.identity} has no address ${mesh.gatewayHops} entries left of its right-most one (MESH_GATEWAY_TRUSTED_HOPS)` }
-    : { ok: true, workload: found.identity, endClient }
+    : { ok: true, kind: 'gateway', workload: found.identity, endClient }
 }
 
 /**
@@ -90,14 +102,22 @@ function callerFrom (request: Pick<FastifyRequest, 'headers'>, value: string | s
  * request that should carry an identity is not served as if it carried none. A gateway's
  * request (MESH_GATEWAY_IDENTITIES) speaks for the end client it forwarded: that client
  * becomes the request's client address, and one without it answers 400
- * INVALID_FORWARDED_FOR, before anything is counted.
+ * INVALID_FORWARDED_FOR, before anything is counted. A request through the sidecar without an
+ * identity is one source with every other such request: its X-Forwarded-For is not read (any
+ * caller could mint a bucket per request by writing it), its client address is the sidecar's,
+ * its bucket UNIDENTIFIED_MESH_SOURCE, and email_otp_mesh_unidentified_requests_total counts it.
  */
 export default fp(async function workloadIdentityPlugin (fastify) {
   fastify.decorateRequest('workload', null)
-  fastify.decorateRequest('sourceWorkload', null)
+  fastify.decorateRequest('meshSource', null)
   fastify.decorateRequest(meshCallerKey, null)
   const mesh = meshSettings(fastify.config)
   if (mesh === null) return
+  const unidentified = new Counter({
+    name: 'email_otp_mesh_unidentified_requests_total',
+    help: 'Requests through the mesh sidecar without a workload identity (MESH_IDENTITY_HEADER): all counted as one source, mesh:unidentified.',
+    registers: [fastify.metrics.registry]
+  })
   fastify.addHook('onRequest', (request, _reply, done) => {
     const caller = meshCallerOf(request, mesh)
     if (!caller.ok) {
@@ -106,8 +126,15 @@ export default fp(async function workloadIdentityPlugin (fastify) {
       return
     }
     request.workload = caller.workload
-    if (caller.endClient === null) request.sourceWorkload = caller.workload
-    else request.clientAddress = caller.endClient
+    if (caller.kind === 'workload') {
+      request.meshSource = workloadBucket(caller.workload)
+    } else if (caller.kind === 'gateway') {
+      request.clientAddress = caller.endClient
+    } else if (caller.kind === 'unidentified') {
+      unidentified.inc()
+      request.meshSource = UNIDENTIFIED_MESH_SOURCE
+      request.clientAddress = peerAddress(request.socket?.remoteAddress) ?? request.clientAddress
+    }
     done()
   })
-}, { name: 'workload-identity', dependencies: ['config', 'client-address'], fastify: '5.x' })
+}, { name: 'workload-identity', dependencies: ['config', 'client-address', 'metrics'], fastify: '5.x' })

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { apiError } from '../lib/errors.js'
-import { FeedbackRefused, FeedbackUnavailable } from '../lib/feedback/refusals.js'
+import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
+import { sourceBucket } from '../lib/net/source-address.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { FeedbackReply } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'
@@ -28,7 +29,7 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
     schema: {
       operationId: 'receiveSesFeedback',
       summary: 'SES delivery events, as an SNS HTTPS subscription',
-      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN, or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
+      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when too many are being fetched or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
       tags: ['feedback'],
       security: [],
       response: {
@@ -38,8 +39,9 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
     }
   }, async function receive (request) {
     const { feedback, metrics } = fastify
+    const source = request.meshSource ?? sourceBucket(request.clientAddress, fastify.config.ipv6BucketPrefix) ?? request.clientAddress
     try {
-      const outcome = await feedback.receive(request.body)
+      const outcome = await feedback.receive(request.body, source)
       metrics.sesFeedback.inc({ outcome })
       return { success: true as const, message: outcome }
     } catch (error) {
@@ -47,6 +49,11 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
         metrics.sesFeedback.inc({ outcome: error.code })
         request.log.warn({ code: error.code }, 'SNS message refused')
         throw apiError(error.code)
+      }
+      if (error instanceof FeedbackThrottled) {
+        metrics.sesFeedback.inc({ outcome: 'throttled' })
+        request.log.warn({ err: error }, 'SNS message not handled; its source asked for too many new certificates')
+        throw apiError('RATE_LIMITED', undefined, { 'retry-after': String(error.retryAfterSeconds) })
       }
       if (error instanceof FeedbackUnavailable) {
         metrics.sesFeedback.inc({ outcome: 'unavailable' })

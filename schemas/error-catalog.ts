@@ -10,6 +10,7 @@ export const errorCatalog = {
   MALFORMED_REQUEST: { status: 400, message: 'The request is not valid HTTP/1.1' },
   INVALID_FORWARDED_FOR: { status: 400, message: 'X-Forwarded-For does not name a client address' },
   INVALID_WORKLOAD_IDENTITY: { status: 400, message: 'The workload identity header from the mesh sidecar is malformed' },
+  AMBIGUOUS_HEADER: { status: 400, message: 'A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once' },
   INVALID_END_USER_IP: { status: 400, message: 'End-User-IP must be one IPv4 or IPv6 address' },
   END_USER_IP_NOT_ALLOWED: { status: 400, message: 'End-User-IP may only be sent with a secret key: a browser does not choose its own source' },
   END_USER_IP_REQUIRED: { status: 400, message: 'This tenant requires End-User-IP, the address of the end user a request is made for' },

@@ -60,9 +60,10 @@ export const urlErrors: readonly ErrorCode[] = ['INVALID_URL']
 /**
  * Answers any route can give before it is chosen: the connection's own (MALFORMED_REQUEST,
  * REQUEST_TIMEOUT, HEADERS_TOO_LARGE, written by the client error handler), an unreadable
- * X-Forwarded-For from a trusted proxy, and too many connections from one source.
+ * X-Forwarded-For from a trusted proxy, a header naming the caller sent twice, and too many
+ * connections from one source.
  */
-export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'INVALID_WORKLOAD_IDENTITY', 'RATE_LIMITED']
+export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'INVALID_WORKLOAD_IDENTITY', 'AMBIGUOUS_HEADER', 'RATE_LIMITED']
 
 /**
  * Answers any keyed route can give before its handler runs (connection, keys, sources,

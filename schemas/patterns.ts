@@ -31,11 +31,13 @@ export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
 
 /**
- * SNS's own signing-certificate URLs: HTTPS on sns.<region>.amazonaws.com[.cn], a .pem file.
- * The second label has a region's shape (letters, dashes, a number): `sns.s3.amazonaws.com`
- * is S3's name for the bucket called `sns`, served to whoever owns it.
+ * SNS's own signing-certificate URLs, and nothing else: HTTPS on
+ * sns.<region>.amazonaws.com[.cn], SimpleNotificationService-<hex>.pem at the root. The second
+ * label has a region's shape (two letters, dashed words, a digit: us-east-1, us-gov-west-1,
+ * cn-north-1): `sns.s3.amazonaws.com` is S3's name for the bucket called `sns`, served to
+ * whoever owns it.
  */
-export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z]{2,4}(-[a-z]+)+-[0-9]+\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[A-Za-z0-9]+\\.pem$'
+export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z]{2}(-[a-z]+)+-[0-9]\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[0-9a-f]+\\.pem$'
 
 /** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
 export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'

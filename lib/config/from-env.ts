@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { Value } from '@sinclair/typebox/value'
 import ipaddr from 'ipaddr.js'
 import { EnvSchema, secretEnvVariables, type Env } from '../../schemas/env.js'
-import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN, WORKLOAD_MAX_LENGTH, WORKLOAD_PATTERN } from '../../schemas/patterns.js'
+import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../../schemas/patterns.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
 import { parseDuration, type DurationUnit } from '../duration.js'
 import { parseRateLimit, type RateLimit } from '../limits/rate-limit.js'
@@ -14,7 +14,7 @@ import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/si
 import { validateEmail } from '../recipients/address.js'
 import type { RedisAccess, RedisNode, RedisTopology } from './redis-topology.js'
 import { tracingConfig } from '../telemetry/config.js'
-import type { MeshGateways } from '../net/workload-identity.js'
+import { gatewayIdentityProblem, type MeshGateways } from '../net/workload-identity.js'
 import type { Config } from './types.js'
 
 /** A configuration problem, reported as one line naming the variable. */
@@ -171,8 +171,6 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
   }
 }
 
-const WORKLOAD = new RegExp(WORKLOAD_PATTERN)
-
 /**
  * MESH_GATEWAY_IDENTITIES and MESH_GATEWAY_TRUSTED_HOPS. Required with a mesh identity, `none`
  * included: left unset, an ingress gateway would be counted as one workload, every end user
@@ -193,9 +191,8 @@ function meshGatewaysOf (env: Env): MeshGateways | null {
   }
   for (const identity of identities) {
     if (identity === 'none') throw new ConfigError('MESH_GATEWAY_IDENTITIES', 'lists none beside identities: none stands alone')
-    if (identity.length > WORKLOAD_MAX_LENGTH || !WORKLOAD.test(identity)) {
-      throw new ConfigError('MESH_GATEWAY_IDENTITIES', `has an entry that is neither an identity nor a prefix ending in /*: ${JSON.stringify(identity)}`)
-    }
+    const problem = gatewayIdentityProblem(env.MESH_IDENTITY_HEADER ?? 'x-forwarded-client-cert', identity)
+    if (problem !== null) throw new ConfigError('MESH_GATEWAY_IDENTITIES', `has an entry ${JSON.stringify(identity.slice(0, 200))} that ${problem}`)
   }
   return { identities, trustedHops: env.MESH_GATEWAY_TRUSTED_HOPS }
 }
@@ -259,6 +256,8 @@ function withSecretFiles (source: Readonly<Record<string, string | undefined>>):
 }
 
 /** The environment against its schema, defaults applied; throws ConfigError naming the first bad variable. */
+const DECIMAL_INTEGER = /^-?[0-9]{1,15}$/
+
 function validEnv (environment: Readonly<Record<string, string | undefined>>): Env {
   const source = withSecretFiles(environment)
   const raw: Record<string, unknown> = {}
@@ -266,6 +265,13 @@ function validEnv (environment: Readonly<Record<string, string | undefined>>): E
     const value = source[name]
     // An empty variable (common in container manifests) means "not set".
     if (value !== undefined && value.trim() !== '') raw[name] = value.trim()
+  }
+  for (const [name, value] of Object.entries(raw)) {
+    // TypeBox's conversion reads "1.5", "1e1" and "0x1" as 1: a number is written in digits.
+    const schema = EnvSchema.properties[name as keyof typeof EnvSchema.properties] as { type?: unknown }
+    if (schema.type === 'integer' && !DECIMAL_INTEGER.test(value as string)) {
+      throw new ConfigError(name, `${describe(schema as Parameters<typeof describe>[0])} (got ${JSON.stringify(value)})`)
+    }
   }
   const env = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw))
   const firstError = Value.Errors(EnvSchema, env).First()

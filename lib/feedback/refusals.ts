@@ -22,3 +22,13 @@ export class FeedbackUnavailable extends Error {
     this.name = 'FeedbackUnavailable'
   }
 }
+
+/** One source asked for too many new signing certificates: it may ask again after `retryAfterSeconds`. */
+export class FeedbackThrottled extends Error {
+  readonly retryAfterSeconds: number
+  constructor (message: string, retryAfterSeconds: number) {
+    super(message)
+    this.name = 'FeedbackThrottled'
+    this.retryAfterSeconds = retryAfterSeconds
+  }
+}

@@ -4,7 +4,7 @@ import type { KeyMode } from '../keys/api-keys.js'
 import type { Tenant } from '../tenants/tenant.js'
 import { FeedbackRefused, FeedbackUnavailable } from './refusals.js'
 import { SigningCertificates } from './sns-certificates.js'
-import { signatureVerifies, signingCertificateUrl, snsMessage, subscribeUrl, type SnsMessage } from './sns-message.js'
+import { signatureVerifies, signingCertificateUrl, snsMessage, subscribeUrl, type CertificateUrl, type SnsMessage } from './sns-message.js'
 
 /** SNS retries a delivery for up to an hour: an older message is a replay. */
 export const MAX_MESSAGE_AGE_MS = 60 * 60 * 1000
@@ -120,7 +120,8 @@ export class SesFeedback {
     this.#confirm = options.confirm ?? defaultConfirm
   }
 
-  async receive (body: unknown): Promise<FeedbackOutcome> {
+  /** `source`: the sender's per-source bucket, which new certificate fetches are counted against. */
+  async receive (body: unknown, source: string): Promise<FeedbackOutcome> {
     const message = snsMessage(body)
     if (!this.#options.topicArns.has(message.topicArn)) throw new FeedbackRefused('SNS_TOPIC_NOT_ALLOWED', 'the topic is not one of SES_FEEDBACK_TOPIC_ARNS')
     const sentAt = Date.parse(message.timestamp)
@@ -128,7 +129,7 @@ export class SesFeedback {
     if (Number.isNaN(sentAt)) throw new FeedbackRefused('SNS_MESSAGE_INVALID', 'malformed Timestamp')
     if (sentAt < now - MAX_MESSAGE_AGE_MS || sentAt > now + MAX_CLOCK_SKEW_MS) throw new FeedbackRefused('SNS_MESSAGE_STALE', 'the message is older than an hour (or from the future)')
     const certificateUrl = signingCertificateUrl(message.signingCertUrl, this.#options.certUrlPattern)
-    if (!signatureVerifies(message, await this.#certificates.publicKey(certificateUrl))) throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
+    if (!signatureVerifies(message, await this.#certificates.publicKey(certificateUrl, source))) throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
 
     if (!await this.#options.dedupe.claim(message.messageId)) return 'duplicate'
     try {
@@ -139,7 +140,7 @@ export class SesFeedback {
     }
   }
 
-  async #act (message: SnsMessage, certificateUrl: URL): Promise<FeedbackOutcome> {
+  async #act (message: SnsMessage, certificateUrl: CertificateUrl): Promise<FeedbackOutcome> {
     if (message.type === 'SubscriptionConfirmation') {
       const subscribe = subscribeUrl(message.subscribeUrl ?? '', certificateUrl)
       try {

@@ -1,7 +1,8 @@
-import { X509Certificate, type KeyObject } from 'node:crypto'
+import { hash, X509Certificate, type KeyObject } from 'node:crypto'
 import { get as httpsGet } from 'node:https'
 import { LruMap } from 'toad-cache'
-import { FeedbackUnavailable } from './refusals.js'
+import { FeedbackThrottled, FeedbackUnavailable } from './refusals.js'
+import type { CertificateUrl } from './sns-message.js'
 
 /** Bound on fetching one signing certificate, headers and body. */
 const CERT_FETCH_TIMEOUT_MS = 5000
@@ -9,14 +10,24 @@ const CERT_FETCH_TIMEOUT_MS = 5000
 export const CERT_MAX_BYTES = 16_384
 /**
  * Certificate URLs fetched for the first time, per minute and process. SNS signs with a few
- * certificates, each fetched once; a stranger who knows a listed topic could otherwise make
- * the service fetch a made-up `.pem` from SNS's hosts with every request.
+ * certificates, each fetched once a day; a stranger who knows a listed topic could otherwise
+ * make the service fetch a made-up `.pem` from SNS's hosts with every request.
  */
 export const NEW_CERT_URLS_PER_MINUTE = 10
+/** Fetches under way at once, whoever asked: past it, a message naming a new URL is answered 503. */
+export const CERT_FETCHES_IN_FLIGHT = 4
+/**
+ * Fetches one source may start: a burst, then one a minute. SNS posts from many addresses and
+ * needs a fetch a day; a stranger naming made-up URLs spends its own tokens, not the others'.
+ */
+export const CERT_FETCHES_PER_SOURCE = { burst: 3, refillMs: 60_000 }
+/** A certificate is fetched again after this long, so a rotated or revoked one is not trusted forever. */
+export const CERT_KEPT_MS = 24 * 60 * 60 * 1000
 /** A certificate URL whose fetch failed is not fetched again for this long. */
-const FAILED_CERT_URL_MS = 60_000
-/** Public keys kept, and failing URLs remembered (each a small object). */
+export const FAILED_CERT_URL_MS = 60_000
+/** Public keys kept, failing URLs remembered and sources counted (each a small object). */
 const CERT_URLS_REMEMBERED = 1000
+const SOURCES_REMEMBERED = 10_000
 
 export interface SigningCertificatesOptions {
   now?: () => number
@@ -25,18 +36,23 @@ export interface SigningCertificatesOptions {
 }
 
 /**
- * The public keys of SNS's signing certificates, by URL: fetched over node:https (the
- * system's trust store, no redirect followed) within a deadline and a size bound, kept in a
- * bounded LRU, with concurrent requests for one URL sharing one fetch. New URLs are fetched
- * at most ten a minute and a URL that failed is not tried again for a minute: past either,
- * the message is answered as unavailable (SNS retries later) without a fetch.
+ * The public keys of SNS's signing certificates, by a digest of their URL (a long URL costs no
+ * more memory than a short one): fetched over node:https from the checked host and path on
+ * port 443 (the system's trust store, no redirect followed) within a deadline and a size
+ * bound, kept in a bounded LRU for a day, with concurrent requests for one URL sharing one
+ * fetch. A fetch is started only within three bounds, checked in this order: a URL that failed
+ * is not tried again for a minute (503); the source that asks has a token (429, Retry-After);
+ * fewer than CERT_FETCHES_IN_FLIGHT fetches are under way and fewer than ten new URLs were
+ * fetched this minute (503: SNS retries later). Renewing a certificate after its day is bound
+ * by the first and the fetches in flight only. A renewal that fails (the certificate is gone)
+ * drops trust in it: the old key is not used past its day.
  */
 export class SigningCertificates {
   readonly #now: () => number
   readonly #timeoutMs: number
-  readonly #keys = new LruMap<KeyObject>(CERT_URLS_REMEMBERED)
+  readonly #keys = new LruMap<{ key: KeyObject, until: number }>(CERT_URLS_REMEMBERED)
   readonly #failedUntil = new LruMap<number>(CERT_URLS_REMEMBERED)
-  /** At most NEW_CERT_URLS_PER_MINUTE fetches at a time, each within the deadline. */
+  readonly #sources = new LruMap<{ tokens: number, at: number }>(SOURCES_REMEMBERED)
   readonly #fetching = new Map<string, Promise<KeyObject>>()
   #newUrlWindow = { startedAt: 0, fetches: 0 }
 
@@ -45,46 +61,63 @@ export class SigningCertificates {
     this.#timeoutMs = options.timeoutMs ?? CERT_FETCH_TIMEOUT_MS
   }
 
-  /** The public key of the certificate at `url`, a URL already checked (see signingCertificateUrl). */
-  async publicKey (url: URL): Promise<KeyObject> {
-    const known = this.#keys.get(url.href)
-    if (known !== undefined) return known
-    const fetching = this.#fetching.get(url.href)
+  /** The public key of the certificate at `url` (checked by signingCertificateUrl), for a message from `source`. */
+  async publicKey (url: CertificateUrl, source: string): Promise<KeyObject> {
+    const id = hash('sha256', url.href, 'base64url')
+    const known = this.#keys.get(id)
+    if (known !== undefined && known.until > this.#now()) return known.key
+    const fetching = this.#fetching.get(id)
     if (fetching !== undefined) return await fetching
-    this.#admitNewUrl(url.href)
-    const fetch = this.#fetch(url)
-    this.#fetching.set(url.href, fetch)
+    // Renewing a certificate this URL served before is charged to no source and to no new-URL
+    // budget: strangers spending those budgets with made-up URLs must not stop SNS's own
+    // certificate from being fetched again when its day is up. At most one renewal per URL a
+    // day, of at most 1,000 URLs that served a certificate.
+    this.#admit(id, known === undefined ? source : null)
+    const fetch = this.#fetch(id, url)
+    this.#fetching.set(id, fetch)
     try {
       return await fetch
     } finally {
-      this.#fetching.delete(url.href)
+      this.#fetching.delete(id)
     }
   }
 
-  #admitNewUrl (href: string): void {
+  /** `source`: null for a renewal, which only the failed-URL memory and the fetches in flight bound. */
+  #admit (id: string, source: string | null): void {
     const now = this.#now()
-    const failedUntil = this.#failedUntil.get(href)
+    const failedUntil = this.#failedUntil.get(id)
     if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('the signing certificate could not be fetched a moment ago')
+    if (source === null) {
+      if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
+      return
+    }
+    const { burst, refillMs } = CERT_FETCHES_PER_SOURCE
+    const bucket = this.#sources.get(source) ?? { tokens: burst, at: now }
+    const tokens = Math.min(burst, bucket.tokens + (now - bucket.at) / refillMs)
+    if (tokens < 1) throw new FeedbackThrottled('this source asked for too many new signing certificates', Math.ceil((1 - tokens) * refillMs / 1000))
+    if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
     if (now - this.#newUrlWindow.startedAt >= 60_000) this.#newUrlWindow = { startedAt: now, fetches: 0 }
     if (this.#newUrlWindow.fetches >= NEW_CERT_URLS_PER_MINUTE) throw new FeedbackUnavailable('too many new signing certificate URLs this minute')
     this.#newUrlWindow.fetches++
+    this.#sources.set(source, { tokens: tokens - 1, at: now })
   }
 
-  async #fetch (url: URL): Promise<KeyObject> {
+  async #fetch (id: string, url: CertificateUrl): Promise<KeyObject> {
     let key: KeyObject
     try {
       key = new X509Certificate(await this.#download(url)).publicKey
     } catch (error) {
-      this.#failedUntil.set(url.href, this.#now() + FAILED_CERT_URL_MS)
+      this.#failedUntil.set(id, this.#now() + FAILED_CERT_URL_MS)
       throw new FeedbackUnavailable(`the signing certificate could not be fetched: ${error instanceof Error ? error.message : String(error)}`)
     }
-    this.#keys.set(url.href, key)
+    this.#keys.set(id, { key, until: this.#now() + CERT_KEPT_MS })
     return key
   }
 
-  async #download (url: URL): Promise<Buffer> {
+  async #download (url: CertificateUrl): Promise<Buffer> {
     return await new Promise<Buffer>((resolve, reject) => {
-      const request = httpsGet(url, { signal: AbortSignal.timeout(this.#timeoutMs) }, (response) => {
+      // The host and path that were checked, as they were checked: no second parse of the URL.
+      const request = httpsGet({ hostname: url.hostname, port: 443, path: url.pathname, signal: AbortSignal.timeout(this.#timeoutMs) }, (response) => {
         if (response.statusCode !== 200) {
           request.destroy()
           reject(new Error(`HTTP ${response.statusCode ?? 0}`))

@@ -125,27 +125,50 @@ export function signatureVerifies (message: SnsMessage, publicKey: KeyObject): b
   }
 }
 
+/** SNS's certificate URLs are under 100 characters; a longer one is refused before any parse or match. */
+export const MAX_CERT_URL_LENGTH = 256
+
+/** A signing certificate URL as checked: the host and path that are fetched, and nothing else. */
+export interface CertificateUrl {
+  /** The URL's one serialisation, as matched against the pattern. */
+  href: string
+  /** A DNS name: no IP literal, no trailing dot, no percent-encoding. */
+  hostname: string
+  pathname: string
+  origin: string
+}
+
+const IP_LITERAL = /^(\[.*\]|[0-9.]+)$/
+
 /**
- * The signing certificate URL, parsed once (WHATWG `URL`, as node:https reads it): this
- * object is what is checked and what is fetched. It must be in its one serialisation (no
- * backslash, upper case, `:443`, dot segment or whitespace for two parsers to read apart),
- * https, without credentials, query or fragment, a path ending `.pem`, and the whole match
- * `pattern` (SNS_SIGNING_CERT_URL_PATTERN; a port other than 443 is part of the serialisation,
- * so only a pattern that names it allows it).
+ * The signing certificate URL, parsed once (WHATWG `URL`, as node:https reads it): the host and
+ * path this returns are what is checked and what is fetched, on port 443. Refused (403
+ * SNS_CERT_URL_NOT_ALLOWED) unless, whatever SNS_SIGNING_CERT_URL_PATTERN says: at most
+ * MAX_CERT_URL_LENGTH characters; https; the raw text is its one serialisation (no backslash,
+ * upper case, percent-encoding in the host, `:443`, dot segment or whitespace for two parsers
+ * to read apart); no credentials, port, query or fragment; a host that is a DNS name (no IP
+ * literal, no trailing dot); a path ending `.pem`; and the whole serialisation matches `pattern`,
+ * which must end the host where the URL's ends (it does not match the same URL on a longer host).
  */
-export function signingCertificateUrl (raw: string, pattern: RegExp): URL {
+export function signingCertificateUrl (raw: string, pattern: RegExp): CertificateUrl {
+  const refused = (): FeedbackRefused => new FeedbackRefused('SNS_CERT_URL_NOT_ALLOWED', 'the signing certificate URL is not an allowed SNS certificate URL')
+  if (raw.length > MAX_CERT_URL_LENGTH) throw refused()
   const url = URL.parse(raw)
-  if (url === null || url.protocol !== 'https:' || raw !== `${url.origin}${url.pathname}` || !url.pathname.endsWith('.pem') || !pattern.test(raw)) {
-    throw new FeedbackRefused('SNS_CERT_URL_NOT_ALLOWED', 'the signing certificate URL is not an allowed SNS certificate URL')
-  }
-  return url
+  if (url === null || url.protocol !== 'https:' || url.username !== '' || url.password !== '' || url.port !== '' || url.search !== '' || url.hash !== '') throw refused()
+  if (raw !== url.href || url.href !== `${url.origin}${url.pathname}`) throw refused()
+  if (url.hostname.endsWith('.') || IP_LITERAL.test(url.hostname) || !url.pathname.endsWith('.pem')) throw refused()
+  if (!pattern.test(url.href)) throw refused()
+  // A pattern that names the host only as a prefix (`https://sns\.example.*\.pem`) matches the
+  // attacker's `sns.example.evil.example` too: the host that matched must be the whole host.
+  if (pattern.test(`https://${url.hostname}.invalid${url.pathname}`)) throw refused()
+  return { href: url.href, hostname: url.hostname, pathname: url.pathname, origin: url.origin }
 }
 
 /**
  * A subscription's SubscribeURL, parsed once: https, no credentials, and on the origin of the
  * certificate that signed the message, so the service never requests wherever a message says.
  */
-export function subscribeUrl (raw: string, certificateUrl: URL): URL {
+export function subscribeUrl (raw: string, certificateUrl: CertificateUrl): URL {
   const url = URL.parse(raw)
   if (url === null || url.protocol !== 'https:' || url.username !== '' || url.password !== '' || url.origin !== certificateUrl.origin) throw invalid('SubscribeURL is not on the SNS host')
   return url

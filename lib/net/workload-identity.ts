@@ -140,6 +140,32 @@ export function workloadIdentity (header: MeshIdentityHeader, value: string | st
   return { ok: true, identity }
 }
 
+/** A SPIFFE ID (spec §2): lower-case trust domain, then one or more path segments of letters, digits, `.`, `-`, `_`. */
+const SPIFFE_ID = /^spiffe:\/\/[a-z0-9._-]+(\/[A-Za-z0-9._-]+)+$/
+/** A Linkerd identity: `<service account>.<namespace>.serviceaccount.identity.<control plane namespace>.<trust domain>`, DNS labels. */
+const LINKERD_IDENTITY = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.serviceaccount\.identity\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/
+const LINKERD_MAX_LENGTH = 253
+
+/**
+ * Why a MESH_GATEWAY_IDENTITIES entry cannot name a gateway as `header` names workloads, or null.
+ * A gateway is trusted to write X-Forwarded-For truthfully, so an entry that is no identity
+ * the sidecar could ever send (a typo, `*`, a URL, a `/*` prefix where identities have no
+ * path) is refused at start, rather than left to match nothing, or something unintended.
+ * x-forwarded-client-cert: a SPIFFE ID (`spiffe://cluster.local/ns/istio-system/sa/gateway`),
+ * or one ending in `/*` for every service account of a namespace; no `.` or `..` segment.
+ * l5d-client-id: a Linkerd identity, exact.
+ */
+export function gatewayIdentityProblem (header: MeshIdentityHeader, entry: string): string | null {
+  if (header === 'l5d-client-id') {
+    return entry.length <= LINKERD_MAX_LENGTH && LINKERD_IDENTITY.test(entry)
+      ? null
+      : 'is not a Linkerd identity (<service account>.<namespace>.serviceaccount.identity.<control plane namespace>.<trust domain>, in lower case)'
+  }
+  const id = entry.endsWith('/*') ? entry.slice(0, -2) : entry
+  const valid = id.length <= MAX_IDENTITY_LENGTH && SPIFFE_ID.test(id) && !id.split('/').slice(3).some((segment) => segment === '.' || segment === '..')
+  return valid ? null : 'is not a SPIFFE ID (spiffe://<trust domain>/<path>, the trust domain in lower case), nor one ending in /* for one more path segment'
+}
+
 /**
  * A key's `workloads`: exact identities, or a prefix ending in `/*` that matches one more path
  * segment (`spiffe://cluster.local/ns/payments/sa/*`: every service account of the namespace).
@@ -166,3 +192,11 @@ export function workloadMatcher (patterns: readonly string[]): (identity: string
 export function workloadBucket (identity: string): string {
   return `wl:${hash('sha256', identity, 'base64url')}`
 }
+
+/**
+ * The one per-source bucket of every caller that reaches the service through the sidecar
+ * without an identity: what such a caller writes in X-Forwarded-For is its own word, so it
+ * chooses no bucket. Also the name logs give such a caller. No workload bucket (`wl:`) nor
+ * address can equal it.
+ */
+export const UNIDENTIFIED_MESH_SOURCE = 'mesh:unidentified'

@@ -7,7 +7,6 @@ import { composeVerificationMessage } from '../mail/compose.js'
 import type { Mailer } from '../mail/mailer.js'
 import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
-import { workloadBucket } from '../net/workload-identity.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
@@ -40,10 +39,11 @@ export interface Caller {
    */
   endUserAddress?: string | null
   /**
-   * The mesh workload the caller is counted as (an internal caller's identity): when known, its
-   * per-source bucket instead of the address's. Null for a gateway's end clients, counted by address.
+   * The per-source bucket of a mesh caller counted apart from its address (an internal
+   * workload's, or the one of every caller without an identity), used instead of the
+   * address's. Null for a gateway's end clients and callers outside the mesh, counted by address.
    */
-  sourceWorkload?: string | null
+  meshSource?: string | null
   log: Logger
 }
 
@@ -329,7 +329,7 @@ export class OtpService {
     const bucket = (address: string): string => sourceBucket(address, this.#options.ipv6BucketPrefix) ?? address
     const endUser = caller.endUserAddress ?? null
     // Behind a sidecar every caller has the sidecar's address: the workload tells them apart.
-    const own = caller.sourceWorkload === undefined || caller.sourceWorkload === null ? bucket(caller.address) : workloadBucket(caller.sourceWorkload)
+    const own = caller.meshSource === undefined || caller.meshSource === null ? bucket(caller.address) : caller.meshSource
     return endUser === null
       ? { key: caller.key, sourceBucket: own, backendBucket: null }
       : { key: caller.key, sourceBucket: bucket(endUser), backendBucket: own }

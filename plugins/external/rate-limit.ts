@@ -5,7 +5,6 @@ import { apiError } from '../../lib/errors.js'
 import type { RedisClient } from '../../lib/state/redis/client.js'
 import { ROUTE_LIMIT_NAMESPACE } from '../../lib/state/route-limits.js'
 import { storeCall } from '../../lib/store-errors.js'
-import { workloadBucket } from '../../lib/net/workload-identity.js'
 
 /**
  * @fastify/rate-limit, for the routes outside the OTP admission step: account routes (usage,
@@ -56,9 +55,9 @@ function withinRequestBudget (redis: RedisClient): RedisClient {
   return budgeted as unknown as RedisClient
 }
 
-/** Per-source counts: per workload behind a mesh sidecar, per client address otherwise (a gateway's end clients included). */
+/** Per-source counts: per workload behind a mesh sidecar (and one for callers without an identity), per client address otherwise (a gateway's end clients included). */
 function sourceKey (request: FastifyRequest): string {
-  return request.sourceWorkload === null ? request.clientAddress : workloadBucket(request.sourceWorkload)
+  return request.meshSource ?? request.clientAddress
 }
 
 /**

@@ -46,8 +46,8 @@ async function scenario (t: Test, store: Record<string, string>): Promise<void> 
   for (let i = 0; i < 3; i++) webCounts.push(outcome(await verify(keys.acmeTest, SIDECAR, web)))
   t.same(webCounts, [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'one workload reaches RATE_LIMIT_SOURCE')
   t.same(outcome(await verify(keys.acmeTest, SIDECAR, billing)), [400, 'CODE_MISMATCH'], 'another workload behind the same sidecar has its own bucket')
-  // The dispatch above without an identity counted once in the sidecar address's bucket.
-  t.same([outcome(await verify(keys.acmeTest, SIDECAR, {})), outcome(await verify(keys.acmeTest, SIDECAR, {}))], [[400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'callers without an identity share the sidecar address\'s bucket')
+  // The dispatch above without an identity counted once in the bucket of every such caller.
+  t.same([outcome(await verify(keys.acmeTest, SIDECAR, {})), outcome(await verify(keys.acmeTest, SIDECAR, {}))], [[400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'callers without an identity share one bucket')
   t.same(outcome(await verify(keys.acmeTest, STRANGER, web)), [400, 'CODE_MISMATCH'], 'a forged identity from outside counts against its own address, not the workload')
   t.same(outcome(await verify(keys.acmeTest, SIDECAR, web)), [429, 'RATE_LIMITED'], 'and leaves the workload\'s count as it was')
 }
@@ -217,4 +217,61 @@ t.test('the refusal pace: per internal workload, and per end user behind a gatew
   t.ok(afterEndUser > afterWorker, `an end user who keeps being refused is paced (${afterEndUser - afterWorker} held)`)
   t.equal(await refused(viaGateway('203.0.113.2, 10.0.0.5')), 401)
   t.equal(await paced(), afterEndUser, 'another end user behind the same gateway and load balancer is not')
+})
+
+t.test('callers through the sidecar without an identity are one source, whatever X-Forwarded-For they write', async (t) => {
+  for (const store of ['memory', 'redis'] as const) {
+    await t.test(store, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+      const env: Record<string, string> = {}
+      if (store === 'redis') {
+        const redis = await startRedis()
+        t.teardown(async () => { await redis.stop() })
+        Object.assign(env, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+      }
+      const { path, keys } = writeTenants(t)
+      const built = await buildApp(t, { ...env, TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: GATEWAY, RATE_LIMIT_SOURCE: '2/1m', RATE_LIMIT_PUBLIC: '2/1m' })
+      const port = await listenApp(built.app)
+      const verify = async (from: string, headers: Record<string, string>) => {
+        const answer = await send({ port, localAddress: from, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeTest), ...headers }, body: JSON.stringify({ requestId: 'otp_unknown', userGuess: '000000' }) })
+        return [answer.status, answer.body.code]
+      }
+      const fresh = ['203.0.113.1', '203.0.113.2', '203.0.113.3'].map((address) => ({ 'x-forwarded-for': address }))
+      const answers = []
+      for (const headers of fresh) answers.push(await verify(SIDECAR, headers))
+      t.same(answers, [[400, 'CODE_MISMATCH'], [400, 'CODE_MISMATCH'], [429, 'RATE_LIMITED']], 'three addresses written in X-Forwarded-For, one bucket')
+      t.same(await verify(SIDECAR, {}), [429, 'RATE_LIMITED'], 'and no X-Forwarded-For at all: the same bucket')
+      t.same(await verify(SIDECAR, xfcc(`${td}/shop/sa/frontend`)), [400, 'CODE_MISMATCH'], 'an internal workload keeps its own')
+      t.same(await verify(SIDECAR, viaGateway('203.0.113.1')), [400, 'CODE_MISMATCH'], 'and so does the end user whose address was written')
+      t.same(await verify(STRANGER, { 'x-forwarded-for': '203.0.113.4' }), [400, 'CODE_MISMATCH'], 'a caller outside the mesh is counted by its own address')
+
+      const scan = async (headers: Record<string, string>) => (await send({ port, localAddress: SIDECAR, method: 'GET', path: '/nope', headers })).status
+      t.same([await scan({ 'x-forwarded-for': '198.51.100.1' }), await scan({ 'x-forwarded-for': '198.51.100.2' }), await scan({ 'x-forwarded-for': '198.51.100.3' })], [404, 404, 429], 'the public routes\' limit counts them as one too')
+
+      t.match(built.logs.text, /"remoteAddress":"mesh:unidentified"/, 'logs name them as one source')
+      t.notMatch(built.logs.text, /"remoteAddress":"203\.0\.113\.3"/, 'not by the address they wrote')
+      const metrics = await built.app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+      t.equal(Number(/^email_otp_mesh_unidentified_requests_total (\d+)/m.exec(metrics.body)?.[1]), 7, 'and the metric counts each of them')
+    })
+  }
+})
+
+t.test('a header that names the caller, sent twice, is refused as ambiguous', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: GATEWAY })
+  const port = await listenApp(app)
+  const verify = async (from: string, headers: Record<string, string | string[]>) => {
+    const answer = await send({ port, localAddress: from, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeLive), ...headers }, body: JSON.stringify({ requestId: 'otp_unknown', userGuess: '000000' }) })
+    return [answer.status, answer.body.code]
+  }
+  const ambiguous = [400, 'AMBIGUOUS_HEADER']
+  const internal = xfcc(`${td}/shop/sa/frontend`)['x-forwarded-client-cert']!
+  const gateway = xfcc(GATEWAY)['x-forwarded-client-cert']!
+  t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': [internal, gateway] }), ambiguous, 'the identity header twice')
+  t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': [gateway, internal] }), ambiguous, 'in either order')
+  t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': gateway, 'x-forwarded-for': ['203.0.113.1', '203.0.113.2'] }), ambiguous, 'X-Forwarded-For twice through a gateway')
+  t.same(await verify(SIDECAR, { 'x-forwarded-for': ['203.0.113.1', '203.0.113.2'] }), ambiguous, 'X-Forwarded-For twice without an identity')
+  t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': internal, 'end-user-ip': ['192.0.2.1', '192.0.2.2'] }), ambiguous, 'End-User-IP twice through the mesh')
+  t.same(await verify(STRANGER, { 'end-user-ip': ['192.0.2.1', '192.0.2.2'] }), ambiguous, 'End-User-IP twice from outside')
+  t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': internal, 'end-user-ip': '192.0.2.1' }), [400, 'CODE_MISMATCH'], 'each once: served')
+  t.same(await verify(STRANGER, { 'x-forwarded-for': ['203.0.113.1', '203.0.113.2'], 'x-forwarded-client-cert': [internal, gateway] }), [400, 'CODE_MISMATCH'], 'from outside the mesh, headers that are not read are not judged')
 })

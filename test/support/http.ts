@@ -16,7 +16,8 @@ export interface RawRequest {
   localAddress?: string
   method?: string
   path: string
-  headers?: Record<string, string>
+  /** A list sends the header on as many lines. */
+  headers?: Record<string, string | string[]>
   body?: string | Buffer
   /** Send the body with chunked transfer encoding, without Content-Length. */
   chunked?: boolean
@@ -30,7 +31,7 @@ export interface RawRequest {
 export async function send (options: RawRequest): Promise<RawAnswer> {
   return await new Promise((resolve, reject) => {
     const body = options.body === undefined ? undefined : Buffer.from(options.body)
-    const headers: Record<string, string> = { ...options.headers }
+    const headers: Record<string, string | string[]> = { ...options.headers }
     if (body !== undefined && options.chunked !== true) headers['content-length'] = String(body.length)
     const outgoing = httpRequest({
       host: options.host ?? '127.0.0.1',

@@ -72,7 +72,7 @@ export interface paths {
         put?: never;
         /**
          * SES delivery events, as an SNS HTTPS subscription
-         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN, or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
+         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when too many are being fetched or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
          */
         post: operations["receiveSesFeedback"];
         delete?: never;
@@ -274,6 +274,7 @@ export interface components {
          *     - `MALFORMED_REQUEST` (400): The request is not valid HTTP/1.1.
          *     - `INVALID_FORWARDED_FOR` (400): X-Forwarded-For does not name a client address.
          *     - `INVALID_WORKLOAD_IDENTITY` (400): The workload identity header from the mesh sidecar is malformed.
+         *     - `AMBIGUOUS_HEADER` (400): A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once.
          *     - `INVALID_END_USER_IP` (400): End-User-IP must be one IPv4 or IPv6 address.
          *     - `END_USER_IP_NOT_ALLOWED` (400): End-User-IP may only be sent with a secret key: a browser does not choose its own source.
          *     - `END_USER_IP_REQUIRED` (400): This tenant requires End-User-IP, the address of the end user a request is made for.
@@ -318,7 +319,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -642,7 +643,7 @@ export interface operations {
                     "application/json": components["schemas"]["LiveReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -659,7 +660,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER";
                     };
                 };
             };
@@ -756,7 +757,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReadyReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -773,7 +774,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER";
                     };
                 };
             };
@@ -887,7 +888,7 @@ export interface operations {
                     "application/json": components["schemas"]["Jwks"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -904,7 +905,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER";
                     };
                 };
             };
@@ -1001,7 +1002,7 @@ export interface operations {
                     "application/json": components["schemas"]["FeedbackReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1018,7 +1019,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE";
                     };
                 };
             };
@@ -1247,7 +1248,7 @@ export interface operations {
                     "application/json": components["schemas"]["DispatchReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1264,7 +1265,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -1617,7 +1618,7 @@ export interface operations {
                     "application/json": components["schemas"]["VerifyReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1640,7 +1641,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH";
                     };
                 };
             };
@@ -1876,7 +1877,7 @@ export interface operations {
                     "application/json": components["schemas"]["UsageReply"];
                 };
             };
-            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -1893,7 +1894,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED";
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED";
                     };
                 };
             };
@@ -2097,7 +2098,7 @@ export interface operations {
                     "application/json": components["schemas"]["UnlockReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2120,7 +2121,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -2366,7 +2367,7 @@ export interface operations {
                     "application/json": components["schemas"]["SuppressReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2389,7 +2390,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -2635,7 +2636,7 @@ export interface operations {
                     "application/json": components["schemas"]["UnsuppressReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2658,7 +2659,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -2904,7 +2905,7 @@ export interface operations {
                     "application/json": components["schemas"]["RedeemReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2927,7 +2928,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
                     };
                 };
             };
@@ -3201,7 +3202,7 @@ export interface operations {
                     "application/json": components["schemas"]["SandboxMessagesReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -3224,7 +3225,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
                     };
                 };
             };
@@ -3455,7 +3456,7 @@ export interface operations {
                     "application/json": components["schemas"]["TemplatePreviewReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -3478,7 +3479,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "LOCALE_NOT_AVAILABLE";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "LOCALE_NOT_AVAILABLE";
                     };
                 };
             };

@@ -157,24 +157,53 @@ t.test('MESH_GATEWAY_IDENTITIES: required with a mesh identity (none for none), 
     { identities: [gateway, 'spiffe://cluster.local/ns/edge/sa/*'], trustedHops: 2 })
   t.same(parseConfig({ MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.1', MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local' }).meshGateways?.identities,
     ['ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local'])
+  const linkerd = { MESH_IDENTITY_HEADER: 'l5d-client-id', TRUST_PROXY: '127.0.0.1' }
+  const SPIFFE = /that is not a SPIFFE ID \(spiffe:\/\/<trust domain>\/<path>/
   const refused: Array<[Record<string, string>, string, RegExp]> = [
     [mesh, 'MESH_GATEWAY_IDENTITIES', /is required with MESH_IDENTITY_HEADER: .* or none when only internal workloads call the service/],
     [{ MESH_GATEWAY_IDENTITIES: gateway }, 'MESH_GATEWAY_IDENTITIES', /is only used with MESH_IDENTITY_HEADER/],
     [{ ...mesh, MESH_GATEWAY_IDENTITIES: ',' }, 'MESH_GATEWAY_IDENTITIES', /names no identity/],
     [{ ...mesh, MESH_GATEWAY_IDENTITIES: `none,${gateway}` }, 'MESH_GATEWAY_IDENTITIES', /none stands alone/],
-    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/*/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', /neither an identity nor a prefix ending in \/\*: "spiffe:\/\/cluster.local\/ns\/\*\/sa\/gateway"/],
-    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a b' }, 'MESH_GATEWAY_IDENTITIES', /neither an identity/],
-    [{ ...mesh, MESH_GATEWAY_IDENTITIES: `spiffe://td/${'a'.repeat(2048)}` }, 'MESH_GATEWAY_IDENTITIES', /neither an identity/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/*/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', /has an entry "spiffe:\/\/cluster.local\/ns\/\*\/sa\/gateway" that is not a SPIFFE ID/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a b' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: `spiffe://td/${'a'.repeat(2048)}` }, 'MESH_GATEWAY_IDENTITIES', SPIFFE],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: '*' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a lone wildcard
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'istio-ingressgateway-service-account' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a service account name alone
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: `${gateway},istio-system/sa/gateway` }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // one bad entry beside a good one
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'https://cluster.local/ns/istio-system/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // another scheme
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'SPIFFE://cluster.local/ns/istio-system/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // the scheme in upper case
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://Cluster.Local/ns/istio-system/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // the trust domain in upper case
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a trust domain without a path
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a trailing slash
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns//sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // an empty segment
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/../sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a dot segment
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/istio%2Dsystem/sa/gateway' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // percent-encoding
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://user@cluster.local/ns/a/sa/b' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // userinfo
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local:443/ns/a/sa/b' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a port
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a/sa/b?x=1' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a query
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/*' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a prefix of the whole trust domain
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a/sa/*/*' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // two wildcards
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local' }, 'MESH_GATEWAY_IDENTITIES', SPIFFE], // a Linkerd identity where XFCC is read
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'spiffe://cluster.local/ns/a/sa/b' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // a SPIFFE ID where l5d-client-id is read
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd.cluster.local/*' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // a prefix
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'Ingress.ingress-nginx.serviceaccount.identity.linkerd.cluster.local' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // upper case
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'ingress-nginx.serviceaccount.identity.linkerd.cluster.local' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // no namespace
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.linkerd.cluster.local' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // not an identity name
+    [{ ...linkerd, MESH_GATEWAY_IDENTITIES: 'ingress-nginx.ingress-nginx.serviceaccount.identity.linkerd' }, 'MESH_GATEWAY_IDENTITIES', /that is not a Linkerd identity/], // no trust domain
+    ...['1.5', '1e1', '0x1', '2 hops', '+1'].map((hops): [Record<string, string>, string, RegExp] => [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: hops }, 'MESH_GATEWAY_TRUSTED_HOPS', /must be an integer from 0 to 15 \(got "/]),
     [{ ...mesh, MESH_GATEWAY_IDENTITIES: 'none', MESH_GATEWAY_TRUSTED_HOPS: '1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /is only used with MESH_GATEWAY_IDENTITIES/],
     [{ MESH_GATEWAY_TRUSTED_HOPS: '1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /is only used with MESH_GATEWAY_IDENTITIES/],
-    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '16' }, 'MESH_GATEWAY_TRUSTED_HOPS', /./],
-    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '-1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /./]
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '16' }, 'MESH_GATEWAY_TRUSTED_HOPS', /must be an integer from 0 to 15 \(got 16\)/],
+    [{ ...mesh, MESH_GATEWAY_IDENTITIES: gateway, MESH_GATEWAY_TRUSTED_HOPS: '-1' }, 'MESH_GATEWAY_TRUSTED_HOPS', /must be an integer from 0 to 15 \(got -1\)/]
   ]
   for (const [env, variable, message] of refused) {
     const error = t.throws(() => parseConfig(env)) as ConfigError
     t.equal(error.variable, variable, JSON.stringify(env))
     t.match(error.message, message)
+    t.notMatch(error.message, /\n/, 'one line')
   }
+  t.same(parseConfig({ ...mesh, MESH_GATEWAY_IDENTITIES: 'spiffe://prod.example-corp.com/ns/edge_1/sa/gate.way-2', MESH_GATEWAY_TRUSTED_HOPS: '015' }).meshGateways,
+    { identities: ['spiffe://prod.example-corp.com/ns/edge_1/sa/gate.way-2'], trustedHops: 15 }, 'the SPIFFE alphabet, and leading zeros are digits still')
 })
 
 t.test('every secret also as <NAME>_FILE: read, trimmed, never both, never echoed', async (t) => {

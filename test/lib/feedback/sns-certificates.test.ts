@@ -1,94 +1,152 @@
-import { once } from 'node:events'
-import { readFileSync } from 'node:fs'
-import { createServer, globalAgent } from 'node:https'
 import type { ServerResponse } from 'node:http'
 import t, { type Test } from 'tap'
-import { FeedbackUnavailable } from '../../../lib/feedback/refusals.js'
-import { CERT_MAX_BYTES, NEW_CERT_URLS_PER_MINUTE, SigningCertificates } from '../../../lib/feedback/sns-certificates.js'
+import { parseConfig } from '../../../lib/config/from-env.js'
+import { FeedbackThrottled, FeedbackUnavailable } from '../../../lib/feedback/refusals.js'
+import { CERT_FETCHES_IN_FLIGHT, CERT_FETCHES_PER_SOURCE, CERT_KEPT_MS, CERT_MAX_BYTES, FAILED_CERT_URL_MS, NEW_CERT_URLS_PER_MINUTE, SigningCertificates } from '../../../lib/feedback/sns-certificates.js'
+import { signingCertificateUrl, type CertificateUrl } from '../../../lib/feedback/sns-message.js'
+import { playHost, TLS_CERT, type PlayedHost } from '../../support/https-hosts.js'
 
-const KEY = readFileSync(new URL('../../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
-const CERT = readFileSync(new URL('../../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
-// The loopback server's TLS certificate is the test's own: trusted in this process only.
-globalAgent.options.ca = CERT
+const CERT = TLS_CERT
+const SNS_HOST = 'sns.eu-west-1.amazonaws.com'
+const DEFAULT = parseConfig({}).sesFeedback.certUrlPattern
+/** The hosts played here, whole, whatever the path. */
+const PLAYED = /^https:\/\/(sns\.eu-west-1\.amazonaws\.com|evil\.example)\//
 
 type Route = (response: ServerResponse) => void
 
-/** A loopback HTTPS certificate host: each path answers as its route says; every request is counted. */
-async function startHost (t: Test, routes: Record<string, Route>): Promise<{ url: (path: string) => URL, requests: string[] }> {
-  const requests: string[] = []
-  const stalled = new Set<ServerResponse>()
-  const server = createServer({ key: KEY, cert: CERT }, (request, response) => {
-    requests.push(request.url ?? '')
+/** SNS's certificate host, played on loopback: each path answers as its route says. */
+async function startHost (t: Test, routes: Record<string, Route>, hostname = SNS_HOST): Promise<PlayedHost & { url: (path: string) => CertificateUrl }> {
+  const host = await playHost(t, hostname, (request, response) => {
     const route = routes[request.url ?? '']
     if (route === undefined) response.writeHead(404).end()
     else route(response)
-    if (!response.writableEnded) stalled.add(response)
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    for (const response of stalled) response.destroy()
-    server.closeAllConnections()
-    server.close()
-    await once(server, 'close')
-  })
-  const address = server.address()
-  if (address === null || typeof address === 'string') throw new Error('no address')
-  return { url: (path) => new URL(`https://127.0.0.1:${address.port}${path}`), requests }
+  return { ...host, url: (path) => signingCertificateUrl(`${host.origin}${path}`, PLAYED) }
 }
 
-async function unavailable (t: Test, attempt: Promise<unknown>, what: string): Promise<void> {
-  await t.rejects(attempt, FeedbackUnavailable, what)
-}
+const pem = (name: string): string => `/SimpleNotificationService-${name}.pem`
+const paths = (host: PlayedHost): string[] => host.requests.map((request) => request.path)
 
-t.test('a certificate is fetched once and its public key kept; concurrent asks share the fetch', async (t) => {
-  const host = await startHost(t, { '/good.pem': (response) => response.writeHead(200).end(CERT) })
-  const certificates = new SigningCertificates()
-  const keys = await Promise.all(Array.from({ length: 5 }, async () => await certificates.publicKey(host.url('/good.pem'))))
+t.test('a certificate is fetched once from port 443 of the checked host and its key kept a day; concurrent asks share the fetch', async (t) => {
+  let now = 1_000_000
+  const host = await startHost(t, { [pem('a1')]: (response) => response.writeHead(200).end(CERT) })
+  const certificates = new SigningCertificates({ now: () => now })
+  const url = signingCertificateUrl(`${host.origin}${pem('a1')}`, DEFAULT)
+  const keys = await Promise.all(Array.from({ length: 5 }, async (_, index) => await certificates.publicKey(url, `source-${index}`)))
   t.equal(keys[0]?.asymmetricKeyType, 'rsa')
   t.ok(keys.every((key) => key === keys[0]), 'one key object')
-  await certificates.publicKey(host.url('/good.pem'))
-  t.same(host.requests, ['/good.pem'], 'one fetch for six asks')
+  await certificates.publicKey(url, 'another')
+  t.same(host.requests, [{ host: SNS_HOST, port: 443, path: pem('a1') }], 'one fetch for six asks, to the host and path checked')
+  now += CERT_KEPT_MS - 1
+  await certificates.publicKey(url, 'another')
+  t.equal(host.requests.length, 1, 'kept for a day')
+  now += 1
+  await certificates.publicKey(url, 'another')
+  t.equal(host.requests.length, 2, 'then fetched again, so a rotated or revoked certificate is not trusted forever')
 })
 
 t.test('what is not a certificate within the bounds is unavailable, and not fetched again for a minute', async (t) => {
   let now = 1_000_000
+  const evil = await startHost(t, { [pem('e1')]: (response) => response.writeHead(200).end(CERT) }, 'evil.example')
   const host = await startHost(t, {
-    '/large.pem': (response) => response.writeHead(200).end(CERT.padEnd(CERT_MAX_BYTES + 1, '\n')),
-    '/endless.pem': (response) => { response.writeHead(200); response.write(Buffer.alloc(64 * 1024, 'A')); response.write(Buffer.alloc(64 * 1024, 'A')) },
-    '/stalls.pem': (response) => { response.writeHead(200); response.write(CERT.slice(0, 100)) },
-    '/silent.pem': () => {},
-    '/redirect.pem': (response) => response.writeHead(302, { location: '/good.pem' }).end(),
-    '/good.pem': (response) => response.writeHead(200).end(CERT),
-    '/junk.pem': (response) => response.writeHead(200).end('-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n'),
-    '/public-key.pem': (response) => response.writeHead(200).end('-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n'),
-    '/gone.pem': (response) => response.writeHead(404).end()
+    [pem('a1')]: (response) => response.writeHead(200).end(CERT.padEnd(CERT_MAX_BYTES + 1, '\n')),
+    [pem('a2')]: (response) => { response.writeHead(200); response.write(Buffer.alloc(64 * 1024, 'A')); response.write(Buffer.alloc(64 * 1024, 'A')) },
+    [pem('a3')]: (response) => { response.writeHead(200); response.write(CERT.slice(0, 100)) },
+    [pem('a4')]: () => {},
+    [pem('a5')]: (response) => response.writeHead(302, { location: `${evil.origin}${pem('e1')}` }).end(),
+    [pem('a6')]: (response) => response.writeHead(301, { location: pem('b0') }).end(),
+    [pem('b0')]: (response) => response.writeHead(200).end(CERT),
+    [pem('a7')]: (response) => response.writeHead(200).end('-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n'),
+    [pem('a8')]: (response) => response.writeHead(200).end('-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n'),
+    [pem('a9')]: (response) => response.writeHead(404).end()
   })
   const certificates = new SigningCertificates({ now: () => now, timeoutMs: 300 })
-  for (const path of ['/large.pem', '/endless.pem', '/stalls.pem', '/silent.pem', '/redirect.pem', '/junk.pem', '/public-key.pem', '/gone.pem']) {
-    await unavailable(t, certificates.publicKey(host.url(path)), path)
+  for (const [index, name] of ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8', 'a9'].entries()) {
+    // One source per URL: the per-source bound is another test's.
+    await t.rejects(certificates.publicKey(host.url(pem(name)), `s${index}`), FeedbackUnavailable, name)
   }
-  t.notOk(host.requests.includes('/good.pem'), 'a redirect is not followed')
+  t.same(evil.requests, [], 'a redirect to another host is not followed')
+  t.notOk(paths(host).includes(pem('b0')), 'nor one on the same host')
   const fetched = host.requests.length
-  await unavailable(t, certificates.publicKey(host.url('/gone.pem')), 'a URL that just failed')
+  await t.rejects(certificates.publicKey(host.url(pem('a9')), 'fresh'), FeedbackUnavailable, 'a URL that just failed')
   t.equal(host.requests.length, fetched, 'is not fetched again')
-  now += 60_000
-  await unavailable(t, certificates.publicKey(host.url('/gone.pem')), 'a minute later')
+  now += FAILED_CERT_URL_MS
+  await t.rejects(certificates.publicKey(host.url(pem('a9')), 'fresh'), FeedbackUnavailable, 'a minute later')
   t.equal(host.requests.length, fetched + 1, 'it is tried again')
+})
+
+t.test('one source starts a few fetches, then one a minute (429 with its wait); other sources are not held back', async (t) => {
+  let now = 1_000_000
+  const routes: Record<string, Route> = {}
+  for (let index = 0; index < 10; index++) routes[pem(`c${index}`)] = (response) => response.writeHead(404).end()
+  routes[pem('ab')] = (response) => response.writeHead(200).end(CERT)
+  const host = await startHost(t, routes)
+  const certificates = new SigningCertificates({ now: () => now })
+  for (let index = 0; index < CERT_FETCHES_PER_SOURCE.burst; index++) {
+    await t.rejects(certificates.publicKey(host.url(pem(`c${index}`)), 'stranger'), FeedbackUnavailable, `made-up URL ${index}: fetched, and it failed`)
+  }
+  const throttled = await certificates.publicKey(host.url(pem('c5')), 'stranger').catch((error: unknown) => error)
+  t.ok(throttled instanceof FeedbackThrottled, 'the next made-up URL of the same source is refused')
+  t.equal((throttled as FeedbackThrottled).retryAfterSeconds, CERT_FETCHES_PER_SOURCE.refillMs / 1000, 'with the wait for its next token')
+  t.equal(host.requests.length, CERT_FETCHES_PER_SOURCE.burst, 'and not fetched')
+  t.equal((await certificates.publicKey(host.url(pem('ab')), 'sns')).asymmetricKeyType, 'rsa', 'another source\'s new certificate is fetched')
+  t.equal((await certificates.publicKey(host.url(pem('ab')), 'stranger')).asymmetricKeyType, 'rsa', 'and a known one is served to the throttled source, without a fetch')
+  t.equal(host.requests.length, CERT_FETCHES_PER_SOURCE.burst + 1)
+  now += CERT_FETCHES_PER_SOURCE.refillMs
+  await t.rejects(certificates.publicKey(host.url(pem('c5')), 'stranger'), FeedbackUnavailable, 'a minute later, one more fetch')
+  await t.rejects(certificates.publicKey(host.url(pem('c6')), 'stranger'), FeedbackThrottled, 'and only one')
+})
+
+t.test('fetches in flight are bounded, whoever asks', async (t) => {
+  const stalled: ServerResponse[] = []
+  const routes: Record<string, Route> = {}
+  for (let index = 0; index <= CERT_FETCHES_IN_FLIGHT; index++) routes[pem(`d${index}`)] = (response) => { stalled.push(response) }
+  const host = await startHost(t, routes)
+  const certificates = new SigningCertificates({ timeoutMs: 60_000 })
+  const pending = Array.from({ length: CERT_FETCHES_IN_FLIGHT }, async (_, index) => await certificates.publicKey(host.url(pem(`d${index}`)), `s${index}`).catch((error: unknown) => error))
+  const deadline = Date.now() + 10_000
+  while (host.requests.length < CERT_FETCHES_IN_FLIGHT && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+  await t.rejects(certificates.publicKey(host.url(pem(`d${CERT_FETCHES_IN_FLIGHT}`)), 'late'), FeedbackUnavailable, 'one more while they hang: 503')
+  t.equal(host.requests.length, CERT_FETCHES_IN_FLIGHT, 'not fetched')
+  for (const response of stalled) response.destroy()
+  t.ok((await Promise.all(pending)).every((error) => error instanceof FeedbackUnavailable), 'the hanging fetches fail when their peer goes')
 })
 
 t.test('at most ten new certificate URLs are fetched a minute; known ones are served meanwhile', async (t) => {
   let now = 1_000_000
   const routes: Record<string, Route> = {}
-  for (let index = 0; index <= NEW_CERT_URLS_PER_MINUTE + 1; index++) routes[`/c${index}.pem`] = (response) => response.writeHead(200).end(CERT)
+  for (let index = 0; index <= NEW_CERT_URLS_PER_MINUTE + 1; index++) routes[pem(`f${index.toString(16)}`)] = (response) => response.writeHead(200).end(CERT)
   const host = await startHost(t, routes)
   const certificates = new SigningCertificates({ now: () => now })
-  for (let index = 0; index < NEW_CERT_URLS_PER_MINUTE; index++) await certificates.publicKey(host.url(`/c${index}.pem`))
-  await unavailable(t, certificates.publicKey(host.url(`/c${NEW_CERT_URLS_PER_MINUTE}.pem`)), 'the eleventh new URL')
+  for (let index = 0; index < NEW_CERT_URLS_PER_MINUTE; index++) await certificates.publicKey(host.url(pem(`f${index.toString(16)}`)), `s${index}`)
+  await t.rejects(certificates.publicKey(host.url(pem(`f${NEW_CERT_URLS_PER_MINUTE.toString(16)}`)), 'sx'), FeedbackUnavailable, 'the eleventh new URL')
   t.equal(host.requests.length, NEW_CERT_URLS_PER_MINUTE, 'not fetched')
-  await certificates.publicKey(host.url('/c0.pem'))
+  await certificates.publicKey(host.url(pem('f0')), 'sx')
   t.equal(host.requests.length, NEW_CERT_URLS_PER_MINUTE, 'a known certificate needs no fetch')
   now += 60_000
-  await certificates.publicKey(host.url(`/c${NEW_CERT_URLS_PER_MINUTE}.pem`))
+  await certificates.publicKey(host.url(pem(`f${NEW_CERT_URLS_PER_MINUTE.toString(16)}`)), 'sx')
   t.equal(host.requests.length, NEW_CERT_URLS_PER_MINUTE + 1, 'the next minute, it is')
+})
+
+t.test('a certificate whose day is up is fetched again even while strangers spend every budget; if it is gone, it is trusted no more', async (t) => {
+  let now = 1_000_000
+  let served = true
+  const routes: Record<string, Route> = { [pem('ab')]: (response) => { if (served) response.writeHead(200).end(CERT); else response.writeHead(404).end() } }
+  for (let index = 0; index < 40; index++) routes[pem(`e${index.toString(16)}`)] = (response) => response.writeHead(404).end()
+  const host = await startHost(t, routes)
+  const certificates = new SigningCertificates({ now: () => now })
+  await certificates.publicKey(host.url(pem('ab')), 'sns')
+  now += CERT_KEPT_MS
+  // Made-up URLs spend SNS's own source's tokens (its address is shared with strangers), then
+  // strangers from many sources the new-URL budget of this minute.
+  for (let index = 0; index < CERT_FETCHES_PER_SOURCE.burst; index++) await t.rejects(certificates.publicKey(host.url(pem(`e${(20 + index).toString(16)}`)), 'sns'), FeedbackUnavailable)
+  for (let index = CERT_FETCHES_PER_SOURCE.burst; index < NEW_CERT_URLS_PER_MINUTE; index++) await t.rejects(certificates.publicKey(host.url(pem(`e${index.toString(16)}`)), `stranger-${index}`), FeedbackUnavailable)
+  await t.rejects(certificates.publicKey(host.url(pem('e1f')), 'anyone'), FeedbackUnavailable, 'no new URL is fetched this minute')
+  await t.rejects(certificates.publicKey(host.url(pem('e1e')), 'sns'), FeedbackThrottled, 'and SNS\'s source may start none')
+  const before = host.requests.length
+  t.equal((await certificates.publicKey(host.url(pem('ab')), 'sns')).asymmetricKeyType, 'rsa', 'SNS\'s certificate is renewed all the same')
+  t.equal(host.requests.length, before + 1, 'by a fetch')
+  now += CERT_KEPT_MS
+  served = false
+  await t.rejects(certificates.publicKey(host.url(pem('ab')), 'sns'), FeedbackUnavailable, 'a day later it is gone: its old key is not used')
 })

@@ -91,7 +91,7 @@ t.test('the signature is checked over the canonical fields, SHA1 for version 1 a
 
 t.test('the certificate URL is parsed once, in its one serialisation, and the pattern matches it whole', async (t) => {
   const allowed = signingCertificateUrl('https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123abcd.pem', DEFAULT)
-  t.equal(allowed.host, 'sns.us-east-1.amazonaws.com')
+  t.same(allowed, { href: 'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123abcd.pem', hostname: 'sns.us-east-1.amazonaws.com', pathname: '/SimpleNotificationService-0123abcd.pem', origin: 'https://sns.us-east-1.amazonaws.com' }, 'the host and path that will be fetched')
   for (const url of [
     'https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-0123abcd.pem',
     'https://sns.cn-northwest-1.amazonaws.com.cn/SimpleNotificationService-0123abcd.pem',
@@ -118,17 +118,53 @@ t.test('the certificate URL is parsed once, in its one serialisation, and the pa
     'https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-0123abcd.pem',
     'https://sns.us-east-1.amazonaws.com.evil.example/SimpleNotificationService-0123abcd.pem',
     'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123abcd.pem/',
+    'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123ABCD.pem',
+    'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123abcg.pem',
+    'https://sns.us-east-1.amazonaws.com/x/SimpleNotificationService-0123abcd.pem',
+    'https://sns.useast-1.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+    'https://sns.usa-east-1.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+    'https://sns.us-east-12.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+    'https://sns%2eus-east-1.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+    'https://sns.us-east-1.amazonaws%2ecom/SimpleNotificationService-0123abcd.pem',
+    `https://sns.us-east-1.amazonaws.com/SimpleNotificationService-${'0'.repeat(200)}.pem`,
     'not a URL'
   ]
   for (const url of refused) t.equal(refusal(() => signingCertificateUrl(url, DEFAULT)), 'SNS_CERT_URL_NOT_ALLOWED', JSON.stringify(url))
-  // The operator's pattern decides the host and the port, never the rules above.
-  const anything = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: '.*' }).sesFeedback.certUrlPattern
-  t.equal(signingCertificateUrl('https://certs.internal.example:8443/a.pem', anything).port, '8443', 'a port the pattern allows')
-  for (const url of ['https://a@certs.internal.example/a.pem', 'http://certs.internal.example/a.pem', 'https://certs.internal.example/a.pem?b', 'https://certs.internal.example/a.txt']) {
+  // The operator's pattern decides the host, never the rules above: this one names every host
+  // below whole, with any port and path.
+  const anything = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: 'https://(certs\\.internal\\.example\\.?|evil\\.example|127\\.0\\.0\\.1|\\[::1\\])(:[0-9]+)?/.*' }).sesFeedback.certUrlPattern
+  t.equal(signingCertificateUrl('https://certs.internal.example/a.pem', anything).hostname, 'certs.internal.example', 'a host the pattern allows')
+  for (const loose of ['.*', 'https://certs\\.internal\\.example.*', 'https://[^/]*/a\\.pem']) {
+    const pattern = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: loose }).sesFeedback.certUrlPattern
+    t.equal(refusal(() => signingCertificateUrl('https://certs.internal.example/a.pem', pattern)), 'SNS_CERT_URL_NOT_ALLOWED', `${loose}: a pattern that does not end the host refuses every URL`)
+    t.equal(refusal(() => signingCertificateUrl('https://certs.internal.example.evil.example/a.pem', pattern)), 'SNS_CERT_URL_NOT_ALLOWED', `${loose}: and so the attacker's host it would admit`)
+  }
+  for (const url of [
+    'https://a@certs.internal.example/a.pem',
+    'https://certs.internal.example@evil.example/a.pem',
+    'https://certs.internal.example\\@evil.example/a.pem',
+    'https://certs.internal.example\\a.pem',
+    'http://certs.internal.example/a.pem',
+    'https://certs.internal.example:8443/a.pem',
+    'https://certs.internal.example:443/a.pem',
+    'https://certs.internal.example/a.pem?b',
+    'https://certs.internal.example/a.pem#b',
+    'https://certs.internal.example/a.txt',
+    'https://Certs.Internal.Example/a.pem',
+    'https://certs.internal.example./a.pem',
+    'https://certs%2einternal.example/a.pem',
+    'https://certs.internal.example/%2e%2e/a.pem',
+    'https://127.0.0.1/a.pem',
+    'https://2130706433/a.pem',
+    'https://0x7f.1/a.pem',
+    'https://[::1]/a.pem',
+    'https://[::ffff:127.0.0.1]/a.pem',
+    `https://certs.internal.example/${'a'.repeat(240)}.pem`
+  ]) {
     t.equal(refusal(() => signingCertificateUrl(url, anything)), 'SNS_CERT_URL_NOT_ALLOWED', `${url} whatever the pattern`)
   }
   const unanchored = parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: 'https://certs\\.internal\\.example/[a-z]+\\.pem' }).sesFeedback.certUrlPattern
-  t.equal(signingCertificateUrl('https://certs.internal.example/a.pem', unanchored).host, 'certs.internal.example')
+  t.equal(signingCertificateUrl('https://certs.internal.example/a.pem', unanchored).hostname, 'certs.internal.example')
   t.equal(refusal(() => signingCertificateUrl('https://evil.example/https://certs.internal.example/a.pem', unanchored)), 'SNS_CERT_URL_NOT_ALLOWED', 'a pattern without anchors still matches the whole URL')
 })
 

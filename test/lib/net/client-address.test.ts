@@ -3,7 +3,7 @@ import fc from 'fast-check'
 import { clientAddress, gatewayClient, MAX_TRUSTED_HOPS, parseForwardedEntry } from '../../../lib/net/client-address.js'
 import { IpRangeSet } from '../../../lib/net/ip-ranges.js'
 import { normalizeAddress } from '../../../lib/net/source-address.js'
-import { headerCount } from '../../../lib/net/http-headers.js'
+import { headerCount, repeatedHeader } from '../../../lib/net/http-headers.js'
 
 const proxies = IpRangeSet.fromEntries(['127.0.0.1', '10.0.0.0/8', 'fd00::/8']).set
 
@@ -113,4 +113,14 @@ t.test('headerCount counts repeated headers, whatever their case', async (t) => 
   t.equal(headerCount(['Authorization', 'Bearer a', 'host', 'x', 'AUTHORIZATION', 'Bearer b'], 'authorization'), 2)
   t.equal(headerCount(['Host', 'x', 'X-Authorization', 'Bearer a'], 'authorization'), 0)
   t.equal(headerCount([], 'authorization'), 0)
+})
+
+t.test('repeatedHeader names the first of its headers sent on two lines, whatever their case', async (t) => {
+  const names = ['end-user-ip', 'x-forwarded-for']
+  t.equal(repeatedHeader(['Host', 'x', 'X-Forwarded-For', 'a', 'End-User-IP', 'b'], names), null, 'each once')
+  t.equal(repeatedHeader(['X-Forwarded-For', 'a', 'host', 'x', 'x-forwarded-for', 'b'], names), 'x-forwarded-for')
+  t.equal(repeatedHeader(['END-USER-IP', 'a', 'end-user-ip', 'a'], names), 'end-user-ip', 'the same value twice too')
+  t.equal(repeatedHeader(['X-Forwarded-Fox', 'a', 'X-Forwarded-For', 'b', 'x-forwarded-fo', 'c'], names), null, 'names that only look alike')
+  t.equal(repeatedHeader(['Authorization', 'a', 'Authorization', 'b'], names), null, 'other headers are not judged')
+  t.equal(repeatedHeader([], names), null)
 })
