@@ -7,16 +7,17 @@ export interface HoldingProxy {
   readonly url: string
   /**
    * Holds the replies of the connection that next sends a command containing `marker` (a
-   * script's SHA1, say), from that command on, until `release`. Resolves once that command
-   * has gone on to Redis.
+   * script's SHA1, say), from that command on, until `release`.
    */
-  holdRepliesFrom: (marker: string) => Promise<void>
+  holdRepliesFrom: (marker: string) => void
   /**
    * Holds the commands of the connection that next sends one containing `marker`, that one
    * included, until `release`: they reach Redis late, as through a stalled network or to a
-   * stalled Redis, while every other connection goes on. Resolves once that command is held.
+   * stalled Redis, while every other connection goes on.
    */
-  holdCommandsFrom: (marker: string) => Promise<void>
+  holdCommandsFrom: (marker: string) => void
+  /** Whether a command with the last marker given has been seen (and what it names held). */
+  readonly marked: boolean
   /** Holds every connection's replies from now on, until `release`. */
   holdAll: () => void
   /** Delivers every command and reply held, in order, and relays both ways untouched again. */
@@ -45,7 +46,8 @@ interface Link {
  */
 export async function startHoldingProxy (t: Test, redisPort: number): Promise<HoldingProxy> {
   const links = new Set<Link>()
-  let marker: { text: string, hold: 'replies' | 'commands', seen: () => void } | null = null
+  let marker: { text: string, hold: 'replies' | 'commands' } | null = null
+  let marked = false
   let holdingAll = false
   let heldText = ''
 
@@ -67,16 +69,16 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
         const text = link.tail + chunk.toString('latin1')
         link.tail = text.slice(-marker.text.length)
         if (text.includes(marker.text)) {
-          const { hold, seen } = marker
+          const { hold } = marker
           marker = null
+          marked = true
           if (hold === 'commands') {
             link.commandsHeld = [chunk]
-            seen()
             return
           }
           // Held before the command leaves, so that its reply cannot slip through.
           link.held ??= []
-          upstream.write(chunk, () => { seen() })
+          upstream.write(chunk)
           return
         }
       }
@@ -94,18 +96,17 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
 
   return {
     url: `redis://127.0.0.1:${port}`,
-    async holdRepliesFrom (text: string): Promise<void> {
-      await new Promise<void>((resolve) => {
-        marker = { text, hold: 'replies', seen: resolve }
-        for (const link of links) link.tail = ''
-      })
+    holdRepliesFrom (text: string): void {
+      marker = { text, hold: 'replies' }
+      marked = false
+      for (const link of links) link.tail = ''
     },
-    async holdCommandsFrom (text: string): Promise<void> {
-      await new Promise<void>((resolve) => {
-        marker = { text, hold: 'commands', seen: resolve }
-        for (const link of links) link.tail = ''
-      })
+    holdCommandsFrom (text: string): void {
+      marker = { text, hold: 'commands' }
+      marked = false
+      for (const link of links) link.tail = ''
     },
+    get marked () { return marked },
     holdAll () {
       holdingAll = true
       for (const link of links) link.held ??= []
