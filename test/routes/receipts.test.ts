@@ -1,7 +1,7 @@
 import { createHmac, generateKeyPairSync, randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
-import { createRemoteJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify } from 'jose'
+import { SignJWT, createRemoteJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify } from 'jose'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type FixtureKeys, type TestApp } from '../helper.js'
 import { redisTestOptions, startRedis, type RedisServer } from '../support/redis.js'
 
@@ -89,6 +89,21 @@ function receiptSuite (t: Test, env: () => Record<string, string>): void {
     const extra = await redeem(app, keys.acmeLive, { receipt, admin: true })
     t.same([extra.status, extra.body.code], [400, 'INVALID_BODY'])
     t.equal((await app.inject({ method: 'POST', url: '/otp/receipts/redeem', payload: { receipt } })).statusCode, 401)
+  })
+
+  t.test('a receipt signed with the service\'s own key whose aud is not its tenant does not redeem', async (t) => {
+    const { path, keys } = tenants(t)
+    const signing = generateKeyPairSync('ed25519').privateKey
+    const pkcs8 = signing.export({ format: 'der', type: 'pkcs8' }).toString('base64')
+    const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path, RECEIPT_SIGNING_KEYS: `k1:${pkcs8}` })
+    const receipt = await verifiedReceipt(app, mail, keys.acmeLive, 'ada@example.com')
+    const claims = decodeJwt(receipt)
+    t.same([claims.tenant, claims.aud], ['acme', 'acme'])
+    // The same claims but aud, signed with the key the service signs with: only aud is wrong.
+    const otherAudience = await new SignJWT({ ...claims, aud: 'globex' }).setProtectedHeader(decodeProtectedHeader(receipt) as { alg: string }).sign(signing)
+    const refused = await redeem(app, keys.acmeLive, { receipt: otherAudience })
+    t.same([refused.status, refused.body.code], [400, 'RECEIPT_INVALID'], 'refused')
+    t.equal((await redeem(app, keys.acmeLive, { receipt })).status, 200, 'the receipt as issued redeems: the refusal did not use it up')
   })
 
   t.test('a wrong guess answers no receipt', async (t) => {

@@ -1,10 +1,12 @@
 import { once } from 'node:events'
 import { readFileSync, writeFileSync } from 'node:fs'
+import { request as httpRequest } from 'node:http'
 import t from 'tap'
 import { run as keysCli } from '../../cli/keys.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { writeTenants } from '../helper.js'
 import { post, refusedStart, startServer } from '../support/service-process.js'
+import { until } from '../support/wait.js'
 
 /** The tenants file with two problems that are the file's, not one tenant's. */
 function twoProblems (text: string): TenantsFile {
@@ -14,11 +16,38 @@ function twoProblems (text: string): TenantsFile {
   return file
 }
 
+/** A log line of the service, as far as these tests read it. */
+interface LogLine { msg?: string, trigger?: string, reqId?: string, req?: { url?: string } }
+
+/** The complete lines of the log (a line still being written is left for the next read). */
+function logLines (output: string): LogLine[] {
+  return output.split('\n').slice(0, -1).filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as LogLine)
+}
+
+/**
+ * A JSON POST sent but for the last byte of its body, so that the service has received it
+ * and holds it open until `finish`.
+ */
+function heldPost (base: string, path: string, key: string, body: unknown): { finish: () => void, status: Promise<number> } {
+  const payload = Buffer.from(JSON.stringify(body))
+  const request = httpRequest(base + path, { method: 'POST', agent: false, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': payload.length } })
+  const status = new Promise<number>((resolve, reject) => {
+    request.on('response', (response) => {
+      response.resume()
+      response.on('end', () => { resolve(response.statusCode ?? 0) })
+    })
+    request.on('error', reject)
+  })
+  request.write(payload.subarray(0, -1))
+  return { finish: () => { request.end(payload.subarray(-1)) }, status }
+}
+
 const TWO_PROBLEMS = ['/tiers/standard/allowance Expected integer to be greater or equal to 0', '/tenants/1/id appears twice (first at /tenants/0/id)']
 
 t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGTERM', async (t) => {
   const { path, keys } = writeTenants(t)
-  const server = await startServer(t, { TENANTS_FILE: path })
+  // Long enough to hold requests open across the reload on a busy machine.
+  const server = await startServer(t, { TENANTS_FILE: path, REQUEST_TIMEOUT_MS: '5m' })
 
   const sent = await post(server.base, '/otp/request', keys.acmeLive, { email: 'jo@example.com' })
   t.equal(sent.status, 200)
@@ -33,13 +62,27 @@ t.test('a real process: serve, SIGHUP reload (valid and invalid), keys CLI, SIGT
   await server.waitFor(/"trigger":"watch","msg":"tenants file reloaded"/, mark)
   t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the changed file is picked up without a signal')
 
-  // Requests keep flowing while the tenants are swapped.
-  const during = Array.from({ length: 100 }, async () => await post(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
-  mark = server.output().length
+  // Requests in flight across the reload: received (headers, and the body but its last byte)
+  // before the signal, answered after the reload. The server's own log orders the events.
+  const reloadFrom = server.output().length
+  const during = Array.from({ length: 10 }, () => heldPost(server.base, '/otp/verify', keys.acmeLive, { requestId: 'otp_none', userGuess: '000000' }))
+  const events = (): LogLine[] => logLines(server.output().slice(reloadFrom))
+  const receivedVerifies = (): LogLine[] => events().filter((line) => line.msg === 'incoming request' && line.req?.url === '/otp/verify')
+  await until('the service received every request', () => receivedVerifies().length === during.length)
   server.child.kill('SIGHUP')
-  await server.waitFor(/"trigger":"signal","msg":"tenants file reloaded"/, mark)
-  const statuses = (await Promise.all(during)).map((answer) => answer.status)
-  t.ok(statuses.every((status) => status === 400), 'no request was dropped or refused during the reload')
+  await server.waitFor(/"trigger":"signal","msg":"tenants file reloaded"/, reloadFrom)
+  for (const request of during) request.finish()
+  const statuses = await Promise.all(during.map(async (request) => await request.status))
+  t.same(statuses, during.map(() => 400), 'no request was dropped or refused during the reload')
+  const verifies = new Set(receivedVerifies().map((line) => line.reqId))
+  t.equal(verifies.size, during.length, 'each request was received once')
+  const indices = (lines: LogLine[], msg: string): number[] => lines.flatMap((line, index) => line.msg === msg && verifies.has(line.reqId) ? [index] : [])
+  // The log line of a completed request may follow its answer by a moment.
+  await until('every request\'s completion logged', () => indices(events(), 'request completed').length === during.length)
+  const lines = events()
+  const reloadedAt = lines.findIndex((line) => line.msg === 'tenants file reloaded' && line.trigger === 'signal')
+  t.ok(indices(lines, 'incoming request').every((index) => index < reloadedAt), 'every one was received before the reload')
+  t.ok(indices(lines, 'request completed').every((index) => index > reloadedAt), 'and completed after it')
   t.equal((await post(server.base, '/otp/request', minted, { email: 'jo@example.com' })).status, 200, 'the minted key still authenticates after SIGHUP')
 
   const validFile = readFileSync(path, 'utf8')

@@ -1,4 +1,5 @@
-import { linkSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { linkSync, mkdirSync, realpathSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs'
+import { createRequire, syncBuiltinESMExports } from 'node:module'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { composeVerificationMessage, renderVerificationParts } from '../../../lib/mail/compose.js'
@@ -236,6 +237,38 @@ t.test('template files: no symbolic or hard link leads out of the tenant\'s fold
   symlinkSync(join(root, 'templates'), join(root, 'templates-link'))
   t.equal(compose(load({ templates: { en: { html: { file: 'en.html.liquid' } } } }, new TemplateFolders(join(root, 'templates-link'), tenantsFile).forTenant('acme')), 'en').html, `<p>${CODE}</p>`)
   t.match(refusal(t, { file: 'en.html.liquid' }, 'html', {}, new TemplateFolders(join(root, 'nowhere'), tenantsFile).forTenant('acme')), `cannot be read: the templates folder ${join(root, 'nowhere')} (TEMPLATES_DIR) does not exist`)
+})
+
+t.test('template files: a folder swapped for a link between the checks and the open, and back, is caught', { skip: process.platform === 'win32' }, async (t) => {
+  const { root, acme } = deployment(t)
+  const mail = join(root, 'templates', 'acme', 'mail')
+  const target = join(realpathSync(root), 'templates', 'acme', 'mail', 'fr.html.liquid')
+  // The race an attacker with write access to the tenant's folder would run: the walk sees a
+  // real folder, the open goes through a link to a file outside, and the folder is back in
+  // place before anything looks again. Played at those exact moments through the module's own
+  // open (ESM imports of node:fs follow syncBuiltinESMExports), so it does not depend on luck.
+  const fs = createRequire(import.meta.url)('node:fs') as typeof import('node:fs')
+  const open = fs.openSync
+  let swaps = 0
+  fs.openSync = (...args: Parameters<typeof open>): number => {
+    if (args[0] !== target) return open(...args)
+    swaps++
+    renameSync(mail, `${mail}.aside`)
+    symlinkSync(join(root, 'mail'), mail)
+    try {
+      return open(...args)
+    } finally {
+      unlinkSync(mail)
+      renameSync(`${mail}.aside`, mail)
+    }
+  }
+  syncBuiltinESMExports()
+  t.teardown(() => {
+    fs.openSync = open
+    syncBuiltinESMExports()
+  })
+  t.match(refusal(t, { file: 'mail/fr.html.liquid' }, 'html', {}, acme), 'file "mail/fr.html.liquid" is reached through a symbolic link; template files are read only from real folders', 'the file opened is not the one at the path: refused')
+  t.equal(swaps, 1, 'the folder was swapped once, between the walk and the open')
 })
 
 t.test('template files: a FIFO is refused without waiting for a writer', { skip: process.platform === 'win32' }, async (t) => {

@@ -83,6 +83,18 @@ t.test('anything but an unexpired receipt of a listed key is refused', async (t)
   t.same(await issuer.check(misshapen), { ok: false, reason: 'invalid' }, 'claims of the wrong shape')
 })
 
+t.test('a receipt signed with the service\'s own key whose aud is not its tenant is refused', async (t) => {
+  const [key] = parseReceiptSigningKeys(`k1:${pkcs8('ed25519')}`)
+  if (key === undefined) throw new Error('key')
+  const issuer = await issuerWith([key])
+  const receipt = await issuer.issue(subject)
+  const header = decodeProtectedHeader(receipt)
+  const claims = decodeJwt(receipt)
+  const resign = async (aud: string): Promise<string> => await new SignJWT({ ...claims, aud }).setProtectedHeader({ alg: 'EdDSA', kid: header.kid ?? '', typ: header.typ ?? '' }).sign(key.privateKey)
+  t.same(await issuer.check(await resign('acme')), { ok: true, claims }, 'signed again unchanged: the receipt as issued')
+  t.same(await issuer.check(await resign('globex')), { ok: false, reason: 'invalid' }, 'only aud changed, to another tenant: refused')
+})
+
 t.test('a receipt that lives longer than RECEIPT_TTL_SECONDS, or is issued in the future, is refused even with a good signature', async (t) => {
   const [key] = parseReceiptSigningKeys(`k1:${pkcs8('ed25519')}`)
   if (key === undefined) throw new Error('key')
