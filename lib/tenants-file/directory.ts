@@ -87,7 +87,7 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
   if (path === null) {
     log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
-    log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version, templates: templateCounts(checkedParts) }, 'tenants file loaded')
+    log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(checkedParts), version: current.version }, 'tenants file loaded')
     logRefused(current, log)
   }
   const reloads = { ok: 0, failed: 0 }
@@ -105,7 +105,7 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
       for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true
-      log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version, trigger, templates: templateCounts(attempt) }, 'tenants file reloaded')
+      log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(attempt), version: current.version, trigger }, 'tenants file reloaded')
       logRefused(current, log)
       return { ok: true, tenants: current.tenants.size }
     } catch (error) {

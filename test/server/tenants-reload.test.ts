@@ -27,7 +27,7 @@ t.test('a reload with the costliest accepted templates answers requests while it
     file.tenants[1]!.templates = templates
   })
   const server = await startServer(t, { TENANTS_FILE: path })
-  t.match(server.output(), `"templates":{"checked":${parts},"reused":0},"msg":"tenants file loaded"`, 'every part is checked at start')
+  t.match(server.output(), new RegExp(`"templates":\\{"checked":${parts},"reused":0\\},[^\\n]*"msg":"tenants file loaded"`), 'every part is checked at start')
 
   // A new brand changes what every test render reads: each part is checked again.
   const renamed = structuredClone(file)
