@@ -35,6 +35,7 @@ export const EnvSchema = Type.Object({
   ),
   TENANTS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Path of the tenants file (JSON). Unset: the built-in demo tenant with the documented sandbox key.' })),
   TEMPLATES_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Folder of the tenants\' template files: a folder per tenant (`<TEMPLATES_DIR>/<tenant id>/`) holds the files its `{ "file": … }` templates name. Unset: `templates/` beside TENANTS_FILE. It must not be or contain the tenants file\'s folder, nor contain a block list. Only with TENANTS_FILE.' })),
+  TENANTS_FILE_MAX_BYTES: PositiveInt(4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024, 'Largest tenants file read: a larger one is refused before it is read or parsed (at start the service does not start; a reload keeps the tenants in force and logs why). Only with TENANTS_FILE.'),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'redis:// or rediss:// URL. Set: tokens and counters live in Redis, shared by every instance. Unset: in memory, one instance.' })),
   REDIS_SENTINELS: Type.Optional(Type.String({ minLength: 1, description: 'Comma-separated host:port of Redis Sentinels (IPv6 as `[::1]:26379`), instead of REDIS_URL: the service talks to the primary they name (REDIS_SENTINEL_NAME) and follows failovers.' })),
   REDIS_SENTINEL_NAME: Type.Optional(Type.String({ pattern: '^\\S+$', description: 'Name of the primary the Sentinels monitor (their `sentinel monitor <name> …`). Required with REDIS_SENTINELS.' })),

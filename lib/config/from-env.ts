@@ -109,6 +109,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     logLevel: valid.LOG_LEVEL,
     tenantsFile: valid.TENANTS_FILE ?? null,
     templatesDir,
+    tenantsFileMaxBytes: valid.TENANTS_FILE_MAX_BYTES,
     redisUrl: valid.REDIS_URL ?? null,
     redis: redis?.topology ?? null,
     ...redisSettings(valid, redis?.variable ?? null),
@@ -204,6 +205,7 @@ function meshGatewaysOf (env: Env): MeshGateways | null {
 function templatesFolder (env: Env, blocklists: { ipSources: string[], torSource: string | null }): string | null {
   if (env.TENANTS_FILE === undefined) {
     if (env.TEMPLATES_DIR !== undefined) throw new ConfigError('TEMPLATES_DIR', 'is only used with TENANTS_FILE')
+    if (env.TENANTS_FILE_MAX_BYTES !== EnvSchema.properties.TENANTS_FILE_MAX_BYTES.default) throw new ConfigError('TENANTS_FILE_MAX_BYTES', 'is only used with TENANTS_FILE')
     return null
   }
   const root = env.TEMPLATES_DIR ?? TemplateFolders.besideTenantsFile(env.TENANTS_FILE)

@@ -20,6 +20,8 @@ export interface Config extends MailerConfig {
   tenantsFile: string | null
   /** The root of the tenants' template folders (`<root>/<tenant id>/`); null without a tenants file. */
   templatesDir: string | null
+  /** TENANTS_FILE_MAX_BYTES: a larger tenants file is refused before it is read. */
+  tenantsFileMaxBytes: number
   redisUrl: string | null
   /** Null on the embedded (in-memory) default. */
   redis: RedisTopology | null

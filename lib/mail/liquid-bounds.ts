@@ -108,6 +108,22 @@ function assertBounded (value: unknown, what: string): number {
 export const LOAD_WORK_LIMIT = 10_000
 /** Twice the load's: a branch the test renders did not take may cost more without being cut off. */
 export const RENDER_WORK_LIMIT = 2 * LOAD_WORK_LIMIT
+/**
+ * Work units one Liquid output or tag counts at load for being parsed and checked (its source
+ * analysed, its variables looked up), once per part whatever its test renders take: on this
+ * project's 2-core machines an output costs tens of microseconds to parse and check, a unit of
+ * render one to a few microseconds.
+ */
+export const MARKUP_WORK_UNITS = 20
+/**
+ * Work units all of one tenant's templates may count at load, summed over its parts and
+ * languages: each part's outputs and tags (MARKUP_WORK_UNITS each) and the units of its test
+ * renders. Each part within its own bounds, 150 parts at those bounds took seconds of CPU to
+ * check; past this budget (a few tenths of a second) the tenant is refused alone, and its
+ * checks stop there. Three parts in fifty languages, each with a few dozen outputs and tags,
+ * use under half of it.
+ */
+export const TENANT_TEMPLATE_WORK_LIMIT = 250_000
 /** The costliest filters (cgi_escape, url_encode) handle about 16 characters in the time of a node. */
 export const CHARACTERS_PER_UNIT = 16
 /** A range of tens of thousands of elements costs about 100 ns an element (a large array, collected). */

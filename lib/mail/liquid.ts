@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { Context, Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
-import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, LOAD_WORK_LIMIT, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
+import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, LOAD_WORK_LIMIT, MARKUP_WORK_UNITS, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -212,6 +212,12 @@ export function spliceCode (pieces: readonly string[], code: string): string {
 
 export class CompiledPart {
   readonly part: Part
+  /**
+   * The work its check counted at load: MARKUP_WORK_UNITS per output and tag, and the units of
+   * its test renders. A tenant's parts share TENANT_TEMPLATE_WORK_LIMIT.
+   */
+  get loadWork (): number { return this.#loadWork }
+  #loadWork = 0
   readonly #engine: Liquid
   readonly #templates: Template[]
   readonly #locale: string
@@ -234,8 +240,18 @@ export class CompiledPart {
    * each of `samples`. Throws TemplateRuleError naming the first rule it breaks.
    */
   static compile (source: string, part: Part, locale: string, constants: Readonly<Record<string, string>>, samples: readonly PartValues[]): CompiledPart {
+    const steps = CompiledPart.compiling(source, part, locale, constants, samples)
+    for (let step = steps.next(); ; step = steps.next()) if (step.done === true) return step.value
+  }
+
+  /**
+   * `compile` a step at a time: the generator pauses after parsing and checking the source,
+   * and after each test render, so that a caller can let other work run in between.
+   */
+  static * compiling (source: string, part: Part, locale: string, constants: Readonly<Record<string, string>>, samples: readonly PartValues[]): Generator<void, CompiledPart, void> {
     if (source.length > SOURCE_LIMITS[part]) throw new TemplateRuleError(`the template is longer than ${SOURCE_LIMITS[part]} characters`)
-    if (markupCount(source) > MARKUP_LIMIT) throw new TemplateRuleError(`the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})`)
+    const markups = markupCount(source)
+    if (markups > MARKUP_LIMIT) throw new TemplateRuleError(`the template has more than ${MARKUP_LIMIT} Liquid outputs and tags ({{ … }}, {% … %})`)
     const engine = engineFor(locale, part)
     let templates: Template[]
     try {
@@ -267,7 +283,11 @@ export class CompiledPart {
       throw new TemplateRuleError('the code may only be written {{ code }}: no filter, tag, assignment or capture may use it')
     }
     const compiled = new CompiledPart(part, engine, templates, locale, constants, source)
-    for (const sample of samples) compiled.#testRender(sample)
+    compiled.#loadWork = markups * MARKUP_WORK_UNITS
+    for (const sample of samples) {
+      yield
+      compiled.#loadWork += compiled.#testRender(sample)
+    }
     return compiled
   }
 
@@ -279,11 +299,13 @@ export class CompiledPart {
   /**
    * A test render at load: it must pass every rule within LOAD_WORK_LIMIT units of work. No
    * clock is read for the decision, so a busy machine never refuses a template an idle one
-   * accepts.
+   * accepts. Returns the units it counted.
    */
-  #testRender (sample: PartValues): void {
-    const pieces = this.#render(sample, new WorkMeter(LOAD_WORK_LIMIT))
+  #testRender (sample: PartValues): number {
+    const meter = new WorkMeter(LOAD_WORK_LIMIT)
+    const pieces = this.#render(sample, meter)
     if (pieces instanceof TemplateRuleError) throw new TemplateRuleError(`${pieces.rule} (test render with minutes = ${sample.minutes})`)
+    return meter.spent
   }
 
   /**

@@ -1,5 +1,7 @@
+import { createHash } from 'node:crypto'
 import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, spliceCode, type Part, type PartValues } from './liquid.js'
 import type { BodyPieces } from '../state/sandbox-inbox.js'
+import { TENANT_TEMPLATE_WORK_LIMIT } from './liquid-bounds.js'
 import { renderInPreviewThread } from './preview-renderer.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
 import type { TenantTemplateFolder } from './template-files.js'
@@ -22,11 +24,53 @@ export interface TemplatesLoadOptions {
   brand: string
   /** Lifetimes, in minutes, the test renders use besides 1 and 10 (the tenant's own, when it sets one). */
   minutes?: readonly number[]
+  /** The parts earlier loads checked, reused when nothing a check reads has changed; none: every part is checked. */
+  checked?: CheckedParts
 }
 
-/** A template refused at load: its language, its part (null for the language as a whole) and the rule. */
+/** What checking one part found: the part ready for dispatch, or the rule it breaks. */
+type PartCheck = { compiled: CompiledPart } | { rule: string }
+
+/**
+ * The parts checked by one load of the tenants file, by a digest of everything a check reads
+ * (the source, part, language, constants and test-render values; the bounds are the process's
+ * own), reused by the next load: a reload where one tenant's key changed checks none of the
+ * templates again. A load keeps only the parts it used, so what a file no longer holds is let go.
+ */
+export class CheckedParts {
+  readonly #earlier: ReadonlyMap<string, PartCheck>
+  readonly #now = new Map<string, PartCheck>()
+  /** Parts this load parsed and test-rendered. */
+  checked = 0
+  /** Parts this load took from the one before. */
+  reused = 0
+
+  /** `earlier`: the previous load's parts. */
+  constructor (earlier: CheckedParts | null = null) {
+    this.#earlier = earlier === null ? new Map() : earlier.#now
+  }
+
+  /** The check of a part, from an earlier load when one checked the same; checked here otherwise, a step at a time. */
+  * check (source: string, part: Part, locale: string, constants: Readonly<Record<string, string>>, samples: readonly PartValues[]): Generator<void, PartCheck, void> {
+    const digest = createHash('sha256').update(JSON.stringify([part, locale, constants, samples])).update('\u0000').update(source).digest('base64')
+    let found = this.#now.get(digest) ?? this.#earlier.get(digest)
+    if (found === undefined) {
+      found = yield * checkPart(source, part, locale, constants, samples)
+      this.checked++
+    } else {
+      this.reused++
+    }
+    this.#now.set(digest, found)
+    return found
+  }
+}
+
+/**
+ * A template refused at load: its language (null for all of the tenant's templates), its part
+ * (null for the language as a whole) and the rule.
+ */
 export interface TemplateProblem {
-  locale: string
+  locale: string | null
   part: Part | null
   /** Where in the tenant's entry, as a JSON pointer from it: `templates/fr/subject`, `defaultLocale`. */
   pointer: string
@@ -35,7 +79,7 @@ export interface TemplateProblem {
 
 export class TemplatesError extends Error {
   constructor (readonly problems: readonly TemplateProblem[]) {
-    super(problems.map((problem) => `${problem.locale}${problem.part === null ? '' : `/${problem.part}`}: ${problem.rule}`).join('; '))
+    super(problems.map((problem) => `${problem.locale ?? 'templates'}${problem.part === null ? '' : `/${problem.part}`}: ${problem.rule}`).join('; '))
     this.name = 'TemplatesError'
   }
 }
@@ -78,6 +122,15 @@ const SAMPLE_TIME = '2026-01-31T09:05Z'
 /** A file larger than this many bytes cannot be within the character limits, whatever its encoding. */
 const BYTES_PER_CHARACTER = 4
 
+function * checkPart (source: string, part: Part, locale: string, constants: Readonly<Record<string, string>>, samples: readonly PartValues[]): Generator<void, PartCheck, void> {
+  try {
+    return { compiled: yield * CompiledPart.compiling(source, part, locale, constants, samples) }
+  } catch (error) {
+    if (!(error instanceof TemplateRuleError)) throw error
+    return { rule: error.rule }
+  }
+}
+
 function readSource (source: TemplateSource, part: Part, folder: TenantTemplateFolder | null): string {
   if (typeof source === 'string') return source
   if (folder === null) throw new TemplateRuleError(`file ${JSON.stringify(source.file)} cannot be read: template files are read from the tenant's template folder, and this tenants file was loaded without one`)
@@ -112,13 +165,25 @@ export class TenantTemplates {
    * every template that breaks a rule (all of them, not only the first).
    */
   static load (entry: TemplatesEntry, options: TemplatesLoadOptions): TenantTemplates {
+    const steps = TenantTemplates.loading(entry, options)
+    for (let step = steps.next(); ; step = steps.next()) if (step.done === true) return step.value
+  }
+
+  /**
+   * `load` one part at a time: the generator pauses after each part it checks, so that a
+   * caller can let other work run between parts (a reload of the tenants file does). Past
+   * TENANT_TEMPLATE_WORK_LIMIT it stops checking, and throws TemplatesError with that problem.
+   */
+  static * loading (entry: TemplatesEntry, options: TemplatesLoadOptions): Generator<void, TenantTemplates, void> {
     const templates = entry.templates ?? {}
     if (Object.keys(templates).length === 0 && entry.defaultLocale === undefined) return TenantTemplates.builtin
     const constants = Object.freeze({ ...entry.constants })
     const brand = singleLine(options.brand)
     const samples: PartValues[] = [...new Set([1, 10, ...(options.minutes ?? [])])].map((minutes) => ({ brand, minutes, requestedAt: SAMPLE_TIME }))
+    const checked = options.checked ?? new CheckedParts()
     const problems: TemplateProblem[] = []
     const custom = new Map<string, Partial<Record<Part, CompiledPart>>>()
+    let work = 0
     for (const [locale, sources] of Object.entries(templates)) {
       const missing = PARTS.filter((part) => sources[part] === undefined)
       if (!isBuiltinLocale(locale) && missing.length > 0) {
@@ -128,12 +193,24 @@ export class TenantTemplates {
       for (const part of PARTS) {
         const source = sources[part]
         if (source === undefined) continue
+        let outcome: PartCheck
         try {
-          compiled[part] = CompiledPart.compile(readSource(source, part, options.folder), part, locale, constants, samples)
+          outcome = yield * checked.check(readSource(source, part, options.folder), part, locale, constants, samples)
         } catch (error) {
           if (!(error instanceof TemplateRuleError)) throw error
-          problems.push({ locale, part, pointer: `templates/${locale}/${part}`, rule: error.rule })
+          outcome = { rule: error.rule }
         }
+        if ('rule' in outcome) {
+          problems.push({ locale, part, pointer: `templates/${locale}/${part}`, rule: outcome.rule })
+        } else {
+          compiled[part] = outcome.compiled
+          work += outcome.compiled.loadWork
+        }
+        if (work > TENANT_TEMPLATE_WORK_LIMIT) {
+          problems.push({ locale: null, part: null, pointer: 'templates', rule: `the templates count more than ${TENANT_TEMPLATE_WORK_LIMIT.toLocaleString('en')} units of work at load (${locale}/${part} goes past it; the parts after it are not checked); all of a tenant's templates may count at most that` })
+          throw new TemplatesError(problems)
+        }
+        yield
       }
       custom.set(locale, compiled)
     }

@@ -1,10 +1,10 @@
 import { watch, type FSWatcher } from 'node:fs'
-import { readFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import type { Logger } from 'pino'
+import { CheckedParts } from '../mail/tenant-templates.js'
 import { problemPointer, type TenantRegistry } from '../tenants/registry.js'
 import { demoRegistry } from './demo.js'
-import { registryFromFile, TenantsFileError, tenantsFileVersion } from './load.js'
+import { DEFAULT_TENANTS_FILE_MAX_BYTES, readTenantsFile, registryFromFile, TenantsFileError, tenantsFileVersion } from './load.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -33,6 +33,11 @@ function logRefused (registry: TenantRegistry, log: Pick<Logger, 'error'>): void
   }
 }
 
+/** How many template parts a load checked, and how many it took unchanged from the load before. */
+function templateCounts (parts: CheckedParts): { checked: number, reused: number } {
+  return { checked: parts.checked, reused: parts.reused }
+}
+
 export interface TenantDirectory {
   /** The registry in force; replaced whole by a successful reload. */
   readonly current: TenantRegistry
@@ -48,6 +53,8 @@ export interface TenantsSource {
   /** TENANTS_FILE; null serves the built-in demo tenant. */
   tenantsFile: string | null
   templatesDir: string | null
+  /** TENANTS_FILE_MAX_BYTES: a larger file is refused unread (at start, the service does not start). */
+  tenantsFileMaxBytes?: number
 }
 
 /**
@@ -68,13 +75,19 @@ const WATCH_DEBOUNCE_MS = 300
  */
 export async function openTenantDirectory (source: TenantsSource, log: Pick<Logger, 'info' | 'warn' | 'error'>): Promise<TenantDirectory & { close: () => void }> {
   const path = source.tenantsFile
-  const options = source.templatesDir === null ? {} : { templatesDir: source.templatesDir }
-  let current = path === null ? demoRegistry() : await registryFromFile(path, options)
+  const options = {
+    ...(source.templatesDir === null ? {} : { templatesDir: source.templatesDir }),
+    ...(source.tenantsFileMaxBytes === undefined ? {} : { maxBytes: source.tenantsFileMaxBytes })
+  }
+  // The template parts the registry in force was built with: a reload checks only the parts
+  // that changed, and takes the others from here.
+  let checkedParts = new CheckedParts()
+  let current = path === null ? demoRegistry() : await registryFromFile(path, { ...options, checkedParts })
   for (const warning of current.warnings) log.warn(warning)
   if (path === null) {
     log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
-    log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version }, 'tenants file loaded')
+    log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(checkedParts), version: current.version }, 'tenants file loaded')
     logRefused(current, log)
   }
   const reloads = { ok: 0, failed: 0 }
@@ -83,12 +96,16 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
   let queue: Promise<unknown> = Promise.resolve()
 
   const reloadNow = async (file: string, trigger: ReloadTrigger): Promise<ReloadResult> => {
+    // The registry in force serves every request until the new one is complete.
+    log.info({ version: current.version, trigger }, 'tenants file reload started; the tenants in force serve until it ends')
+    const attempt = new CheckedParts(checkedParts)
     try {
-      current = await registryFromFile(file, options, current)
+      current = await registryFromFile(file, { ...options, checkedParts: attempt }, current)
+      checkedParts = attempt
       for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true
-      log.info({ tenants: current.tenants.size, refused: current.refused.size, version: current.version, trigger }, 'tenants file reloaded')
+      log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(attempt), version: current.version, trigger }, 'tenants file reloaded')
       logRefused(current, log)
       return { ok: true, tenants: current.tenants.size }
     } catch (error) {
@@ -125,9 +142,9 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
   const changed = async (): Promise<void> => {
     let text: string
     try {
-      text = await readFile(path, 'utf8')
+      text = await readTenantsFile(path, options.maxBytes ?? DEFAULT_TENANTS_FILE_MAX_BYTES)
     } catch {
-      // Mid-swap, or removed: the reload reports what it finds.
+      // Mid-swap, removed or too large: the reload reports what it finds.
       await directory.reload('watch')
       return
     }

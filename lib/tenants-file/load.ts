@@ -1,14 +1,16 @@
 import { createHash, createSecretKey, type KeyObject } from 'node:crypto'
-import { readFile } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import type { TSchema } from '@sinclair/typebox'
+import type { ValueError } from '@sinclair/typebox/errors'
 import { KeySchema, TenantSchema, TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
 import { TemplateFolders } from '../mail/template-files.js'
-import { TemplatesError, TenantTemplates } from '../mail/tenant-templates.js'
+import { CheckedParts, TemplatesError, TenantTemplates } from '../mail/tenant-templates.js'
 import { IpRangeSet } from '../net/ip-ranges.js'
 import { workloadMatcher } from '../net/workload-identity.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
@@ -43,11 +45,20 @@ export class TenantsFileError extends Error {
 export interface RegistryOptions {
   /** Where each tenant's `{ "file": … }` templates are read; without it, only inline templates load. */
   templateFolders?: TemplateFolders
+  /** Template parts checked by the previous load, reused where unchanged; it records this load's. */
+  checkedParts?: CheckedParts
 }
+
+/** TENANTS_FILE_MAX_BYTES unless set: a Kubernetes Secret or ConfigMap holds at most 1 MiB. */
+export const DEFAULT_TENANTS_FILE_MAX_BYTES = 4 * 1024 * 1024
 
 export interface RegistryFileOptions {
   /** The root of the tenants' template folders (TEMPLATES_DIR); default `templates/` beside the tenants file. */
   templatesDir?: string
+  /** A larger file is refused unread (TENANTS_FILE_MAX_BYTES); default DEFAULT_TENANTS_FILE_MAX_BYTES. */
+  maxBytes?: number
+  /** Template parts checked by the previous load, reused where unchanged; it records this load's. */
+  checkedParts?: CheckedParts
 }
 
 /**
@@ -66,7 +77,20 @@ export function tenantsFileVersion (text: string): string {
  * its problems); the others are served.
  */
 export function registryFromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
-  return buildRegistry(document, options, null, null)
+  const steps = buildRegistry(document, options, null, null)
+  for (let step = steps.next(); ; step = steps.next()) if (step.done === true) return step.value
+}
+
+/**
+ * Runs a load to its end, letting the event loop turn between its steps (a tenant, a template
+ * part): every request keeps being answered while a large file loads, and nothing is swapped
+ * in before the load is complete.
+ */
+async function inTurns<T> (steps: Generator<void, T, void>): Promise<T> {
+  for (let step = steps.next(); ; step = steps.next()) {
+    if (step.done === true) return step.value
+    await nextTurn()
+  }
 }
 
 /** What the checks found of one tenant entry. */
@@ -101,8 +125,9 @@ function expiryOf (key: KeyEntry): number | null {
   return Number.isNaN(at) ? null : at
 }
 
-function buildRegistry (document: unknown, options: RegistryOptions, version: string | null, previous: TenantRegistry | null): TenantRegistry {
-  const schema = schemaProblems(document)
+/** Builds the registry a step at a time: it pauses after each tenant and each template part it checks. */
+function * buildRegistry (document: unknown, options: RegistryOptions, version: string | null, previous: TenantRegistry | null): Generator<void, TenantRegistry, void> {
+  const schema = yield * schemaProblems(document)
   const file = document as TenantsFile
   // Problems that are not one tenant's: the file's shape, its tiers, a tenant that cannot be
   // named, what two tenants share. Any of them refuses the whole file.
@@ -121,7 +146,7 @@ function buildRegistry (document: unknown, options: RegistryOptions, version: st
     if (!named) {
       // A tenant that cannot be named is the file's problem, and so is everything else wrong in it.
       if (typeof entry === 'object' && entry !== null) {
-        const outcome = checkTenant(entry, where, file, schema, options, warnings)
+        const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
         fileProblems.push(...[...outcome.problems, ...outcome.templateProblems].filter((problem) => !fileProblems.includes(problem)))
       }
       continue
@@ -138,9 +163,10 @@ function buildRegistry (document: unknown, options: RegistryOptions, version: st
       if (other !== undefined && other.tenant !== entry.id) fileProblems.push(`${where}/keys/${keyIndex}/sha256 is already used by a key of another tenant (${other.where})`)
       else if (other === undefined) seenHashes.set(key.sha256, { where: `${where}/keys/${keyIndex}/sha256`, tenant: entry.id })
     }
-    const outcome = checkTenant(entry, where, file, schema, options, warnings)
+    const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
     templateProblems.push(...outcome.templateProblems)
     outcomes.push(outcome)
+    yield
   }
   const tenantProblems = outcomes.flatMap((outcome) => outcome.problems)
   if (fileProblems.length > 0) {
@@ -200,7 +226,7 @@ function keptTenant (previous: TenantRegistry | null, id: string, listed: readon
  * Every check of one tenant entry. Each part is checked when the schema accepts it, whatever
  * the rest of the entry holds, so that one run lists every problem of the tenant.
  */
-function checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, warnings: string[]): TenantOutcome {
+function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, warnings: string[]): Generator<void, TenantOutcome, void> {
   const problems = schema.filter((problem) => problem.startsWith(`${where}/`))
   /**
    * The schema accepts every field named (`keys/3`: one key), checked on the value itself: the
@@ -251,15 +277,17 @@ function checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sche
   // Template files are read from the tenant's folder, named by its id.
   if (clean('id', 'templates', 'constants', 'defaultLocale', 'brand', 'ttlSeconds')) {
     try {
-      tenant.templates = TenantTemplates.load(entry, {
+      tenant.templates = yield * TenantTemplates.loading(entry, {
         folder: options.templateFolders?.forTenant(entry.id) ?? null,
         brand: tenant.brandName,
-        ...(entry.ttlSeconds === undefined ? {} : { minutes: [Math.max(1, Math.floor(entry.ttlSeconds / 60))] })
+        ...(entry.ttlSeconds === undefined ? {} : { minutes: [Math.max(1, Math.floor(entry.ttlSeconds / 60))] }),
+        ...(options.checkedParts === undefined ? {} : { checked: options.checkedParts })
       })
     } catch (error) {
       if (!(error instanceof TemplatesError)) throw error
       for (const problem of error.problems) {
-        templateProblems.push(`${where}/${problem.pointer} (tenant ${entry.id}, locale ${problem.locale}${problem.part === null ? '' : `, ${problem.part}`}): ${problem.rule}`)
+        const place = [problem.locale === null ? null : `locale ${problem.locale}`, problem.part].filter((name) => name !== null).join(', ')
+        templateProblems.push(`${where}/${problem.pointer} (tenant ${entry.id}${place === '' ? '' : `, ${place}`}): ${problem.rule}`)
       }
     }
   }
@@ -297,13 +325,12 @@ function checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sche
   return { id: entry.id, where, entry, tenant, keys, problems, templateProblems }
 }
 
+/**
+ * Reads, parses and checks a tenants file, letting the event loop turn between tenants and
+ * template parts. A file larger than `maxBytes` is refused before it is read.
+ */
 export async function registryFromFile (path: string, options: RegistryFileOptions = {}, previous: TenantRegistry | null = null): Promise<TenantRegistry> {
-  let text: string
-  try {
-    text = await readFile(path, 'utf8')
-  } catch (error) {
-    throw new TenantsFileError(`tenants file ${path} cannot be read: ${(error as NodeJS.ErrnoException).code ?? String(error)}`)
-  }
+  const text = await readTenantsFile(path, options.maxBytes ?? DEFAULT_TENANTS_FILE_MAX_BYTES)
   let document: unknown
   try {
     document = JSON.parse(text)
@@ -312,21 +339,62 @@ export async function registryFromFile (path: string, options: RegistryFileOptio
     throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${describeJsonError(text, error)}`)
   }
   const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
-  return buildRegistry(document, { templateFolders: new TemplateFolders(templatesDir, path) }, tenantsFileVersion(text), previous)
+  const registryOptions: RegistryOptions = { templateFolders: new TemplateFolders(templatesDir, path), ...(options.checkedParts === undefined ? {} : { checkedParts: options.checkedParts }) }
+  return await inTurns(buildRegistry(document, registryOptions, tenantsFileVersion(text), previous))
+}
+
+/** The file's text, or TenantsFileError when it cannot be read or is larger than `maxBytes` (then it is not read). */
+export async function readTenantsFile (path: string, maxBytes: number): Promise<string> {
+  const cannotRead = (error: unknown): TenantsFileError => new TenantsFileError(`tenants file ${path} cannot be read: ${(error as NodeJS.ErrnoException).code ?? String(error)}`)
+  let handle
+  try {
+    handle = await open(path, 'r')
+  } catch (error) {
+    throw cannotRead(error)
+  }
+  try {
+    // The size of the file opened, not of whatever the path names a moment later.
+    const { size } = await handle.stat()
+    if (size > maxBytes) throw new TenantsFileError(`tenants file ${path} is ${size} bytes; TENANTS_FILE_MAX_BYTES allows ${maxBytes}`)
+    return await handle.readFile('utf8')
+  } catch (error) {
+    if (error instanceof TenantsFileError) throw error
+    throw cannotRead(error)
+  } finally {
+    await handle.close()
+  }
 }
 
 /** At most this many schema problems are listed: a file can hold 100,000 bad entries. */
 const MAX_SCHEMA_PROBLEMS = 100
 
-/** Every place the document breaks the schema, as `<JSON pointer> <what is wrong>`. */
-function schemaProblems (document: unknown): string[] {
+/**
+ * Every place the document breaks the schema, as `<JSON pointer> <what is wrong>`: the file
+ * around its tenants first, then each tenant entry, pausing after each.
+ */
+function * schemaProblems (document: unknown): Generator<void, string[], void> {
   const problems = new Set<string>()
-  for (const error of Value.Errors(TenantsFileSchema, document)) {
-    if (problems.size === MAX_SCHEMA_PROBLEMS) {
-      problems.add(`${error.path || '/'} … and more (only the first ${MAX_SCHEMA_PROBLEMS} are listed)`)
-      break
+  /** Adds the errors found under `prefix`; false once the list is full. */
+  const add = (errors: Iterable<ValueError>, prefix: string): boolean => {
+    for (const error of errors) {
+      const path = `${prefix}${error.path}` || '/'
+      if (problems.size === MAX_SCHEMA_PROBLEMS) {
+        problems.add(`${path} … and more (only the first ${MAX_SCHEMA_PROBLEMS} are listed)`)
+        return false
+      }
+      problems.add(`${path} ${error.message}`)
     }
-    problems.add(`${error.path || '/'} ${error.message}`)
+    return true
+  }
+  const tenants = (document as { tenants?: unknown } | null)?.tenants
+  if (typeof document !== 'object' || document === null || Array.isArray(document) || !Array.isArray(tenants)) {
+    add(Value.Errors(TenantsFileSchema, document), '')
+    return [...problems]
+  }
+  if (!add(Value.Errors(TenantsFileSchema, { ...document, tenants: [] }), '')) return [...problems]
+  for (const [index, entry] of tenants.entries()) {
+    if (!add(Value.Errors(TenantSchema, entry), `/tenants/${index}`)) break
+    yield
   }
   return [...problems]
 }

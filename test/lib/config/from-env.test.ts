@@ -118,6 +118,15 @@ t.test('velocity limits and lockout parse from max/window', async (t) => {
   t.throws(() => parseConfig({ LOCKOUT_DURATION: '2d', LOCKOUT_MAX_DURATION: '1d' }), /LOCKOUT_MAX_DURATION must be at least LOCKOUT_DURATION/)
 })
 
+t.test('TENANTS_FILE_MAX_BYTES: 4 MiB unless set, only with TENANTS_FILE', async (t) => {
+  t.equal(parseConfig({ TENANTS_FILE: '/etc/email-otp/tenants.json' }).tenantsFileMaxBytes, 4 * 1024 * 1024)
+  t.equal(parseConfig({ TENANTS_FILE: '/etc/email-otp/tenants.json', TENANTS_FILE_MAX_BYTES: '1048576' }).tenantsFileMaxBytes, 1048576)
+  t.throws(() => parseConfig({ TENANTS_FILE: '/etc/email-otp/tenants.json', TENANTS_FILE_MAX_BYTES: '1000' }), /TENANTS_FILE_MAX_BYTES must be an integer from 65536 to 67108864/)
+  const error = t.throws(() => parseConfig({ TENANTS_FILE_MAX_BYTES: '1048576' })) as ConfigError
+  t.equal(error.variable, 'TENANTS_FILE_MAX_BYTES')
+  t.equal(error.message, 'Invalid configuration: TENANTS_FILE_MAX_BYTES is only used with TENANTS_FILE')
+})
+
 t.test('TEMPLATES_DIR: templates/ beside the tenants file unless set, holding nothing else the service reads', async (t) => {
   const root = t.testdir({ etc: { 'tenants.json': '{}', lists: { 'tor.txt': '' } }, srv: { templates: {} } })
   const tenantsFile = `${root}/etc/tenants.json`

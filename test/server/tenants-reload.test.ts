@@ -1,0 +1,83 @@
+/*
+ * A reload of the tenants file never holds the service for every tenant: it lets requests be
+ * answered between tenants and template parts, checks again only the template parts that
+ * changed, and refuses a file over TENANTS_FILE_MAX_BYTES unread. A tenant whose templates
+ * count more than TENANT_TEMPLATE_WORK_LIMIT is refused alone.
+ */
+import { renameSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t from 'tap'
+import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
+import { TENANT_TEMPLATE_WORK_LIMIT } from '../../lib/mail/liquid-bounds.js'
+import type { TenantsFile } from '../../schemas/tenants.js'
+import { writeTenants } from '../helper.js'
+import { costliestAcceptedTemplates } from '../support/costly-templates.js'
+import { post, refusedStart, startServer } from '../support/service-process.js'
+
+/** What `keys create` and the kubelet do: the new file written beside, then renamed over the watched one. */
+function replace (path: string, text: string): void {
+  writeFileSync(`${path}.next`, text)
+  renameSync(`${path}.next`, path)
+}
+
+t.test('a reload with the costliest accepted templates answers requests while it runs; one tenant\'s new key checks no template again', async (t) => {
+  const { templates, parts } = costliestAcceptedTemplates('Globex')
+  const { path, keys, file } = writeTenants(t, (file) => {
+    file.tenants[1]!.brand = { name: 'Globex' }
+    file.tenants[1]!.templates = templates
+  })
+  const server = await startServer(t, { TENANTS_FILE: path })
+  t.match(server.output(), new RegExp(`"templates":\\{"checked":${parts},"reused":0\\},[^\\n]*"msg":"tenants file loaded"`), 'every part is checked at start')
+
+  // A new brand changes what every test render reads: each part is checked again.
+  const renamed = structuredClone(file)
+  renamed.tenants[1]!.brand = { name: 'Globex Corp' }
+  let mark = server.output().length
+  replace(path, JSON.stringify(renamed))
+  await server.waitFor(/"msg":"tenants file reload started/, mark)
+  const health = await fetch(`${server.base}/healthz`)
+  const dispatch = await post(server.base, '/otp/request', keys.acmeTest, { email: 'during@example.com' })
+  t.notMatch(server.output().slice(mark), /tenants file reloaded/, 'both answers came while the reload was still checking templates')
+  t.equal(health.status, 200)
+  t.equal(dispatch.status, 200, 'another tenant is served during the reload')
+  await server.waitFor(/"msg":"tenants file reloaded"/, mark)
+  t.match(server.output().slice(mark), `"templates":{"checked":${parts},"reused":0}`, 'the reload checked the changed parts')
+
+  // Only acme's entry changes: none of globex's templates is checked again.
+  const added = generateKey('secret', 'live')
+  const withKey = structuredClone(renamed)
+  withKey.tenants[0]!.keys.push({ id: 'added', kind: 'secret', mode: 'live', sha256: hashKey(added) })
+  mark = server.output().length
+  replace(path, JSON.stringify(withKey))
+  await server.waitFor(/"msg":"tenants file reloaded"/, mark)
+  t.match(server.output().slice(mark), `"templates":{"checked":0,"reused":${parts}}`, 'every template part is reused')
+  t.equal((await post(server.base, '/otp/request', added, { email: 'jo@example.com' })).status, 200, 'the new key works')
+
+  // Past TENANTS_FILE_MAX_BYTES (4 MiB by default) the file is not read; the tenants in force stay.
+  const oversized = JSON.stringify(withKey) + ' '.repeat(4 * 1024 * 1024)
+  mark = server.output().length
+  replace(path, oversized)
+  await server.waitFor(/"msg":"tenants file reload failed; keeping the previous tenants"/, mark)
+  t.match(server.output().slice(mark), `is ${Buffer.byteLength(oversized)} bytes; TENANTS_FILE_MAX_BYTES allows 4194304`, 'the log says why, in one line')
+  t.equal((await post(server.base, '/otp/request', added, { email: 'jo@example.com' })).status, 200, 'the last good tenants serve')
+})
+
+t.test('a tenant whose templates count more than the budget is refused alone; a file over the size bound stops start-up', async (t) => {
+  const { templates } = costliestAcceptedTemplates('Globex', 1)
+  const { path, keys } = writeTenants(t, (file: TenantsFile) => {
+    file.tenants[1]!.brand = { name: 'Globex' }
+    file.tenants[1]!.templates = templates
+  })
+  const server = await startServer(t, { TENANTS_FILE: path })
+  const refused = await post(server.base, '/otp/request', keys.globexTest, { email: 'jo@example.com' })
+  t.same({ status: refused.status, code: refused.body.code }, { status: 503, code: 'TENANT_MISCONFIGURED' }, 'the costly tenant answers the stable 503')
+  t.equal((await post(server.base, '/otp/request', keys.acmeTest, { email: 'jo@example.com' })).status, 200, 'the other tenant is served')
+  t.match(server.output(), `/tenants/1/templates (tenant globex): the templates count more than ${TENANT_TEMPLATE_WORK_LIMIT.toLocaleString('en')} units of work at load`, 'the log names the tenant and the budget')
+
+  const small = join(t.testdirName, 'small.json')
+  const padded = JSON.stringify({ tiers: {}, tenants: [] }) + ' '.repeat(70 * 1024)
+  writeFileSync(small, padded)
+  const { exitCode, stderr } = await refusedStart({ TENANTS_FILE: small, TENANTS_FILE_MAX_BYTES: '65536', PORT: '0' })
+  t.equal(exitCode, 1)
+  t.equal(stderr.trim(), `email-otp: tenants file ${small} is ${padded.length} bytes; TENANTS_FILE_MAX_BYTES allows 65536`)
+})
