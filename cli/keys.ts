@@ -1,13 +1,16 @@
 import { createHash } from 'node:crypto'
+import type { TSchema } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
 import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 import { TemplateFolders } from '../lib/mail/template-files.js'
 import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/keys/api-keys.js'
 import { generateCode } from '../lib/otp/codes.js'
+import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
 import { describeJsonError } from '../lib/json-position.js'
 import { describeProblems, registryFromJson, REVIEW_ADDRESS_MAX_DAYS, TenantsFileError } from '../lib/tenants-file/load.js'
-import type { KeyEntry, TenantsFile } from '../schemas/tenants.js'
+import { KeySchema, TenantSchema, type KeyEntry, type TenantsFile } from '../schemas/tenants.js'
 
 const createUsage = `  email-otp keys create --tenant ID --kind secret|restricted --mode live|test [--file PATH]
                         [--origin HOST]... [--expires ISO-8601] [--tier NAME] [--id KEY_ID]
@@ -17,11 +20,11 @@ const workloadsUsage = `  email-otp keys workloads --tenant ID --id KEY_ID [--wo
 const revokeUsage = '  email-otp keys revoke --tenant ID --id KEY_ID [--file PATH] [--templates DIR]'
 const listUsage = '  email-otp keys list [--file PATH]'
 const reviewUsage = '  email-otp keys review --tenant ID --address EMAIL [--days 1-90] [--file PATH] [--templates DIR]'
-const reviewText = 'Gives the tenant\'s review address (app-store reviewers, end-to-end tests: no mail, no charge) a\nnew random code, valid --days (default 30, at most 90), replacing its old one. The code is\nprinted once on stdout; the file keeps only its SHA-256. Send SIGHUP to the service to load it.'
+const reviewText = 'Gives the tenant\'s review address (app-store reviewers, end-to-end tests: no mail, no charge) a\nnew random code, valid --days (default 30, at most 90), replacing its old one. The code is\nprinted once on stdout; the file keeps only its SHA-256. Running services reload the\nchanged file by themselves (they watch it).'
 
-const files = `--file defaults to $TENANTS_FILE, the file the service reads; --templates (the tenants'
-template folders, read to check the file as the service would) to $TEMPLATES_DIR, else
-templates/ beside the tenants file.`
+const files = `--file defaults to $TENANTS_FILE, the file the service reads, else tenants.json; --templates
+(the tenants' template folders, read to check the file as the service would) to $TEMPLATES_DIR,
+else templates/ beside the tenants file.`
 
 const workloadsHelp = `--workload binds a key to mesh workloads (MESH_IDENTITY_HEADER): an exact SPIFFE ID or
 Linkerd identity, or a prefix ending in /* (spiffe://cluster.local/ns/payments/sa/*).
@@ -40,21 +43,26 @@ ${reviewUsage}
 ${files}
 create prints the new key once on stdout and writes only its SHA-256 to the file (created
 if missing; a missing tenant is added on the given or first tier); the key's id (for
-revoke) is on stderr and in list. The service reloads the changed file by itself (or on SIGHUP).
+revoke) is on stderr and in list. Running services reload the changed file by themselves
+(they watch it; SIGHUP reloads it where a watch is not possible).
 ${workloadsHelp}`,
-  create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Send SIGHUP to the service to load it.\n${files}`,
+  create: `Usage:\n${createUsage}\n\nPrints the new key once on stdout and writes only its SHA-256 to the file (created if\nmissing; a missing tenant is added on the given or first tier). The key's id (for revoke) is\non stderr. A restricted key needs at least one --origin. Running services reload the changed file\nby themselves (they watch it).\n${files}`,
   workloads: `Usage:\n${workloadsUsage}\n\n${workloadsHelp}\n${files}`,
-  revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Send SIGHUP to the service to\nload the change.\n${files}`,
+  revoke: `Usage:\n${revokeUsage}\n\nMarks the key revoked in the file (its id as list prints it). Running services reload the\nchanged file by themselves (they watch it).\n${files}`,
   review: `Usage:\n${reviewUsage}\n\n${reviewText}\n${files}`,
-  list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE.`
+  list: `Usage:\n${listUsage}\n\nOne line per key: tenant, id, kind, mode, state (active, revoked, expired), expiry.\n--file defaults to $TENANTS_FILE, else tenants.json; a file that does not exist is an error.`
 }
 
 const DEFAULT_TIERS: TenantsFile['tiers'] = {
   standard: { allowance: 10000, window: 'month', sandboxAllowance: 1000 }
 }
 
-async function readTenantsFile (path: string): Promise<TenantsFile> {
-  if (!existsSync(path)) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
+/** The tenants file; one that does not exist is an empty one only for create, which makes it. */
+async function readTenantsFile (path: string, { create = false } = {}): Promise<TenantsFile> {
+  if (!existsSync(path)) {
+    if (create) return { tiers: structuredClone(DEFAULT_TIERS), tenants: [] }
+    throw new CommandError(`${path} does not exist (keys create makes it; --file or TENANTS_FILE names another)`)
+  }
   let document: unknown
   let source: string
   try {
@@ -86,6 +94,23 @@ async function writeTenantsFile (path: string, file: TenantsFile, templatesDir: 
   await rename(temporary, path)
 }
 
+/**
+ * An option's value as the tenants file's schema takes it: a value it would refuse is the
+ * command line's problem, named by its option, not a JSON path in the file.
+ */
+function accepted (name: string, value: string, schema: TSchema, expected: string): string {
+  if (!Value.Check(schema, value)) throw new UsageError(`--${name} ${JSON.stringify(value)} is not ${expected}`)
+  return value
+}
+
+const tenantOption = (values: Record<string, unknown>): string =>
+  accepted('tenant', required(values, 'tenant'), TenantSchema.properties.id, 'a tenant id (1 to 63 lower-case letters, digits, - and _, starting with a letter or digit)')
+const keyIdOf = (value: string): string => accepted('id', value, KeySchema.properties.id, 'a key id (1 to 64 letters, digits, - and _)')
+const originsOf = (values: Record<string, unknown>): string[] => ((values.origin ?? []) as string[])
+  .map((origin) => accepted('origin', origin, KeySchema.properties.origins.items, 'a host (app.example.com, *.example.com) or an exact origin (http://localhost:5173)'))
+const workloadsOf = (values: Record<string, unknown>): string[] => ((values.workload ?? []) as string[])
+  .map((workload) => accepted('workload', workload, KeySchema.properties.workloads.items, 'a workload identity (a SPIFFE ID or Linkerd identity, or a prefix ending in /*)'))
+
 function oneOf<T extends string> (values: Record<string, unknown>, name: string, allowed: readonly T[]): T {
   const value = required(values, name)
   if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}`)
@@ -116,8 +141,8 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   if (command === undefined) throw new UsageError('a command is required: create, workloads, revoke, list or review')
   if (!['create', 'workloads', 'revoke', 'list', 'review'].includes(command)) throw new UsageError(`unknown command ${command}`)
   if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
-  const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE')
-  if (path === undefined || path === '') throw new UsageError('--file is required (or set TENANTS_FILE)')
+  const path = text(values, 'file') ?? envValue(env, 'TENANTS_FILE') ?? 'tenants.json'
+  if (path === '') throw new UsageError('--file must name a file')
   const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
 
   if (command === 'list') {
@@ -133,12 +158,12 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   }
 
   if (command === 'workloads') {
+    const tenantId = tenantOption(values)
+    const keyId = keyIdOf(required(values, 'id'))
     const file = await readTenantsFile(path)
-    const tenantId = required(values, 'tenant')
-    const keyId = required(values, 'id')
     const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
     if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
-    const workloads = (values.workload ?? []) as string[]
+    const workloads = workloadsOf(values)
     if (values.any === true && workloads.length > 0) throw new UsageError('--any and --workload exclude each other')
     if (values.any === true) {
       delete key.workloads
@@ -154,9 +179,9 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   }
 
   if (command === 'revoke') {
+    const tenantId = tenantOption(values)
+    const keyId = keyIdOf(required(values, 'id'))
     const file = await readTenantsFile(path)
-    const tenantId = required(values, 'tenant')
-    const keyId = required(values, 'id')
     const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
     if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
     key.revoked = true
@@ -166,12 +191,14 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   }
 
   if (command === 'review') {
-    const file = await readTenantsFile(path)
-    const tenantId = required(values, 'tenant')
+    const tenantId = tenantOption(values)
     const address = required(values, 'address')
+    const checked = validateEmail(address)
+    if (!checked.ok) throw new UsageError(`--address ${JSON.stringify(address)} is not an acceptable address: ${describeEmailRejection(checked.reason)}`)
     const daysText = text(values, 'days')
     const days = daysText === undefined ? 30 : Number(daysText)
     if (!Number.isInteger(days) || days < 1 || days > REVIEW_ADDRESS_MAX_DAYS) throw new UsageError(`--days must be a whole number from 1 to ${REVIEW_ADDRESS_MAX_DAYS}`)
+    const file = await readTenantsFile(path)
     const tenant = file.tenants.find((entry) => entry.id === tenantId)
     if (tenant === undefined) throw new CommandError(`no tenant ${tenantId} in ${path}`)
     const code = generateCode()
@@ -180,14 +207,17 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     tenant.reviewAddresses = [...(tenant.reviewAddresses ?? []).filter((existing) => existing.address.toLowerCase() !== address.toLowerCase()), entry]
     await writeTenantsFile(path, file, templatesDir)
     out(code)
-    note(`Review address ${address} of tenant ${tenantId} has a new code, valid until ${entry.expiresAt}.\nThis is the only time the code is shown. Send SIGHUP to running services to load it.`)
+    note(`Review address ${address} of tenant ${tenantId} has a new code, valid until ${entry.expiresAt}.\nThis is the only time the code is shown. Running services reload the changed file by themselves (they watch it).`)
     return
   }
 
-  const tenantId = required(values, 'tenant')
+  const tenantId = tenantOption(values)
   const kind = oneOf<KeyKind>(values, 'kind', ['secret', 'restricted'])
   const mode = oneOf<KeyMode>(values, 'mode', ['live', 'test'])
-  const origins = (values.origin ?? []) as string[]
+  const origins = originsOf(values)
+  const workloads = workloadsOf(values)
+  const chosenId = text(values, 'id')
+  const keyId = chosenId === undefined ? undefined : keyIdOf(chosenId)
   if (kind === 'restricted' && origins.length === 0) throw new UsageError('a restricted key needs at least one --origin')
   if (kind === 'secret' && origins.length > 0) throw new UsageError('--origin is only for restricted keys')
   let expiresAt: string | undefined
@@ -198,7 +228,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     expiresAt = new Date(instant).toISOString()
   }
 
-  const file = await readTenantsFile(path)
+  const file = await readTenantsFile(path, { create: true })
   let tenant = file.tenants.find((entry) => entry.id === tenantId)
   if (tenant === undefined) {
     const tier = text(values, 'tier') ?? Object.keys(file.tiers)[0]
@@ -208,18 +238,18 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   }
   const key = generateKey(kind, mode)
   const entry: KeyEntry = {
-    id: text(values, 'id') ?? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}`,
+    id: keyId === undefined ? `${kind === 'secret' ? 'sk' : 'rk'}_${mode}_${hashKey(key).slice(0, 8)}` : keyId,
     kind,
     mode,
     sha256: hashKey(key),
     ...(origins.length > 0 ? { origins } : {}),
     ...(expiresAt === undefined ? {} : { expiresAt }),
-    ...(values.workload === undefined ? {} : { workloads: values.workload as string[] }),
+    ...(workloads.length === 0 ? {} : { workloads }),
     createdAt: new Date().toISOString()
   }
   tenant.keys.push(entry)
   await writeTenantsFile(path, file, templatesDir)
   out(key)
   note(`Created ${kind} ${mode} key ${entry.id} for tenant ${tenantId} in ${path}.`)
-  note('This is the only time the key is shown: store it now. Send SIGHUP to running services to load it.')
+  note('This is the only time the key is shown: store it now. Running services reload the changed file by themselves (they watch it).')
 }

@@ -40,20 +40,22 @@ const plural = (count: number, noun: string): string => `${count} ${noun}${count
 /** Loads the file as the service would: a refusal lists every problem, one a line. */
 export async function loadTenantsFile (path: string, templatesDir: string, env: Io['env']): Promise<TenantRegistry> {
   const lists = blockListFiles((env.IP_BLOCKLISTS ?? '').split(',').map((source) => source.trim()), env.TOR_EXIT_LIST ?? null)
+  // The service would not start with this folder; the file's own problems are listed with it.
   const problem = templatesRootProblem(templatesDir, { tenantsFile: path, others: lists })
-  if (problem !== null) throw new CommandError(`the templates folder ${problem}`)
+  const folderProblems = problem === null ? [] : [`the templates folder ${problem}`]
   let registry: TenantRegistry
   try {
     registry = await registryFromFile(path, { templatesDir })
   } catch (error) {
-    if (error instanceof TenantsFileError) throw new CheckFailed(error.problems)
+    if (error instanceof TenantsFileError) throw new CheckFailed([...folderProblems, ...error.problems])
     throw error
   }
   // The service would serve the others; a refused tenant is still a problem to fix.
   const refused = [...registry.refused.values()]
   if (refused.length > 0) {
-    throw new CheckFailed(refused.flatMap((tenant) => tenant.problems), `${plural(refused.length, 'tenant')} (${refused.map((tenant) => tenant.id).join(', ')}) of ${plural(registry.tenants.size + refused.length, 'tenant')}`)
+    throw new CheckFailed([...folderProblems, ...refused.flatMap((tenant) => tenant.problems)], `${plural(refused.length, 'tenant')} (${refused.map((tenant) => tenant.id).join(', ')}) of ${plural(registry.tenants.size + refused.length, 'tenant')}`)
   }
+  if (folderProblems.length > 0) throw new CheckFailed(folderProblems)
   return registry
 }
 

@@ -3,9 +3,9 @@ import { open } from 'node:fs/promises'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import { FormatRegistry } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import type { TSchema } from '@sinclair/typebox'
+import type { TObject, TSchema } from '@sinclair/typebox'
 import type { ValueError } from '@sinclair/typebox/errors'
-import { KeySchema, TenantSchema, TenantsFileSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
+import { BrandSchema, CaptchaSchema, KeySchema, ReviewAddressSchema, TenantSchema, TenantsFileSchema, WebhookEndpointSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
 import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
@@ -154,6 +154,8 @@ function * buildRegistry (document: unknown, options: RegistryOptions, version: 
     const firstAt = seenIds.get(entry.id)
     if (firstAt !== undefined) {
       fileProblems.push(`${where}/id appears twice (first at ${firstAt}/id)`)
+      const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
+      fileProblems.push(...outcome.problems, ...outcome.templateProblems)
       continue
     }
     seenIds.set(entry.id, where)
@@ -222,6 +224,14 @@ function keptTenant (previous: TenantRegistry | null, id: string, listed: readon
   return { tenant, keys }
 }
 
+/** Whether one field of an object the schema describes passes it, whatever its siblings hold (absent: when optional). */
+function fieldClean (schema: TObject, value: unknown, field: string): boolean {
+  const own = typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[field] : undefined
+  if (own === undefined) return !(schema.required ?? []).includes(field)
+  const fieldSchema = schema.properties[field]
+  return fieldSchema !== undefined && Value.Check(fieldSchema, own)
+}
+
 /**
  * Every check of one tenant entry. Each part is checked when the schema accepts it, whatever
  * the rest of the entry holds, so that one run lists every problem of the tenant.
@@ -258,8 +268,8 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
     id: entry.id,
     tier: usableTier === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...usableTier, ...entry.quota }, `${where}/tier`)),
     brandName: (brandClean ? entry.brand?.name : undefined) ?? entry.id,
-    from: brandClean ? check(null, () => brandAddress(entry.brand?.from, `${where}/brand/from`)) : null,
-    replyTo: brandClean ? check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)) : null,
+    from: fieldClean(BrandSchema, entry.brand, 'from') ? check(null, () => brandAddress(entry.brand?.from, `${where}/brand/from`)) : null,
+    replyTo: fieldClean(BrandSchema, entry.brand, 'replyTo') ? check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)) : null,
     ttlSeconds: (clean('ttlSeconds') ? entry.ttlSeconds : undefined) ?? null,
     limits: clean('limits') ? tenantLimits(entry.limits ?? {}) : {},
     recipientPolicy: new RecipientPolicy(clean('recipients')
@@ -268,19 +278,26 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
     blockedNetworks: clean('blockedNetworks') ? check(null, () => blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)) : null,
     requireEndUserIp: entry.requireEndUserIp === true,
     addressHashKey: clean('addressHashKey') ? addressHashKey(entry.addressHashKey) : null,
-    webhooks: clean('webhooks') ? check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`)) : [],
-    captcha: clean('captcha') ? check(null, () => captchaSettings(entry.captcha, `${where}/captcha`)) : null,
+    // Each entry of a list, and each field of the CAPTCHA settings, is checked when it passes the
+    // schema itself: one run lists every problem.
+    webhooks: Array.isArray(entry.webhooks) ? check([], () => webhookEndpoints(entry.webhooks ?? [], `${where}/webhooks`, (item) => Value.Check(WebhookEndpointSchema, item))) : [],
+    captcha: typeof entry.captcha === 'object' && entry.captcha !== null
+      ? check(null, () => {
+        const settings = captchaSettings(entry.captcha, `${where}/captcha`, (field) => fieldClean(CaptchaSchema, entry.captcha, field))
+        return clean('captcha') ? settings : null
+      })
+      : null,
     templates: TenantTemplates.builtin,
-    reviewAddresses: clean('reviewAddresses') ? check(new Map<string, ReviewAddress>(), () => reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings)) : new Map<string, ReviewAddress>()
+    reviewAddresses: Array.isArray(entry.reviewAddresses) ? check(new Map<string, ReviewAddress>(), () => reviewAddresses(entry.reviewAddresses ?? [], `${where}/reviewAddresses`, warnings, (item) => Value.Check(ReviewAddressSchema, item))) : new Map<string, ReviewAddress>()
   }
   const templateProblems: string[] = []
   // Template files are read from the tenant's folder, named by its id.
-  if (clean('id', 'templates', 'constants', 'defaultLocale', 'brand', 'ttlSeconds')) {
+  if (clean('id', 'templates', 'constants', 'defaultLocale')) {
     try {
       tenant.templates = yield * TenantTemplates.loading(entry, {
         folder: options.templateFolders?.forTenant(entry.id) ?? null,
         brand: tenant.brandName,
-        ...(entry.ttlSeconds === undefined ? {} : { minutes: [Math.max(1, Math.floor(entry.ttlSeconds / 60))] }),
+        ...(tenant.ttlSeconds === null ? {} : { minutes: [Math.max(1, Math.floor(tenant.ttlSeconds / 60))] }),
         ...(options.checkedParts === undefined ? {} : { checked: options.checkedParts })
       })
     } catch (error) {
@@ -295,21 +312,23 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
   const keyIds = new Map<string, string>()
   const hashes = new Map<string, string>()
   for (const [keyIndex, key] of (Array.isArray(entry.keys) ? entry.keys : []).entries()) {
-    if (!clean(`keys/${keyIndex}`)) continue
+    if (typeof key !== 'object' || key === null) continue
+    // A key the schema refuses still has the rules of its valid fields checked.
+    const has = (...fields: string[]): boolean => fields.every((field) => fieldClean(KeySchema, key, field))
     const keyWhere = `${where}/keys/${keyIndex}`
     const before = problems.length
-    const sameId = keyIds.get(key.id)
+    const sameId = has('id') ? keyIds.get(key.id) : undefined
     if (sameId !== undefined) problems.push(`${keyWhere}/id appears twice in this tenant (first at ${sameId}/id)`)
-    else keyIds.set(key.id, keyWhere)
-    const sameHash = hashes.get(key.sha256)
+    else if (has('id')) keyIds.set(key.id, keyWhere)
+    const sameHash = has('sha256') ? hashes.get(key.sha256) : undefined
     if (sameHash !== undefined) problems.push(`${keyWhere}/sha256 is already used by another key of this tenant (${sameHash}/sha256)`)
-    else hashes.set(key.sha256, keyWhere)
-    const origins = key.origins ?? []
-    if (key.kind === 'restricted' && origins.length === 0) problems.push(`${keyWhere}/origins: a restricted key needs at least one origin`)
-    if (key.kind === 'secret' && origins.length > 0) problems.push(`${keyWhere}/origins: only restricted keys have origins`)
-    if (key.kind === 'secret' && key.allowance !== undefined) problems.push(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
-    const captchaRequired = clean('captcha') ? check(false, () => keyCaptchaRequired(entry, key, keyWhere)) : false
-    if (problems.length > before) continue
+    else if (has('sha256')) hashes.set(key.sha256, keyWhere)
+    const origins = has('origins') ? key.origins ?? [] : []
+    if (has('kind', 'origins') && key.kind === 'restricted' && origins.length === 0) problems.push(`${keyWhere}/origins: a restricted key needs at least one origin`)
+    if (has('kind', 'origins') && key.kind === 'secret' && origins.length > 0) problems.push(`${keyWhere}/origins: only restricted keys have origins`)
+    if (has('kind', 'allowance') && key.kind === 'secret' && key.allowance !== undefined) problems.push(`${keyWhere}/allowance: only restricted keys have a share of the allowance; secret keys use the whole of it`)
+    const captchaRequired = clean('captcha') && has('kind', 'requireCaptcha') ? check(false, () => keyCaptchaRequired(entry, key, keyWhere)) : false
+    if (!clean(`keys/${keyIndex}`) || problems.length > before) continue
     keys.push([key.sha256, {
       id: key.id,
       kind: key.kind,
@@ -425,17 +444,32 @@ function addressHashKey (value: string | undefined): KeyObject | null {
   return value === undefined ? null : createSecretKey(Buffer.from(value, 'base64'))
 }
 
-function webhookEndpoints (entries: readonly WebhookEndpointEntry[], where: string): WebhookEndpoint[] {
+/** Throws one TenantsFileError listing every problem, if there is any. */
+function refuseAll (problems: readonly string[]): void {
+  if (problems.length > 0) throw new TenantsFileError(problems.join('; '), problems)
+}
+
+/** The endpoints, every entry the schema accepts checked (`usable`), every problem listed at once. */
+function webhookEndpoints (entries: readonly WebhookEndpointEntry[], where: string, usable: (entry: unknown) => boolean): WebhookEndpoint[] {
   const seen = new Set<string>()
-  return entries.map((entry, index) => {
+  const problems: string[] = []
+  const endpoints: WebhookEndpoint[] = []
+  for (const [index, entry] of entries.entries()) {
+    if (!usable(entry)) continue
     const checked = checkEndpointUrl(entry.url)
-    if (!checked.ok) throw new TenantsFileError(`${where}/${index}/url ${checked.problem}`)
-    if (seen.has(checked.url.href)) throw new TenantsFileError(`${where}/${index}/url appears twice in this tenant`)
-    seen.add(checked.url.href)
+    if (!checked.ok) {
+      problems.push(`${where}/${index}/url ${checked.problem}`)
+    } else if (seen.has(checked.url.href)) {
+      problems.push(`${where}/${index}/url appears twice in this tenant`)
+    } else {
+      seen.add(checked.url.href)
+    }
     const secretBytes = Buffer.from(entry.secret.slice('whsec_'.length), 'base64').length
-    if (secretBytes < 24 || secretBytes > 64) throw new TenantsFileError(`${where}/${index}/secret must be whsec_ and the base64 of 24 to 64 bytes`)
-    return { url: checked.url.href, secret: entry.secret, events: new Set(entry.events) }
-  })
+    if (secretBytes < 24 || secretBytes > 64) problems.push(`${where}/${index}/secret must be whsec_ and the base64 of 24 to 64 bytes`)
+    if (checked.ok) endpoints.push({ url: checked.url.href, secret: entry.secret, events: new Set(entry.events) })
+  }
+  refuseAll(problems)
+  return endpoints
 }
 
 /** Sender addresses go into mail headers: they pass the same policy as recipients. */
@@ -452,18 +486,23 @@ function effectiveTier (name: string, entry: TierEntry, where: string): Tier {
   return { name, live: { limit: entry.allowance, window }, test: { limit: entry.sandboxAllowance, window } }
 }
 
-function captchaSettings (entry: TenantEntry['captcha'], where: string): CaptchaSettings | null {
+/** The CAPTCHA settings; each rule is checked when the fields it reads pass the schema (`has`). */
+function captchaSettings (entry: TenantEntry['captcha'], where: string, has: (field: string) => boolean = () => true): CaptchaSettings | null {
   if (entry === undefined) return null
+  const problems: string[] = []
   const siteverifyUrl = entry.siteverifyUrl ?? SITEVERIFY_URLS[entry.provider]
-  let url: URL
-  try {
-    url = new URL(siteverifyUrl)
-  } catch {
-    throw new TenantsFileError(`${where}/siteverifyUrl is not a URL`)
+  if (has('siteverifyUrl') && has('provider')) {
+    let url: URL | null = null
+    try {
+      url = new URL(siteverifyUrl)
+    } catch {
+      problems.push(`${where}/siteverifyUrl is not a URL`)
+    }
+    const loopback = url !== null && (['localhost', '127.0.0.1', '[::1]'].includes(url.hostname) || url.hostname.startsWith('127.'))
+    if (url !== null && url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) problems.push(`${where}/siteverifyUrl must be https (http only on a loopback host)`)
   }
-  const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname) || url.hostname.startsWith('127.')
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) throw new TenantsFileError(`${where}/siteverifyUrl must be https (http only on a loopback host)`)
-  if (entry.minScore !== undefined && entry.provider !== 'recaptcha') throw new TenantsFileError(`${where}/minScore: only reCAPTCHA v3 answers a score`)
+  if (has('minScore') && has('provider') && entry.minScore !== undefined && entry.provider !== 'recaptcha') problems.push(`${where}/minScore: only reCAPTCHA v3 answers a score`)
+  refuseAll(problems)
   return {
     provider: entry.provider,
     secret: entry.secret,
@@ -486,23 +525,27 @@ function keyCaptchaRequired (tenant: TenantEntry, key: KeyEntry, where: string):
  * A tenant's review addresses. An expiry more than REVIEW_ADDRESS_MAX_DAYS ahead refuses the
  * file; a past one is left out with a warning, so a stale entry never blocks a reload.
  */
-function reviewAddresses (entries: readonly ReviewAddressEntry[], where: string, warnings: string[]): Map<string, ReviewAddress> {
+function reviewAddresses (entries: readonly ReviewAddressEntry[], where: string, warnings: string[], usable: (entry: unknown) => boolean): Map<string, ReviewAddress> {
   const result = new Map<string, ReviewAddress>()
+  const problems: string[] = []
   const now = Date.now()
   for (const [index, entry] of entries.entries()) {
+    if (!usable(entry)) continue
     const at = `${where}/${index}`
     const checked = validateEmail(entry.address)
-    if (!checked.ok) throw new TenantsFileError(`${at}/address is not an acceptable address`)
+    if (!checked.ok) problems.push(`${at}/address is not an acceptable address`)
     const expiresAtMs = Date.parse(entry.expiresAt)
-    if (Number.isNaN(expiresAtMs)) throw new TenantsFileError(`${at}/expiresAt is not a date-time`)
-    if (expiresAtMs > now + REVIEW_ADDRESS_MAX_DAYS * 86_400_000) throw new TenantsFileError(`${at}/expiresAt is more than ${REVIEW_ADDRESS_MAX_DAYS} days ahead`)
+    if (Number.isNaN(expiresAtMs)) problems.push(`${at}/expiresAt is not a date-time`)
+    else if (expiresAtMs > now + REVIEW_ADDRESS_MAX_DAYS * 86_400_000) problems.push(`${at}/expiresAt is more than ${REVIEW_ADDRESS_MAX_DAYS} days ahead`)
+    if (!checked.ok || Number.isNaN(expiresAtMs)) continue
     if (expiresAtMs <= now) {
       warnings.push(`${at}: the review address has expired and is ignored`)
       continue
     }
     const address = checked.email.address.toLowerCase()
-    if (result.has(address)) throw new TenantsFileError(`${at}/address appears twice`)
-    result.set(address, { codeSha256: entry.codeSha256, expiresAtMs })
+    if (result.has(address)) problems.push(`${at}/address appears twice`)
+    else result.set(address, { codeSha256: entry.codeSha256, expiresAtMs })
   }
+  refuseAll(problems)
   return result
 }

@@ -115,3 +115,45 @@ t.test('a flood of schema problems is listed up to a bound', async (t) => {
   t.equal(lines[0], 'email-otp tenants: 1 tenant (acme) of 2 tenants would be refused (101 problems):')
   t.match(lines.at(-1), /… and more \(only the first 100 are listed\)$/)
 })
+
+t.test('one run lists every problem: the templates folder\'s with the file\'s, a duplicate tenant\'s own, and each entry of a list, each field of a key, brand or CAPTCHA that passes the schema, whatever its siblings hold', async (t) => {
+  const secret = `whsec_${Buffer.alloc(32).toString('base64')}`
+  const hook = (url: string, events = ['verification.succeeded']): Record<string, unknown> => ({ url, secret, events })
+  const review = (address: string, expiresAt: string): Record<string, unknown> => ({ address, codeSha256: '0'.repeat(64), expiresAt })
+  const dir = t.testdir({
+    'tenants.json': JSON.stringify({
+      tiers: { standard: { allowance: 10, window: '1d', sandboxAllowance: 10 } },
+      tenants: [
+        { id: 'a', tier: 'standard', keys: [], webhooks: [hook('http://one.example/otp'), hook('http://two.example/otp')] },
+        { id: 'b', tier: 'standard', keys: [], reviewAddresses: [review('x@b.test', '2999-01-01T00:00:00Z'), review('y@b.test', '2998-01-01T00:00:00Z')] },
+        { id: 'c', tier: 'standard', keys: [{ id: 'k', kind: 'restricted', mode: 'live', sha256: 'not-a-hash' }] },
+        { id: 'd', tier: 'standard', keys: [], brand: { name: 'x'.repeat(101), from: 'not an address' } },
+        { id: 'e', tier: 'standard', keys: [], captcha: { provider: 'turnstile', secret: '', minScore: 0.5 } },
+        { id: 'f', tier: 'standard', keys: [], webhooks: [hook('https://ok.example/otp', ['nope']), hook('http://two.example/otp')] },
+        { id: 'a', tier: 'gold', keys: [] }
+      ]
+    })
+  })
+  const path = join(dir, 'tenants.json')
+  const answer = await npmTenants(['check', path, '--templates', dir])
+  t.equal(answer.code, 1)
+  t.same(answer.stderr.split('\n'), [
+    'email-otp tenants: the tenants file would be refused (15 problems):',
+    `  the templates folder ${dir} must not be or contain the tenants file's folder (${dir}): tenants' template files get a folder of their own`,
+    '  /tenants/6/id appears twice (first at /tenants/0/id)',
+    '  /tenants/6/tier names no tier of /tiers',
+    '  /tenants/0/webhooks/0/url must be https:// (http:// only on a loopback host, for development)',
+    '  /tenants/0/webhooks/1/url must be https:// (http:// only on a loopback host, for development)',
+    '  /tenants/1/reviewAddresses/0/expiresAt is more than 90 days ahead',
+    '  /tenants/1/reviewAddresses/1/expiresAt is more than 90 days ahead',
+    '  /tenants/2/keys/0/sha256 Expected string to match \'^[0-9a-f]{64}$\'',
+    '  /tenants/2/keys/0/origins: a restricted key needs at least one origin',
+    '  /tenants/3/brand/name Expected string length less or equal to 100',
+    '  /tenants/3/brand/from: email must not contain comments or whitespace',
+    '  /tenants/4/captcha/secret Expected string length greater or equal to 1',
+    '  /tenants/4/captcha/minScore: only reCAPTCHA v3 answers a score',
+    '  /tenants/5/webhooks/0/events/0 Expected union value',
+    '  /tenants/5/webhooks/1/url must be https:// (http:// only on a loopback host, for development)',
+    ''
+  ])
+})

@@ -7,6 +7,7 @@
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+import { parse as parseDotenv } from 'dotenv'
 import t from 'tap'
 import { parse } from 'yaml'
 import { parseConfig } from '../../lib/config/from-env.js'
@@ -34,6 +35,35 @@ t.test('.env.example lists every variable with its default', async (t) => {
   }
   t.doesNotThrow(() => parseConfig(Object.fromEntries(set)), 'the values as written are a valid configuration')
   t.equal(spawnSync('sh', ['-n', fileURLToPath(new URL('../../.env.example', import.meta.url))]).status, 0, 'valid shell, for those who source it')
+})
+
+/** The schema's defaults as an environment holds them: every variable with a default, nothing else. */
+function documentedDefaults (): Record<string, string> {
+  return Object.fromEntries(Object.entries(EnvSchema.properties)
+    .filter(([, schema]) => (schema as { default?: unknown }).default !== undefined)
+    .map(([name, schema]) => [name, String((schema as { default?: unknown }).default)]))
+}
+
+t.test('.env.example sourced by sh (set -a; . ./.env.example) exports exactly the documented defaults', async (t) => {
+  const dir = fileURLToPath(new URL('../..', import.meta.url))
+  // An empty environment, so that only what the file sets can show up; env -0: values may hold anything.
+  const environment = (script: string): Map<string, string> => {
+    const run = spawnSync('sh', ['-c', script], { cwd: dir, env: { PATH: process.env.PATH }, encoding: 'utf8' })
+    t.equal(run.status, 0, `sh -c '${script}' succeeds${run.stderr === '' ? '' : `: ${run.stderr}`}`)
+    return new Map(run.stdout.split('\0').filter((entry) => entry !== '').map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]))
+  }
+  const before = environment('env -0')
+  const after = environment('set -a; . ./.env.example; env -0')
+  const exported = Object.fromEntries([...after].filter(([name, value]) => before.get(name) !== value && name !== '_'))
+  t.same(exported, documentedDefaults(), 'every default, byte for byte, and no other variable')
+  t.equal(exported.SNS_SIGNING_CERT_URL_PATTERN, String(EnvSchema.properties.SNS_SIGNING_CERT_URL_PATTERN.default), 'the certificate host pattern keeps its backslashes')
+})
+
+t.test('.env.example parsed by dotenv yields exactly the documented defaults', async (t) => {
+  const parsed = parseDotenv(file('.env.example'))
+  t.same(parsed, documentedDefaults(), 'every default, byte for byte, and no other variable')
+  t.equal(parsed.SNS_SIGNING_CERT_URL_PATTERN, String(EnvSchema.properties.SNS_SIGNING_CERT_URL_PATTERN.default), 'the certificate host pattern keeps its backslashes')
+  t.notOk(new RegExp(parsed.SNS_SIGNING_CERT_URL_PATTERN ?? '').test('https://sns.us-east-1-amazonaws.com/SimpleNotificationService-1.pem'), 'so a look-alike host, which the pattern stripped of its backslashes would admit, is refused')
 })
 
 t.test('compose.yaml configures the service with variables it reads and values it accepts', async (t) => {

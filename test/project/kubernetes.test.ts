@@ -6,15 +6,19 @@
  * installed, each kustomization is also built, and what it renders is checked the same way.
  */
 import { spawnSync } from 'node:child_process'
-import { existsSync, readFileSync, readdirSync } from 'node:fs'
-import { dirname, join } from 'node:path'
+import { once } from 'node:events'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { basename, dirname, join } from 'node:path'
+import { createConnection } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { parseAllDocuments } from 'yaml'
 import { Deployment } from 'kubernetes-models/apps/v1'
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2'
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
-import { ConfigMap, Secret, Service } from 'kubernetes-models/v1'
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1'
+import { ConfigMap, PersistentVolumeClaim, Secret, Service } from 'kubernetes-models/v1'
 import { AuthorizationPolicy, PeerAuthentication } from '@kubernetes-models/istio/security.istio.io/v1'
 import { DestinationRule } from '@kubernetes-models/istio/networking.istio.io/v1'
 import { parseConfig } from '../../lib/config/from-env.js'
@@ -22,9 +26,10 @@ import { workloadMatcher } from '../../lib/net/workload-identity.js'
 import { registryFromJson } from '../../lib/tenants-file/load.js'
 import { EnvSchema } from '../../schemas/env.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
+import { connectFailFast, redisAvailable, startRedis } from '../support/redis.js'
 
 const root = fileURLToPath(new URL('../../deploy/kubernetes/', import.meta.url))
-const kustomizations = ['base', 'overlays/redis', 'examples/istio', 'examples/linkerd']
+const kustomizations = ['base', 'overlays/managed-redis', 'overlays/redis', 'examples/istio', 'examples/linkerd']
 
 type Manifest = Record<string, any>
 
@@ -33,6 +38,8 @@ const MODELS: Record<string, new (data: any) => { validate: () => void }> = {
   'v1 Service': Service,
   'v1 Secret': Secret,
   'v1 ConfigMap': ConfigMap,
+  'v1 PersistentVolumeClaim': PersistentVolumeClaim,
+  'networking.k8s.io/v1 NetworkPolicy': NetworkPolicy,
   'policy/v1 PodDisruptionBudget': PodDisruptionBudget,
   'autoscaling/v2 HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'security.istio.io/v1 PeerAuthentication': PeerAuthentication,
@@ -66,6 +73,36 @@ function kustomization (dir: string): { resources: string[], patches: string[], 
   }
 }
 
+/** Values standing in for what the Secrets hold, which the operator creates (docs/kubernetes.md). */
+const SECRET_SAMPLES: Record<string, string> = { OTP_HMAC_KEYS: TEST_HMAC_KEYS, REDIS_URL: 'redis://:sample-password@email-otp-redis:6379' }
+
+/**
+ * The environment the service would see in `container`: a variable from a Secret, and one read
+ * from a file (`<NAME>_FILE`) in a mounted Secret, take the sample value of their variable.
+ */
+function serviceEnvironment (t: Test, pod: Manifest, container: Manifest, where: string): Record<string, string> {
+  const secretDirs = new Map((pod.volumes as Manifest[]).filter((volume) => volume.secret !== undefined).map((volume) => [volume.name, volume.secret]))
+  const env: Record<string, string> = {}
+  for (const entry of container.env as Manifest[]) {
+    const name = String(entry.name)
+    if (entry.valueFrom !== undefined) {
+      t.ok(entry.valueFrom.secretKeyRef !== undefined && SECRET_SAMPLES[name] !== undefined, `${where}: ${name} comes from a Secret`)
+      env[name] = SECRET_SAMPLES[name] ?? ''
+      continue
+    }
+    const secret = /^(.+)_FILE$/.exec(name)?.[1]
+    if (secret !== undefined && SECRET_SAMPLES[secret] !== undefined) {
+      const mounted = (container.volumeMounts as Manifest[]).find((candidate) => candidate.mountPath === dirname(String(entry.value)))
+      const volume = secretDirs.get(mounted?.name)
+      t.ok(volume !== undefined && (volume.items === undefined || (volume.items as Manifest[]).some((item) => item.path === basename(String(entry.value)))), `${where}: ${name} is a file of a mounted Secret`)
+      env[secret] = SECRET_SAMPLES[secret]
+      continue
+    }
+    env[name] = String(entry.value)
+  }
+  return env
+}
+
 const dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8')
 const variables = new Set(Object.keys(EnvSchema.properties))
 
@@ -80,7 +117,7 @@ function checkService (t: Test, objects: Manifest[], where: string): void {
   const container = pod.containers.find((entry: Manifest) => entry.name === 'email-otp')
   const env = Object.fromEntries((container.env as Manifest[]).map((entry) => [entry.name, entry.value ?? `from ${Object.keys(entry.valueFrom ?? {}).join()}`]))
   t.same(Object.keys(env).filter((name) => !variables.has(name)), [], `${where}: every variable is one the service reads`)
-  const values = { ...env, ...(env.OTP_HMAC_KEYS === undefined ? {} : { OTP_HMAC_KEYS: TEST_HMAC_KEYS }) }
+  const values = serviceEnvironment(t, pod, container, where)
   const config = parseConfig(values)
   t.same(config.metricsListener, { host: '0.0.0.0', port: 9464 }, `${where}: the internal listener on the pod IP`)
   const metricsPort = container.ports.find((port: Manifest) => port.name === 'metrics')?.containerPort
@@ -146,6 +183,51 @@ t.test('the base Deployment, as written: configuration, probes, shutdown, securi
   t.match(dockerfile, /^EXPOSE 3000 9464$/m, 'the image declares the API and the internal listener')
 })
 
+/** Every label selector of an object, with where it is: workloads, Services, budgets, spread constraints, policies. */
+function selectorsOf (object: Manifest): Array<[string, Record<string, string>]> {
+  const found: Array<[string, Record<string, string>]> = []
+  const walk = (value: unknown, path: string): void => {
+    if (Array.isArray(value)) {
+      value.forEach((item, index) => { walk(item, `${path}/${index}`) })
+      return
+    }
+    if (typeof value !== 'object' || value === null) return
+    for (const [key, inner] of Object.entries(value as Record<string, unknown>)) {
+      if (key === 'matchLabels' || (key === 'selector' && object.kind === 'Service')) found.push([`${path}/${key}`, inner as Record<string, string>])
+      else walk(inner, `${path}/${key}`)
+    }
+  }
+  walk(object.spec, `${object.kind} ${object.metadata.name}: spec`)
+  return found
+}
+
+/**
+ * Each selector names this application (app.kubernetes.io/part-of: email-otp), so it cannot
+ * take another application's pods in the namespace, and takes the pods of exactly one of the
+ * workloads rendered; a workload's own selector takes its own.
+ */
+function checkSelectors (t: Test, objects: Manifest[], where: string): void {
+  const workloads = objects.filter((object) => object.kind === 'Deployment')
+  for (const object of objects) {
+    for (const [path, selector] of selectorsOf(object)) {
+      t.equal(selector?.['app.kubernetes.io/part-of'], 'email-otp', `${where}: ${path} names the application`)
+      const selected = workloads.filter((workload) => Object.entries(selector ?? {}).every(([key, value]) => workload.spec.template.metadata.labels?.[key] === value)).map((workload) => workload.metadata.name)
+      t.equal(selected.length, 1, `${where}: ${path} takes the pods of one workload (${selected.join(', ') || 'none'})`)
+      if (object.kind === 'Deployment' && path.endsWith('spec/selector/matchLabels')) t.same(selected, [object.metadata.name], `${where}: ${path} takes its own pods`)
+    }
+  }
+}
+
+/** Every image pinned: an exact version or a digest, never a floating tag. */
+function checkImages (t: Test, objects: Manifest[], where: string): void {
+  for (const workload of objects.filter((object) => object.kind === 'Deployment')) {
+    const pod = workload.spec.template.spec
+    for (const container of [...(pod.initContainers ?? []), ...pod.containers] as Manifest[]) {
+      t.match(container.image, /(:\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?|@sha256:[0-9a-f]{64})$/, `${where}: ${workload.metadata.name}/${container.name} pins its image (${String(container.image)})`)
+    }
+  }
+}
+
 const kubectl = spawnSync('kubectl', ['version', '--client'], { stdio: 'ignore' }).status === 0
 
 t.test('each kustomization builds, and what it renders holds', { skip: kubectl ? false : 'kubectl is not installed' }, async (t) => {
@@ -155,17 +237,20 @@ t.test('each kustomization builds, and what it renders holds', { skip: kubectl ?
     const objects = documents(built.stdout)
     for (const object of objects) validate(t, object, dir)
     checkService(t, objects, dir)
+    checkSelectors(t, objects, dir)
+    checkImages(t, objects, dir)
     const deployment = objects.find((object) => object.kind === 'Deployment' && object.metadata.name === 'email-otp')
+    const serviceEnv = serviceEnvironment(t, deployment?.spec.template.spec, deployment?.spec.template.spec.containers[0], dir)
     if (dir !== 'base') {
-      t.equal(deployment?.spec.replicas, 3, `${dir}: three replicas`)
-      t.ok(parseConfig({ ...Object.fromEntries(deployment?.spec.template.spec.containers[0].env.map((entry: Manifest) => [entry.name, entry.value ?? TEST_HMAC_KEYS])) }).redis, `${dir}: on Redis`)
+      t.ok(parseConfig(serviceEnv).redis, `${dir}: on Redis`)
+      t.equal(serviceEnv.REDIS_URL, SECRET_SAMPLES.REDIS_URL, `${dir}: the Redis URL, password included, from a file of a mounted Secret (REDIS_URL_FILE)`)
       const hpa = objects.find((object) => object.kind === 'HorizontalPodAutoscaler')
       t.same(hpa?.spec.scaleTargetRef, { apiVersion: 'apps/v1', kind: 'Deployment', name: 'email-otp' }, `${dir}: the autoscaler scales the Deployment`)
       const budget = objects.find((object) => object.kind === 'PodDisruptionBudget')?.spec
       t.same([budget?.minAvailable, budget?.maxUnavailable], [2, undefined], `${dir}: two of three stay through a drain`)
     }
     const annotations = deployment?.spec.template.metadata.annotations ?? {}
-    const gateways = parseConfig({ ...Object.fromEntries(deployment?.spec.template.spec.containers[0].env.map((entry: Manifest) => [entry.name, entry.value ?? TEST_HMAC_KEYS])) }).meshGateways
+    const gateways = parseConfig(serviceEnv).meshGateways
     if (dir === 'examples/linkerd') {
       t.equal(annotations['linkerd.io/inject'], 'enabled', 'the Linkerd annotation')
       t.ok(gateways !== null, `${dir}: the ingress controller is named as a gateway, so its end users are not one source`)
@@ -179,4 +264,82 @@ t.test('each kustomization builds, and what it renders holds', { skip: kubectl ?
       t.ok(allowed.some((principal) => isGateway(`spiffe://${principal}`)), `${dir}: and the gateway named is one it lets in`)
     }
   }
+})
+
+t.test('overlays: no replica count beside the autoscaler; the example Redis with a password, a NetworkPolicy and its append-only file on a volume, as redis-server runs it', { skip: kubectl ? false : 'kubectl is not installed' }, async (t) => {
+  for (const dir of kustomizations.filter((entry) => entry !== 'base')) {
+    const objects = documents(spawnSync('kubectl', ['kustomize', join(root, dir)], { encoding: 'utf8' }).stdout)
+    for (const hpa of objects.filter((object) => object.kind === 'HorizontalPodAutoscaler')) {
+      const target = objects.find((object) => object.kind === hpa.spec.scaleTargetRef.kind && object.metadata.name === hpa.spec.scaleTargetRef.name)
+      t.ok(target !== undefined && !('replicas' in target.spec), `${dir}: ${String(hpa.spec.scaleTargetRef.name)} has no replica count beside its autoscaler (apply never scales it back)`)
+    }
+  }
+
+  const objects = documents(spawnSync('kubectl', ['kustomize', join(root, 'overlays/redis')], { encoding: 'utf8' }).stdout)
+  const redis = objects.find((object) => object.kind === 'Deployment' && object.metadata.name === 'email-otp-redis')
+  const service = objects.find((object) => object.kind === 'Deployment' && object.metadata.name === 'email-otp')
+  const pod = redis?.spec.template.spec
+  const container = pod?.containers[0] as Manifest
+  const args = container.args as string[]
+  const passwordVariable = /^\$\(([A-Z_]+)\)$/.exec(args[args.indexOf('--requirepass') + 1] ?? '')?.[1]
+  const passwordFrom = (container.env as Manifest[]).find((entry) => entry.name === passwordVariable)?.valueFrom?.secretKeyRef
+  t.ok(passwordFrom, 'Redis requires a password, from a Secret (never written in the manifest)')
+  const urlSecret = (service?.spec.template.spec.volumes as Manifest[]).find((volume) => volume.name === 'redis')?.secret
+  t.equal(urlSecret?.secretName, passwordFrom?.name, 'the Secret the service reads its Redis URL from (REDIS_URL_FILE) holds that password')
+  t.same((container.env as Manifest[]).find((entry) => entry.name === 'REDISCLI_AUTH')?.valueFrom?.secretKeyRef, passwordFrom, 'the readiness probe\'s redis-cli authenticates')
+
+  const labels = (name: string): Record<string, string> => objects.find((object) => object.kind === 'Deployment' && object.metadata.name === name)?.spec.template.metadata.labels
+  const policy = objects.find((object) => object.kind === 'NetworkPolicy')
+  t.same(policy?.spec.podSelector.matchLabels, redis?.spec.selector.matchLabels, 'a NetworkPolicy covers the Redis pods')
+  t.same(policy?.spec.policyTypes, ['Ingress'])
+  const peers = (policy?.spec.ingress as Manifest[]).flatMap((rule) => rule.from as Manifest[])
+  t.same(peers.map((peer) => Object.keys(peer)), [['podSelector']], 'admitting pods of this namespace only, by one selector')
+  t.ok(Object.entries(peers[0]?.podSelector.matchLabels as Record<string, string>).every(([key, value]) => labels('email-otp')[key] === value), 'the service\'s pods')
+  t.same((policy?.spec.ingress as Manifest[]).flatMap((rule) => rule.ports), [{ protocol: 'TCP', port: 'redis' }], 'on the Redis port alone')
+
+  const dataDir = args[args.indexOf('--dir') + 1]
+  t.equal(args[args.indexOf('--appendonly') + 1], 'yes', 'an append-only file')
+  const mount = (container.volumeMounts as Manifest[]).find((entry) => entry.mountPath === dataDir)
+  const claim = (pod.volumes as Manifest[]).find((volume) => volume.name === mount?.name)?.persistentVolumeClaim?.claimName
+  t.ok(objects.some((object) => object.kind === 'PersistentVolumeClaim' && object.metadata.name === claim), `in ${String(dataDir)}, on a PersistentVolumeClaim of the overlay`)
+
+  if (!redisAvailable) return
+  // The container's arguments as the kubelet expands them, the data folder a temporary one.
+  const password = 'a-password-for-this-test'
+  const dataFolder = t.testdir({})
+  const server = await startRedis(args.map((arg) => arg === `$(${passwordVariable ?? ''})` ? password : arg === dataDir ? dataFolder : arg))
+  t.teardown(async () => { await server.stop() })
+  const socket = createConnection(server.port, '127.0.0.1')
+  socket.write('PING\r\n')
+  const [answer] = await once(socket, 'data') as [Buffer]
+  socket.destroy()
+  t.match(answer.toString(), /^-NOAUTH/, 'without the password, Redis refuses')
+  const client = await connectFailFast(server.url.replace('redis://', `redis://:${password}@`))
+  t.teardown(() => { client.disconnect() })
+  t.equal(await client.ping(), 'PONG', 'with it, Redis answers')
+  t.same(await client.config('GET', 'appendonly'), ['appendonly', 'yes'])
+  t.same(await client.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'noeviction'], 'and never evicts a key')
+})
+
+t.test('docs/kubernetes.md\'s overlay of your own, as written: your tenants file, outside the repository, in the Secret', { skip: kubectl ? false : 'kubectl is not installed' }, async (t) => {
+  const guide = readFileSync(new URL('../../docs/kubernetes.md', import.meta.url), 'utf8')
+  const snippet = /```yaml\n(# my-email-otp\/kustomization\.yaml[^\n]*\n[\s\S]*?)```/.exec(guide)?.[1]
+  t.ok(snippet, 'the guide shows the overlay')
+  // The reader's folders: their overlay beside their checkout, as the snippet's path has it.
+  const place = mkdtempSync(join(tmpdir(), 'email-otp-kustomize-'))
+  t.teardown(() => { rmSync(place, { recursive: true, force: true }) })
+  symlinkSync(fileURLToPath(new URL('../..', import.meta.url)), join(place, 'email-otp'))
+  mkdirSync(join(place, 'my-email-otp'))
+  const tenants = JSON.stringify({ tiers: { standard: { allowance: 100, window: '1d', sandboxAllowance: 100 } }, tenants: [{ id: 'mine', tier: 'standard', keys: [{ id: 'k', kind: 'secret', mode: 'live', sha256: 'a'.repeat(64) }] }] })
+  writeFileSync(join(place, 'my-email-otp', 'tenants.json'), tenants)
+  writeFileSync(join(place, 'my-email-otp', 'kustomization.yaml'), snippet ?? '')
+  const built = spawnSync('kubectl', ['kustomize', join(place, 'my-email-otp')], { encoding: 'utf8' })
+  t.equal(built.status, 0, `it builds${built.status === 0 ? '' : `: ${built.stderr}`}`)
+  const objects = documents(built.stdout)
+  checkService(t, objects, 'your overlay')
+  const secrets = objects.filter((object) => object.kind === 'Secret')
+  t.same(secrets.map((secret) => secret.metadata.name), ['email-otp-tenants'], 'one tenants Secret, its name kept (the mounted file is updated in place)')
+  t.equal(Buffer.from(String(secrets[0]?.data?.['tenants.json']).replace(/\s+/g, ''), 'base64').toString(), tenants, 'holding your file, not the example')
+  const deployment = objects.find((object) => object.kind === 'Deployment' && object.metadata.name === 'email-otp')
+  t.equal(deployment?.spec.template.spec.containers[0].image, 'registry.example.com/email-otp:1.2.0', 'and your image')
 })

@@ -38,8 +38,9 @@ t.test('a tenant whose entry breaks rules is refused alone, with every problem o
   t.same(registry.refused.get('acme')?.problems, [
     '/tenants/0/ttlSeconds Expected integer to be greater or equal to 1',
     '/tenants/0/tier names no tier of /tiers',
-    '/tenants/0/webhooks/0/url must be https:// (http:// only on a loopback host, for development)'
-  ], 'its schema and rule problems; the templates wait for a valid ttlSeconds')
+    '/tenants/0/webhooks/0/url must be https:// (http:// only on a loopback host, for development)',
+    '/tenants/0/templates/en/subject (tenant acme, locale en, subject): the subject must not contain the code: subjects show in notifications and mailbox lists'
+  ], 'its schema and rule problems, its templates\' too: nothing waits for the next run')
   t.equal(registry.refused.get('acme')?.serving, 'none')
   t.same(registry.identify(keys.acmeLive, now), { refused: 'acme' }, 'its keys are recognised as refused')
   t.equal(registry.authenticate(keys.acmeLive, now), null)
