@@ -212,7 +212,7 @@ export interface paths {
         put?: never;
         /**
          * Check a verification receipt and use it up
-         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.
+         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), the address (`email`, required unless `anyAddress` is true), and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.
          */
         post: operations["redeemReceipt"];
         delete?: never;
@@ -284,6 +284,7 @@ export interface components {
          *     - `RECEIPT_INVALID` (400): The receipt is malformed, not signed by this service, or issued to another tenant or mode.
          *     - `RECEIPT_EXPIRED` (400): The receipt has expired.
          *     - `RECEIPT_ADDRESS_MISMATCH` (400): The receipt was issued for another address.
+         *     - `RECEIPT_ADDRESS_REQUIRED` (400): Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address).
          *     - `SNS_MESSAGE_INVALID` (400): The body is not a well-formed SNS message.
          *     - `SNS_MESSAGE_STALE` (400): The SNS message is older than SNS's one-hour retry window.
          *     - `UNAUTHORIZED` (401): A valid API key is required: Authorization: Bearer <key>.
@@ -318,7 +319,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -486,8 +487,16 @@ export interface components {
              * @example eyJhbGciOiJFZERTQSIsImtpZCI6Ii4uLiIsInR5cCI6Im90cC1yZWNlaXB0K2p3dCJ9.eyJ0ZW5hbnQiOiJhY21lIn0.c2lnbmF0dXJl
              */
             receipt: string;
-            /** @description The address your user claims. When given, the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed). */
+            /**
+             * @description The address your user claims: the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed). Required unless `anyAddress` is true.
+             * @example ada@example.com
+             */
             email?: string;
+            /**
+             * @description Redeem without checking the address: the receipt then proves only that someone verified some address of this tenant. For a backend that compares the `addressHash` claim itself. Without it, a body with no `email` is refused (400 RECEIPT_ADDRESS_REQUIRED), so that a backend cannot forget the address by accident.
+             * @enum {boolean}
+             */
+            anyAddress?: true;
         };
         RedeemReply: {
             /** @enum {boolean} */
@@ -2887,7 +2896,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The receipt was genuine, for this tenant and mode (and address, when given), and is now used up. Its claims are returned. */
+            /** @description The receipt was genuine, for this tenant, mode and address (any, with `anyAddress`), and is now used up. Its claims are returned. */
             200: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2904,7 +2913,7 @@ export interface operations {
                     "application/json": components["schemas"]["RedeemReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. `RECEIPT_ADDRESS_REQUIRED`: Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address). */
             400: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -2927,7 +2936,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED";
                     };
                 };
             };
