@@ -997,7 +997,53 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                /** @example {"Type":"Notification","MessageId":"22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324","TopicArn":"arn:aws:sns:eu-west-1:123456789012:ses-events","Message":"{\"eventType\":\"Bounce\",\"bounce\":{\"bounceType\":\"Permanent\",\"bouncedRecipients\":[{\"emailAddress\":\"ada@example.com\"}]},\"mail\":{\"messageId\":\"0102018f-example\"}}","Timestamp":"2026-11-28T10:00:00.000Z","SignatureVersion":"2","Signature":"EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=","SigningCertURL":"https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem","UnsubscribeURL":"https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:eu-west-1:123456789012:ses-events:0000"} */
+                "text/plain": string;
+                /**
+                 * @example {
+                 *       "Type": "Notification",
+                 *       "MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+                 *       "TopicArn": "arn:aws:sns:eu-west-1:123456789012:ses-events",
+                 *       "Message": "{\"eventType\":\"Bounce\",\"bounce\":{\"bounceType\":\"Permanent\",\"bouncedRecipients\":[{\"emailAddress\":\"ada@example.com\"}]},\"mail\":{\"messageId\":\"0102018f-example\"}}",
+                 *       "Timestamp": "2026-11-28T10:00:00.000Z",
+                 *       "SignatureVersion": "2",
+                 *       "Signature": "EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=",
+                 *       "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem",
+                 *       "UnsubscribeURL": "https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:eu-west-1:123456789012:ses-events:0000"
+                 *     }
+                 */
+                "application/json": {
+                    Type: "Notification" | "SubscriptionConfirmation" | "UnsubscribeConfirmation";
+                    /** @description Handled once: a repeated MessageId answers `duplicate`. */
+                    MessageId: string;
+                    /** @description One of SES_FEEDBACK_TOPIC_ARNS. */
+                    TopicArn: string;
+                    /** @description Notifications only, when the publisher set one. */
+                    Subject?: string;
+                    /** @description For a notification, the SES event as JSON text. */
+                    Message: string;
+                    /** @description ISO 8601; older than an hour is refused (SNS_MESSAGE_STALE). */
+                    Timestamp: string;
+                    /** @description Subscription confirmations: fetched to confirm a listed topic. */
+                    SubscribeURL?: string;
+                    /** @description Subscription confirmations. */
+                    Token?: string;
+                    SignatureVersion: "1" | "2";
+                    /** @description Base64 RSA signature over the canonical fields. */
+                    Signature: string;
+                    /** @description Must match SNS_SIGNING_CERT_URL_PATTERN. */
+                    SigningCertURL: string;
+                    UnsubscribeURL?: string;
+                    MessageAttributes?: {
+                        [key: string]: unknown;
+                    };
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
         responses: {
             /** @description Handled, confirmed, a duplicate, or nothing the service sent. */
             200: {
