@@ -643,7 +643,10 @@ export interface operations {
             /** @description The process is up. Nothing else is checked: an outage of Redis or of the mailer does not fail it. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -654,7 +657,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -675,7 +681,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -696,7 +705,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -725,7 +737,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -757,7 +772,10 @@ export interface operations {
             /** @description Ready: the token store answers (a Redis PING when Redis is configured, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -768,7 +786,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -789,7 +810,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -810,7 +834,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -839,7 +866,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -860,7 +890,10 @@ export interface operations {
             /** @description Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -882,7 +915,10 @@ export interface operations {
             /** @description The key set, cacheable for five minutes. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit": number;
@@ -899,7 +935,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -920,7 +959,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -941,7 +983,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -970,7 +1015,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1048,7 +1096,10 @@ export interface operations {
             /** @description Handled, confirmed, a duplicate, or nothing the service sent. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1059,7 +1110,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1080,7 +1134,10 @@ export interface operations {
             /** @description `SNS_TOPIC_NOT_ALLOWED`: The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS. `SNS_CERT_URL_NOT_ALLOWED`: The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN. `SNS_SIGNATURE_INVALID`: The SNS message signature does not verify. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1101,7 +1158,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1122,7 +1182,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1143,7 +1206,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1164,7 +1230,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1193,7 +1262,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1214,7 +1286,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1235,7 +1310,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1280,7 +1358,10 @@ export interface operations {
             /** @description The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1305,7 +1386,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1326,7 +1410,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1352,7 +1439,10 @@ export interface operations {
             /** @description `QUOTA_EXCEEDED`: The volume allowance of this billing tier is used up. */
             402: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1385,7 +1475,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. `CAPTCHA_REQUIRED`: This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header. `CAPTCHA_INVALID`: The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again. `RECIPIENT_BLOCKED`: Codes cannot be sent to this address. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1406,7 +1499,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1427,7 +1523,10 @@ export interface operations {
             /** @description `IDEMPOTENCY_IN_FLIGHT`: A request with this Idempotency-Key is still in progress. `IDEMPOTENCY_OUTCOME_UNKNOWN`: The first request with this Idempotency-Key may have sent a code, and its answer could not be recorded: the key does not run again within 24 hours of that request. Dispatch with a new key to send a new code. */
             409: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After"?: number;
@@ -1450,7 +1549,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1471,7 +1573,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1492,7 +1597,10 @@ export interface operations {
             /** @description `RECIPIENT_SUPPRESSED`: This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress). `IDEMPOTENCY_MISMATCH`: This Idempotency-Key was used with a different request body. */
             422: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1513,7 +1621,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1542,7 +1653,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1563,7 +1677,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1584,7 +1701,10 @@ export interface operations {
             /** @description `DELIVERY_FAILED`: The code could not be delivered; nothing was charged. */
             502: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1617,7 +1737,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1658,7 +1781,10 @@ export interface operations {
             /** @description The guess matched: the person controls the address. The code is used up. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit": number;
@@ -1675,7 +1801,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1702,7 +1831,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1728,7 +1860,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1749,7 +1884,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1770,7 +1908,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1791,7 +1932,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1812,7 +1956,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1841,7 +1988,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1862,7 +2012,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1883,7 +2036,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1917,7 +2073,10 @@ export interface operations {
             /** @description The tier, and for live and sandbox traffic the allowance, what was charged and when the window ends. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1934,7 +2093,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1955,7 +2117,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1981,7 +2146,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2002,7 +2170,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2023,7 +2194,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2052,7 +2226,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2073,7 +2250,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2094,7 +2274,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2138,7 +2321,10 @@ export interface operations {
             /** @description The mailbox is free of any lock and run of wrong guesses, in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2155,7 +2341,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2182,7 +2371,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2208,7 +2400,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2229,7 +2424,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2250,7 +2448,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2271,7 +2472,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2292,7 +2496,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2321,7 +2528,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2342,7 +2552,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2363,7 +2576,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2407,7 +2623,10 @@ export interface operations {
             /** @description The mailbox is suppressed in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2424,7 +2643,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2451,7 +2673,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2477,7 +2702,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2498,7 +2726,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2519,7 +2750,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2540,7 +2774,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2561,7 +2798,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2590,7 +2830,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2611,7 +2854,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2632,7 +2878,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2676,7 +2925,10 @@ export interface operations {
             /** @description The mailbox is not suppressed in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2693,7 +2945,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2720,7 +2975,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2746,7 +3004,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2767,7 +3028,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2788,7 +3052,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2809,7 +3076,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2830,7 +3100,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2859,7 +3132,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2880,7 +3156,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2901,7 +3180,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2945,7 +3227,10 @@ export interface operations {
             /** @description The receipt was genuine, for this tenant, mode and address (any, with `anyAddress`), and is now used up. Its claims are returned. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2962,7 +3247,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. `RECEIPT_ADDRESS_REQUIRED`: Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address). */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2989,7 +3277,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -3015,7 +3306,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3036,7 +3330,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3057,7 +3354,10 @@ export interface operations {
             /** @description `RECEIPT_ALREADY_REDEEMED`: The receipt was already redeemed. `RECEIPT_NOT_REDEEMABLE`: The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again. */
             409: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3084,7 +3384,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3105,7 +3408,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3126,7 +3432,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3155,7 +3464,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3176,7 +3488,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3197,7 +3512,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3242,7 +3560,10 @@ export interface operations {
             /** @description The messages sandbox keys of this tenant sent to the address in the last hour, newest first (empty when none). */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3259,7 +3580,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3286,7 +3610,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -3312,7 +3639,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3333,7 +3663,10 @@ export interface operations {
             /** @description `NOT_FOUND`: Not found. */
             404: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3360,7 +3693,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3381,7 +3717,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3410,7 +3749,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3431,7 +3773,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3452,7 +3797,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3496,7 +3844,10 @@ export interface operations {
             /** @description The subject, text and HTML parts as dispatch would send them. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3513,7 +3864,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3540,7 +3894,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -3566,7 +3923,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3587,7 +3947,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3608,7 +3971,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3629,7 +3995,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3650,7 +4019,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3679,7 +4051,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3700,7 +4075,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3721,7 +4099,10 @@ export interface operations {
             /** @description `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
