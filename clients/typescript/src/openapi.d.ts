@@ -11,7 +11,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: the process answers */
+        /**
+         * Liveness: the process answers
+         * @description For a liveness probe: 200 as long as the process can answer HTTP. It checks nothing else (no store, no mailer), so that an outage of a dependency never gets healthy instances restarted; readiness (`/readyz`) is the probe that takes an instance out of service.
+         */
         get: operations["getLiveness"];
         put?: never;
         post?: never;
@@ -3546,7 +3549,10 @@ export interface operations {
     listSandboxMessages: {
         parameters: {
             query: {
-                /** @description The address the messages were sent to. */
+                /**
+                 * @description The address the messages were sent to, percent-encoded in the query string (`+` is `%2B`).
+                 * @example ada@example.com
+                 */
                 email: string;
                 /** @description Only the message of this dispatch (its requestId): at most one. */
                 requestId?: string;
