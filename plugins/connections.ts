@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
@@ -14,11 +15,13 @@ export interface ConnectionsOptions {
   ipv6BucketPrefix: number
 }
 
+const { status: REFUSAL_STATUS } = errorCatalog.RATE_LIMITED
+const REFUSAL_BODY = JSON.stringify({ success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
+
+/** The answer to a connection over the cap; like every answer, it has an id of its own. */
 function refusal (): string {
-  const { status } = errorCatalog.RATE_LIMITED
-  const body = JSON.stringify({ success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-    `Retry-After: 1\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${body}`
+  return `HTTP/1.1 ${REFUSAL_STATUS} ${STATUS_CODES[REFUSAL_STATUS] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(REFUSAL_BODY)}\r\n` +
+    `X-Request-Id: ${randomUUID()}\r\nRetry-After: 1\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${REFUSAL_BODY}`
 }
 
 /**
@@ -39,7 +42,6 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
   const { server } = fastify
   const sockets = new Map<Socket, ServerResponse | null>()
   const perSource = new Map<string, number>()
-  const overCap = options.maxPerSource > 0 ? refusal() : ''
 
   server.on('connection', (socket: Socket) => {
     const peer = socket.remoteAddress
@@ -50,7 +52,7 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
       if (open >= options.maxPerSource) {
         if (fastify.hasDecorator('metrics')) fastify.metrics.errors.inc({ code: 'RATE_LIMITED' })
         socket.pause()
-        socket.end(overCap, () => { socket.destroy() })
+        socket.end(refusal(), () => { socket.destroy() })
         return
       }
       perSource.set(source, open + 1)

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import { finished } from 'node:stream/promises'
@@ -154,7 +155,9 @@ export function answerClientError (this: FastifyInstance, error: NodeJS.ErrnoExc
   if (error.code === 'ECONNRESET' || socket.destroyed) return
   const code = clientErrorCode(error)
   answeredOnConnection.add(socket)
-  this.log.debug({ code, reason: error.code }, 'connection closed on a client error')
+  // No request was read, so none has an id: this answer gets its own, as every answer does.
+  const requestId = randomUUID()
+  this.log.debug({ reqId: requestId, code, reason: error.code }, 'connection closed on a client error')
   if (this.hasDecorator('metrics')) this.metrics.errors.inc({ code })
   // As node does on its own: no answer once a response has started on this connection (it
   // would land inside it).
@@ -163,7 +166,7 @@ export function answerClientError (this: FastifyInstance, error: NodeJS.ErrnoExc
     const { status, message } = errorCatalog[code]
     const body = JSON.stringify({ success: false, message, code })
     socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${body}`)
+      `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${body}`)
   }
   socket.destroy(error)
 }

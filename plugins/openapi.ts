@@ -77,6 +77,8 @@ export default fp(async function openapiPlugin (fastify) {
         title: manifest.name,
         version: manifest.version,
         license: { name: manifest.license, url: `https://spdx.org/licenses/${manifest.license}.html` },
+        // The service is self-hosted: whoever runs this deployment answers for it.
+        contact: { name: 'The operator of this deployment: quote the answer\'s X-Request-Id' },
         description: 'Proves that a person controls an email address: dispatch sends a 6-digit code, verify checks a guess once. ' +
           'Every error answers `{ success: false, message, code }` with a stable `code` (the `ErrorCode` schema lists them all).\n\n' +
           '**Try it out** (in `/docs`) runs in the browser, which sends an `Origin` header with every POST: a secret key is refused there ' +
@@ -91,7 +93,8 @@ export default fp(async function openapiPlugin (fastify) {
         { name: 'sandbox', description: 'What sandbox (test) keys sent.' },
         { name: 'templates', description: 'The tenant\'s message wording, as its users get it.' },
         { name: 'operations', description: 'Liveness and readiness probes; no key needed.' },
-        { name: 'feedback', description: 'Delivery events from the mail provider (SES through SNS); signed by SNS, no key.' }
+        { name: 'feedback', description: 'Delivery events from the mail provider (SES through SNS); signed by SNS, no key.' },
+        { name: 'receipts', description: 'Signed proofs of a verification: the keys that check them, and their one redemption by the tenant\'s backend.' }
       ],
       security: [{ bearerAuth: [] }],
       components: {

@@ -3,11 +3,8 @@ import { apiError } from '../lib/errors.js'
 import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
-import { FeedbackReply } from '../schemas/recipients.js'
+import { FeedbackReply, SNS_BODY_LIMIT, SnsRequestBody } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'
-
-/** SNS messages are at most 256 KiB. */
-const SNS_BODY_LIMIT = 262_144
 
 /**
  * POST /feedback/ses: the HTTPS subscription endpoint of the SNS topic that SES event
@@ -26,12 +23,17 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
   })
   fastify.post('/feedback/ses', {
     bodyLimit: SNS_BODY_LIMIT,
+    // The body schema is the document's: the message is checked by the feedback receiver,
+    // whose refusals carry SNS's own codes, and the text/plain form is a string only before
+    // the parser above has read it.
+    validatorCompiler: () => () => true,
     schema: {
       operationId: 'receiveSesFeedback',
       summary: 'SES delivery events, as an SNS HTTPS subscription',
       description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when too many are being fetched or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
       tags: ['feedback'],
       security: [],
+      body: SnsRequestBody,
       response: {
         200: ref(FeedbackReply, { description: 'Handled, confirmed, a duplicate, or nothing the service sent.' }),
         ...errorResponses([...connectionErrors, 'INTERNAL', 'SNS_MESSAGE_INVALID', 'SNS_MESSAGE_STALE', 'SNS_TOPIC_NOT_ALLOWED', 'SNS_CERT_URL_NOT_ALLOWED', 'SNS_SIGNATURE_INVALID', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'UNAVAILABLE'])

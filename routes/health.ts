@@ -36,6 +36,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
     schema: {
       operationId: 'getLiveness',
       summary: 'Liveness: the process answers',
+      description: 'For a liveness probe: 200 as long as the process can answer HTTP. It checks nothing else (no store, no mailer), so that an outage of a dependency never gets healthy instances restarted; readiness (`/readyz`) is the probe that takes an instance out of service.',
       tags: ['operations'],
       security: [],
       response: {

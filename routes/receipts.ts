@@ -48,19 +48,23 @@ const receiptRoutes: FastifyPluginAsyncTypebox = async function receiptRoutes (f
     schema: {
       operationId: 'redeemReceipt',
       summary: 'Check a verification receipt and use it up',
-      description: "For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.",
+      description: "For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), the address (`email`, required unless `anyAddress` is true), and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.",
       tags: ['receipts'],
       security: [{ bearerAuth: [] }],
       body: ref(RedeemBody),
       response: {
-        200: ref(RedeemReply, { description: 'The receipt was genuine, for this tenant and mode (and address, when given), and is now used up. Its claims are returned.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'KEY_NOT_PERMITTED', 'RECEIPT_INVALID', 'RECEIPT_EXPIRED', 'RECEIPT_ADDRESS_MISMATCH', 'INVALID_EMAIL', 'RECEIPT_ALREADY_REDEEMED', 'RECEIPT_NOT_REDEEMABLE'])
+        200: ref(RedeemReply, { description: 'The receipt was genuine, for this tenant, mode and address (any, with `anyAddress`), and is now used up. Its claims are returned.' }),
+        ...errorResponses([...commonErrors, ...bodyErrors, 'KEY_NOT_PERMITTED', 'RECEIPT_INVALID', 'RECEIPT_EXPIRED', 'RECEIPT_ADDRESS_MISMATCH', 'RECEIPT_ADDRESS_REQUIRED', 'INVALID_EMAIL', 'RECEIPT_ALREADY_REDEEMED', 'RECEIPT_NOT_REDEEMABLE'])
       }
     }
   }, async function redeem (request) {
     const key = request.auth
     if (key === null) throw apiError('UNAUTHORIZED')
-    const outcome = await fastify.receipts.redeem(key, request.body.receipt, request.body.email)
+    const { receipt, email, anyAddress } = request.body
+    // Binding the address is the default: a backend that forgets it would trust any address.
+    if (email === undefined && anyAddress !== true) throw apiError('RECEIPT_ADDRESS_REQUIRED')
+    if (email !== undefined && anyAddress === true) throw apiError('INVALID_BODY', 'body: send either "email" or "anyAddress", not both')
+    const outcome = await fastify.receipts.redeem(key, receipt, email)
     if (!outcome.ok) throw refusal(outcome)
     request.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId: outcome.claims.requestId }, 'receipt redeemed')
     return { success: true as const, message: 'Receipt redeemed', data: { claims: outcome.claims } }

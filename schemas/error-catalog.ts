@@ -21,6 +21,7 @@ export const errorCatalog = {
   RECEIPT_INVALID: { status: 400, message: 'The receipt is malformed, not signed by this service, or issued to another tenant or mode' },
   RECEIPT_EXPIRED: { status: 400, message: 'The receipt has expired' },
   RECEIPT_ADDRESS_MISMATCH: { status: 400, message: 'The receipt was issued for another address' },
+  RECEIPT_ADDRESS_REQUIRED: { status: 400, message: 'Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address)' },
   SNS_MESSAGE_INVALID: { status: 400, message: 'The body is not a well-formed SNS message' },
   SNS_MESSAGE_STALE: { status: 400, message: 'The SNS message is older than SNS\'s one-hour retry window' },
   UNAUTHORIZED: { status: 401, message: 'A valid API key is required: Authorization: Bearer <key>' },

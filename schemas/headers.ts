@@ -1,5 +1,6 @@
 import { Type, type TSchema } from '@sinclair/typebox'
 import type { ErrorCode } from './error-catalog.js'
+import { PROXY_REQUEST_ID_PATTERN } from './patterns.js'
 
 interface ResponseHeader {
   description: string
@@ -16,8 +17,11 @@ const Count = Type.Integer({ minimum: 0 })
  */
 export const responseHeaders = {
   'X-Request-Id': {
-    description: 'Identifies this answer in the service\'s logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored.',
-    schema: Type.String({ format: 'uuid' })
+    description: 'Identifies this answer in the service\'s logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; ' +
+      'behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy\'s own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service\'s lines match the proxy\'s access log. ' +
+      'The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap\'s 429 only counted.',
+    schema: Type.String({ minLength: 1, maxLength: 128, pattern: PROXY_REQUEST_ID_PATTERN }),
+    example: '0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a'
   },
   'Retry-After': {
     description: 'Seconds to wait before sending the request again (RFC 9110).',

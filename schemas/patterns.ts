@@ -12,6 +12,13 @@ export const RATE_LIMIT_OR_OFF_PATTERN = '^([0-9]{1,9}/[1-9][0-9]{0,6}[smhd]|off
 /** A quota window: `<n>s`, `<n>m`, `<n>h`, `<n>d` or `month`. */
 export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
 
+/**
+ * An `X-Request-Id` a proxy in TRUST_PROXY may hand the service (a mesh sidecar's), taken as
+ * the request's own: 1 to 128 characters, none of which can break a log line. Every other
+ * request gets a fresh UUID, which fits too.
+ */
+export const PROXY_REQUEST_ID_PATTERN = '^[A-Za-z0-9._:+=/@-]{1,128}$'
+
 /** What verify accepts as a requestId: URL-safe, at most 64 characters. */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$'
 

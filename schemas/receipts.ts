@@ -33,7 +33,11 @@ export const RedeemBody = Type.Object({
   email: Type.Optional(Type.String({
     minLength: 1,
     maxLength: 1024,
-    description: 'The address your user claims. When given, the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed).'
+    description: 'The address your user claims: the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed). Required unless `anyAddress` is true.',
+    examples: ['ada@example.com']
+  })),
+  anyAddress: Type.Optional(Type.Literal(true, {
+    description: 'Redeem without checking the address: the receipt then proves only that someone verified some address of this tenant. For a backend that compares the `addressHash` claim itself. Without it, a body with no `email` is refused (400 RECEIPT_ADDRESS_REQUIRED), so that a backend cannot forget the address by accident.'
   }))
 }, { $id: 'RedeemRequest', additionalProperties: false })
 

@@ -13,7 +13,7 @@ const SandboxMessage = Type.Object({
 })
 
 export const SandboxQuery = Type.Object({
-  email: Type.String({ minLength: 1, maxLength: 1024, description: 'The address the messages were sent to.' }),
+  email: Type.String({ minLength: 1, maxLength: 1024, description: 'The address the messages were sent to, percent-encoded in the query string (`+` is `%2B`).', examples: ['ada@example.com'] }),
   requestId: Type.Optional(Type.String({ pattern: REQUEST_ID_PATTERN, description: 'Only the message of this dispatch (its requestId): at most one.' }))
 }, { additionalProperties: false })
 

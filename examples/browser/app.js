@@ -10,6 +10,7 @@ const start = document.getElementById('start')
 const finish = document.getElementById('finish')
 const status = document.getElementById('status')
 let requestId = null
+let email = null
 
 function show (text, state) {
   status.textContent = text
@@ -36,7 +37,7 @@ start.addEventListener('submit', async (event) => {
   button.disabled = true
   show('Sending…', 'pending')
   try {
-    const email = new FormData(start).get('email')
+    email = new FormData(start).get('email')
     const sent = await otp.dispatch(email, { captchaToken: token, locale: navigator.language })
     requestId = sent.requestId
     finish.hidden = false
@@ -56,11 +57,14 @@ finish.addEventListener('submit', async (event) => {
   button.disabled = true
   try {
     const { receipt } = await otp.verify(requestId, new FormData(finish).get('code'))
-    // The page's word proves nothing to a backend: send it the receipt, which it redeems
-    // with its secret key (POST /otp/receipts/redeem) before trusting the address.
-    status.dataset.receipt = receipt
     finish.hidden = true
-    show('Email address verified.', 'verified')
+    // The page's word proves nothing to a backend: it sends the receipt and the address, and
+    // the backend redeems the receipt for that address (POST /otp/receipts/redeem, secret key)
+    // before trusting it (serve.js stands in for it).
+    const answer = await fetch('/signup/verified', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email, receipt }) })
+    const result = await answer.json()
+    if (result.verified === true) show('Email address verified.', 'verified')
+    else show(`The backend did not accept the verification (${result.error}). Ask for a new code.`, 'error')
   } catch (error) {
     // Every verify uses the code up, right or wrong: a new one is needed.
     finish.hidden = true

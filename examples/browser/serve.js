@@ -1,5 +1,7 @@
 // Serves the browser example: the page (with its configuration and, when a Turnstile site key
-// is set, the CAPTCHA widget), its script and the built client. No dependency.
+// is set, the CAPTCHA widget), its script and the built client, and stands in for the page's
+// backend: POST /signup/verified redeems the receipt the page got, for the address the page
+// was given, before trusting it. No dependency.
 import { createServer } from 'node:http'
 import { readFile } from 'node:fs/promises'
 
@@ -12,6 +14,50 @@ const config = {
   // The demo tenant's restricted sandbox key, allowed from localhost and 127.0.0.1 pages.
   publicKey: process.env.EMAIL_OTP_PUBLIC_KEY ?? 'rk_test_DemoRestrictedKeyForLocalhostOnly0000',
   turnstileSiteKey: process.env.TURNSTILE_SITE_KEY || null
+}
+// The backend's secret key (server side only, never in the page): the demo's sandbox one by default.
+const secretKey = process.env.EMAIL_OTP_SECRET_KEY ?? 'sk_test_DemoSandboxKeyForLocalUseOnly000000000'
+
+/** The backend's client, from the built client (`npm run client:build`), made on first use. */
+let backendClient = null
+async function backend () {
+  if (backendClient === null) {
+    const { createClient } = await import(clientBundle.href)
+    backendClient = createClient({ baseUrl: config.serviceUrl, apiKey: secretKey })
+  }
+  return backendClient
+}
+
+/** A small JSON body, or null. */
+async function jsonBody (request) {
+  let text = ''
+  for await (const chunk of request) {
+    text += chunk
+    if (text.length > 8192) return null
+  }
+  try {
+    return JSON.parse(text)
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The page's word proves nothing: the backend redeems the receipt with its secret key, for the
+ * address the user typed, and only then treats the address as verified (here it just says so;
+ * your backend creates the account or the session). The address always goes with the receipt:
+ * a redemption without it is refused (RECEIPT_ADDRESS_REQUIRED).
+ */
+async function verified (request) {
+  const body = await jsonBody(request)
+  if (typeof body?.email !== 'string' || typeof body?.receipt !== 'string') return { status: 400, body: { error: 'INVALID_BODY' } }
+  try {
+    const claims = await (await backend()).redeemReceipt(body.receipt, { email: body.email })
+    return { status: 200, body: { verified: true, email: body.email, requestId: claims.requestId } }
+  } catch (error) {
+    if (error?.name !== 'EmailOtpError') throw error
+    return { status: error.status >= 500 || error.status === 0 ? 503 : 400, body: { error: error.code, message: error.message } }
+  }
 }
 
 function escapeHtml (text) {
@@ -59,6 +105,15 @@ const server = createServer(async (request, response) => {
   // Browsers ask for it on their own; the page has none.
   if (path === '/favicon.ico') {
     response.writeHead(204, headers).end()
+    return
+  }
+  if (request.method === 'POST' && path === '/signup/verified') {
+    try {
+      const { status, body } = await verified(request)
+      response.writeHead(status, { ...headers, 'content-type': 'application/json' }).end(JSON.stringify(body))
+    } catch {
+      response.writeHead(500, { ...headers, 'content-type': 'application/json' }).end('{"error":"INTERNAL"}')
+    }
     return
   }
   if (request.method !== 'GET' || route === undefined) {

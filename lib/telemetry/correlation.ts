@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { PROXY_REQUEST_ID_PATTERN } from '../../schemas/patterns.js'
 import { fromTrustedProxy } from '../net/client-address.js'
 import type { IpRangeSet } from '../net/ip-ranges.js'
 
@@ -8,7 +9,7 @@ import type { IpRangeSet } from '../net/ip-ranges.js'
  */
 
 /** A request id we log as it came: 1 to 128 characters, none of which can break a log line. */
-const REQUEST_ID = /^[A-Za-z0-9._:+=/@-]{1,128}$/
+const REQUEST_ID = new RegExp(PROXY_REQUEST_ID_PATTERN)
 
 /** version-traceid-parentid-flags; version ff is invalid, and an all-zero id is no id. */
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/

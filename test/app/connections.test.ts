@@ -37,6 +37,7 @@ t.test(`one address holds at most ${CAP} connections; a trusted proxy has no cap
   const [head = '', body = ''] = over.received().split('\r\n\r\n')
   t.match(head, /^HTTP\/1\.1 429 Too Many Requests\r\n/, `connection ${CAP + 1} is answered 429 at once`)
   t.match(head, /\r\nRetry-After: 1\r\n/)
+  t.match(head, /\r\nX-Request-Id: [0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\r\n/, 'the refusal carries an X-Request-Id, as the document says every answer does')
   t.same(JSON.parse(body), { success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
   await healthOn(held[0] as RawConnection)
   await healthOn(held[CAP - 1] as RawConnection)

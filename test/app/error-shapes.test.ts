@@ -10,7 +10,11 @@ import t from 'tap'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { errorCatalog } from '../../schemas/error-catalog.js'
+import { responseHeaders } from '../../schemas/headers.js'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
+
+/** The form openapi.json gives X-Request-Id, which it marks as sent on every answer. */
+const documentedRequestId = new RegExp(responseHeaders['X-Request-Id'].schema.pattern ?? '^$')
 
 interface RawAnswer {
   status: number
@@ -128,7 +132,11 @@ t.test('what node and Fastify answer on their own, in the contract\'s shape', as
     t.equal(answer.status, status, name)
     t.equal(contractBreach('GET', answer), null, `${name}: the contract's shape`)
     t.equal(JSON.parse(answer.body || '{}').code, code, `${name}: ${code}`)
+    t.match(answer.headers['x-request-id'], documentedRequestId, `${name}: an X-Request-Id of the documented form`)
   }
+  const first = await raw(port, 'GARBAGE\r\n\r\n')
+  const second = await raw(port, 'GARBAGE\r\n\r\n')
+  t.not(first.headers['x-request-id'], second.headers['x-request-id'], 'each answer written on the connection has an id of its own')
   const keptAlive = await raw(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nPOST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{')
   t.match(keptAlive.body, /^\{"ok":true\}HTTP\/1\.1 408 Request Timeout\r\n[^]*"code":"REQUEST_TIMEOUT"\}$/, 'on a kept-alive connection the next request has its own deadline')
   const wrongMethod = await raw(port, 'PUT /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')

@@ -1,7 +1,8 @@
 /*
- * The README's quick start, run as printed (bash, curl) against the service started with no
- * configuration, as `npm start` does: it verifies a code, can be run again and again under the
- * default limits, and stops with a clear message when a step fails.
+ * The README's quick start, run as printed (curl, under dash, a POSIX sh, and under bash)
+ * against the service started with no configuration, as `npm start` does: it verifies a code,
+ * can be run again and again under the default limits, reads the inbox of an address with a
+ * `+` (as docs/examples.md uses), and stops with a clear message when a step fails.
  */
 import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
@@ -16,9 +17,9 @@ const blocks = [...quickStart.matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => 
 
 const DEFAULT_LIMITS = { RATE_LIMIT_RECIPIENT: '5/15m', RATE_LIMIT_SOURCE: '30/1m', RATE_LIMIT_KEY: '600/1m', RATE_LIMIT_MAILBOX: '15/15m', RATE_LIMIT_ACCOUNT: '60/1m', RATE_LIMIT_PUBLIC: '120/1m' }
 
-async function snippet (base: string, edit: (script: string) => string = (script) => script): Promise<{ stdout: string, stderr: string }> {
+async function snippet (base: string, edit: (script: string) => string = (script) => script, shell = 'dash'): Promise<{ stdout: string, stderr: string }> {
   const script = edit(blocks.join('\n')).replaceAll('http://127.0.0.1:3000', base)
-  return await run('bash', ['-c', script], { timeout: 30_000 })
+  return await run(shell, ['-c', script], { timeout: 30_000 })
 }
 
 t.test('the quick start, as printed', async (t) => {
@@ -27,10 +28,17 @@ t.test('the quick start, as printed', async (t) => {
 
   t.test('verifies a code, run after run, under the default limits', async (t) => {
     for (let i = 0; i < 7; i++) {
-      const { stdout, stderr } = await snippet(server.base)
-      t.match(stdout, /^sent: otp_[A-Za-z0-9_-]+\n\{"success":true,"message":"Code verified","data":\{"receipt":"eyJ/, `run ${i + 1}`)
+      const shell = i % 2 === 0 ? 'dash' : 'bash'
+      const { stdout, stderr } = await snippet(server.base, undefined, shell)
+      t.match(stdout, /^sent: otp_[A-Za-z0-9_-]+\n\{"success":true,"message":"Code verified","data":\{"receipt":"eyJ/, `run ${i + 1} (${shell})`)
       t.equal(stderr, '')
     }
+  })
+
+  t.test('an address with a + (docs/examples.md\'s) is read back from the inbox', async (t) => {
+    const { stdout, stderr } = await snippet(server.base, (script) => script.replace(/^EMAIL=.*$/m, () => 'EMAIL="you+$(date +%s).$$@example.com"'))
+    t.match(stdout, /^sent: otp_[A-Za-z0-9_-]+\n\{"success":true,"message":"Code verified"/)
+    t.equal(stderr, '')
   })
 
   t.test('an error answer is reported, not passed on as a requestId', async (t) => {

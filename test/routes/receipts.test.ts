@@ -54,10 +54,10 @@ function receiptSuite (t: Test, env: () => Record<string, string>): void {
     t.equal((payload.exp ?? 0) - (payload.iat ?? 0), 300)
     t.notMatch(Buffer.from(receipt.split('.')[1] ?? '', 'base64url').toString(), /ada|lovelace|example/i, 'the receipt does not carry the address')
 
-    const first = await redeem(app, keys.acmeLive, { receipt })
+    const first = await redeem(app, keys.acmeLive, { receipt, email: 'Ada.Lovelace@example.com' })
     t.equal(first.status, 200)
     t.same(first.body, { success: true, message: 'Receipt redeemed', data: { claims: payload } })
-    const replay = await redeem(app, keys.acmeLive, { receipt })
+    const replay = await redeem(app, keys.acmeLive, { receipt, email: 'Ada.Lovelace@example.com' })
     t.same([replay.status, replay.body.code], [409, 'RECEIPT_ALREADY_REDEEMED'], 'a replayed receipt is refused')
   })
 
@@ -66,11 +66,11 @@ function receiptSuite (t: Test, env: () => Record<string, string>): void {
     const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path })
     const receipt = await verifiedReceipt(app, mail, keys.acmeBrowser, 'grace@example.com', { origin: 'https://app.acme.test' })
 
-    const browser = await redeem(app, keys.acmeBrowser, { receipt }, { origin: 'https://app.acme.test' })
+    const browser = await redeem(app, keys.acmeBrowser, { receipt, email: 'grace@example.com' }, { origin: 'https://app.acme.test' })
     t.same([browser.status, browser.body.code], [403, 'KEY_NOT_PERMITTED'], 'a restricted key cannot redeem')
-    const otherTenant = await redeem(app, keys.globexTest, { receipt })
+    const otherTenant = await redeem(app, keys.globexTest, { receipt, email: 'grace@example.com' })
     t.same([otherTenant.status, otherTenant.body.code], [400, 'RECEIPT_INVALID'])
-    const otherMode = await redeem(app, keys.acmeTest, { receipt })
+    const otherMode = await redeem(app, keys.acmeTest, { receipt, email: 'grace@example.com' })
     t.same([otherMode.status, otherMode.body.code], [400, 'RECEIPT_INVALID'], 'a live receipt does not redeem with a sandbox key')
     const wrongAddress = await redeem(app, keys.acmeLive, { receipt, email: 'mallory@example.com' })
     t.same([wrongAddress.status, wrongAddress.body.code], [400, 'RECEIPT_ADDRESS_MISMATCH'])
@@ -81,14 +81,29 @@ function receiptSuite (t: Test, env: () => Record<string, string>): void {
     t.equal(right.body.data.claims.addressHash, documentedHash('grace@example.com'))
 
     for (const junk of ['a.b.c', `${receipt.slice(0, -4)}AAAA`]) {
-      const answer = await redeem(app, keys.acmeLive, { receipt: junk })
+      const answer = await redeem(app, keys.acmeLive, { receipt: junk, anyAddress: true })
       t.same([answer.status, answer.body.code], [400, 'RECEIPT_INVALID'], junk.slice(0, 10))
     }
-    const malformed = await redeem(app, keys.acmeLive, { receipt: 'no dots' })
+    const malformed = await redeem(app, keys.acmeLive, { receipt: 'no dots', anyAddress: true })
     t.same([malformed.status, malformed.body.code], [400, 'INVALID_BODY'])
-    const extra = await redeem(app, keys.acmeLive, { receipt, admin: true })
+    const extra = await redeem(app, keys.acmeLive, { receipt, email: 'grace@example.com', admin: true })
     t.same([extra.status, extra.body.code], [400, 'INVALID_BODY'])
-    t.equal((await app.inject({ method: 'POST', url: '/otp/receipts/redeem', payload: { receipt } })).statusCode, 401)
+    t.equal((await app.inject({ method: 'POST', url: '/otp/receipts/redeem', payload: { receipt, email: 'grace@example.com' } })).statusCode, 401)
+  })
+
+  t.test('the address binds unless the backend opts out by name: no email and no anyAddress is refused, the receipt unused', async (t) => {
+    const { path, keys } = tenants(t)
+    const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path })
+    const receipt = await verifiedReceipt(app, mail, keys.acmeLive, 'linus@example.com')
+    const forgotten = await redeem(app, keys.acmeLive, { receipt })
+    t.same([forgotten.status, forgotten.body.code], [400, 'RECEIPT_ADDRESS_REQUIRED'], 'a backend that forgets the address is told so')
+    const both = await redeem(app, keys.acmeLive, { receipt, email: 'linus@example.com', anyAddress: true })
+    t.same([both.status, both.body.code], [400, 'INVALID_BODY'], 'an address and the opt-out contradict each other')
+    const notTrue = await redeem(app, keys.acmeLive, { receipt, anyAddress: false })
+    t.same([notTrue.status, notTrue.body.code], [400, 'INVALID_BODY'], 'the opt-out is `true` or absent')
+    const anyAddress = await redeem(app, keys.acmeLive, { receipt, anyAddress: true })
+    t.equal(anyAddress.status, 200, 'the refusals left the receipt unused; the explicit opt-out redeems it')
+    t.equal(anyAddress.body.data.claims.addressHash, documentedHash('linus@example.com'), 'the claims still carry the address hash to compare')
   })
 
   t.test('a receipt signed with the service\'s own key whose aud is not its tenant does not redeem', async (t) => {
@@ -146,7 +161,8 @@ t.test('redis', redisTestOptions(), async (t) => {
     t.same(await jwks(a.app), await jwks(b.app), 'keys derived from the shared OTP_HMAC_KEYS')
     for (let round = 0; round < 5; round++) {
       const receipt = await verifiedReceipt(a.app, a.mail, keys.acmeLive, `race${round}@example.com`)
-      const answers = await Promise.all([redeem(a.app, keys.acmeLive, { receipt }), redeem(b.app, keys.acmeLive, { receipt }), redeem(b.app, keys.acmeLive, { receipt })])
+      const body = { receipt, email: `race${round}@example.com` }
+      const answers = await Promise.all([redeem(a.app, keys.acmeLive, body), redeem(b.app, keys.acmeLive, body), redeem(b.app, keys.acmeLive, body)])
       t.same(answers.map((answer) => answer.status).sort(), [200, 409, 409], `round ${round}: one redemption wins`)
     }
   })
@@ -163,8 +179,8 @@ t.test('redis', redisTestOptions(), async (t) => {
     const listed = (await during.app.inject({ method: 'GET', url: '/.well-known/jwks.json' })).json().keys.map((jwk: { kid: string }) => jwk.kid)
     t.same(listed, ['new', 'old'])
     t.equal(decodeProtectedHeader(await verifiedReceipt(during.app, during.mail, keys.acmeLive, 'r3@example.com')).kid, 'new', 'the first key signs')
-    t.equal((await redeem(during.app, keys.acmeLive, { receipt: oldReceipts[0] })).status, 200, 'an old receipt redeems while its key is listed')
-    const retired = await redeem(after.app, keys.acmeLive, { receipt: oldReceipts[1] })
+    t.equal((await redeem(during.app, keys.acmeLive, { receipt: oldReceipts[0], email: 'r1@example.com' })).status, 200, 'an old receipt redeems while its key is listed')
+    const retired = await redeem(after.app, keys.acmeLive, { receipt: oldReceipts[1], email: 'r2@example.com' })
     t.same([retired.status, retired.body.code], [400, 'RECEIPT_INVALID'], 'refused once the old key is removed')
     t.match(decodeJwt(oldReceipts[1] ?? ''), { tenant: 'acme' })
   })

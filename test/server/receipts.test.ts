@@ -30,7 +30,7 @@ async function receiptOf (service: Running, keys: FixtureKeys, email: string): P
 }
 
 async function redeem (service: Running, keys: FixtureKeys, receipt: string): Promise<[number, string]> {
-  const answer = await post(service.base, '/otp/receipts/redeem', keys.acmeTest, { receipt })
+  const answer = await post(service.base, '/otp/receipts/redeem', keys.acmeTest, { receipt, anyAddress: true })
   return [answer.status, answer.status === 200 ? 'redeemed' : answer.body.code]
 }
 

@@ -503,7 +503,7 @@ t.test('REDIS_REPLICA_ACKS on a Cluster: each WAIT goes to the primary that took
   const { requestId } = sent.json().data
   const checked = await built.app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(a.key), payload: { requestId, userGuess: built.mail.codeFor('receipt@example.com') } })
   t.equal(checked.statusCode, 200)
-  const redeem = async (): Promise<number> => (await built.app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(a.key), payload: { receipt: checked.json().data.receipt } })).statusCode
+  const redeem = async (): Promise<number> => (await built.app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(a.key), payload: { receipt: checked.json().data.receipt, email: 'receipt@example.com' } })).statusCode
   const suppress = async (): Promise<number> => (await built.app.inject({ method: 'POST', url: '/recipients/suppress', headers: bearer(a.key), payload: { email: 'receipt@example.com' } })).statusCode
   replica.freeze()
   frozen = true

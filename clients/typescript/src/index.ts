@@ -19,11 +19,38 @@ type ErrorCodes<Responses> = { [Status in keyof Responses]: Status extends 200 ?
 export type DispatchErrorCode = ErrorCodes<operations['dispatchCode']['responses']>
 /** The codes verify can answer, from the document. */
 export type VerifyErrorCode = ErrorCodes<operations['verifyCode']['responses']>
+/** The codes redeemReceipt can answer, from the document. */
+export type RedeemErrorCode = ErrorCodes<operations['redeemReceipt']['responses']>
+/** The codes sandboxMessages can answer, from the document. */
+export type SandboxMessagesErrorCode = ErrorCodes<operations['listSandboxMessages']['responses']>
+/** The codes previewTemplate can answer, from the document. */
+export type PreviewTemplateErrorCode = ErrorCodes<operations['previewTemplate']['responses']>
 
 export type DispatchRequest = Schemas['DispatchRequest']
 export type DispatchReply = Schemas['DispatchReply']
 export type VerifyRequest = Schemas['VerifyRequest']
 export type VerifyReply = Schemas['VerifyReply']
+export type RedeemRequest = Schemas['RedeemRequest']
+export type RedeemReply = Schemas['RedeemReply']
+/** The claims of a redeemed receipt: tenant, mode, requestId, addressHash, expiry… */
+export type ReceiptClaims = RedeemReply['data']['claims']
+export type SandboxMessagesReply = Schemas['SandboxMessagesReply']
+/** One message a sandbox key sent, with its code. */
+export type SandboxMessage = SandboxMessagesReply['data']['messages'][number]
+export type UsageReply = Schemas['UsageReply']
+/** The tenant's tier and its live and sandbox allowance in the current window. */
+export type Usage = UsageReply['data']
+export type UnlockReply = Schemas['UnlockReply']
+export type SuppressReply = Schemas['SuppressReply']
+export type UnsuppressReply = Schemas['UnsuppressReply']
+export type TemplatePreviewRequest = Schemas['TemplatePreviewRequest']
+export type TemplatePreviewReply = Schemas['TemplatePreviewReply']
+/** The message as the tenant's users get it in one language: subject, text, html. */
+export type TemplatePreview = TemplatePreviewReply['data']
+/** The public keys that verify receipts (a JWKS). */
+export type ReceiptKeys = Schemas['Jwks']
+export type Liveness = Schemas['LiveReply']
+export type Readiness = Schemas['ReadyReply']
 
 /** What dispatch resolves to: the reply's `data` (the requestId to verify), and how it came. */
 export type DispatchResult = DispatchReply['data'] & {
@@ -98,11 +125,42 @@ export interface VerifyOptions {
   endUserIp?: string
 }
 
+/**
+ * Whose address a receipt must be for: the address the user claims (the default to use), or,
+ * for a backend that compares the `addressHash` claim itself, explicitly any.
+ */
+export type RedeemAddress = { email: string } | { anyAddress: true }
+
+export interface SandboxMessagesOptions {
+  /** Only the message of this dispatch. */
+  requestId?: string
+}
+
 export interface EmailOtpClient {
   /** Mails a code to `email`; resolves to the requestId to verify. */
   dispatch (email: string, options?: DispatchOptions): Promise<DispatchResult>
   /** Checks the code the person typed. Every call uses the code up, right or wrong. */
   verify (requestId: string, guess: string, options?: VerifyOptions): Promise<VerifyResult>
+  /** Checks a receipt a page handed over and uses it up (secret keys). Resolves to its claims. */
+  redeemReceipt (receipt: string, address: RedeemAddress): Promise<ReceiptClaims>
+  /** What sandbox keys sent to `email`, newest first, codes included (sandbox keys only). */
+  sandboxMessages (email: string, options?: SandboxMessagesOptions): Promise<SandboxMessage[]>
+  /** The tenant's tier and allowance in the current window (secret keys). */
+  usage (): Promise<Usage>
+  /** Clears a recipient's lockout and run of wrong guesses (secret keys). */
+  unlockRecipient (email: string): Promise<UnlockReply['data']>
+  /** Stops all mail to a recipient for SUPPRESSION_DAYS (secret keys). */
+  suppressRecipient (email: string): Promise<SuppressReply['data']>
+  /** Lifts a recipient's suppression (secret keys). */
+  unsuppressRecipient (email: string): Promise<UnsuppressReply['data']>
+  /** Renders the tenant's message in one language with a sample code (secret keys). */
+  previewTemplate (request?: TemplatePreviewRequest): Promise<TemplatePreview>
+  /** The public keys that verify receipts, for a backend that checks them itself. No key needed. */
+  receiptKeys (): Promise<ReceiptKeys>
+  /** Liveness: resolves while the process answers. No key needed. */
+  liveness (): Promise<Liveness>
+  /** Readiness: `ready` false (a 503) is an answer, not an error. No key needed. */
+  readiness (): Promise<Readiness>
 }
 
 interface Attempted {
@@ -125,6 +183,21 @@ const DISPATCH_RETRIES: RetryPolicy = {
   retriable: (status, code) => status === 503 || (status === 409 && code === 'IDEMPOTENCY_IN_FLIGHT')
 }
 
+/** Reads and settings that change nothing when repeated: every failure without an answer is retried. */
+const SAFE_RETRIES: RetryPolicy = {
+  networkErrors: true,
+  retriable: (status) => status === 503
+}
+
+/**
+ * A redemption that reached the service used the receipt up: repeated after a lost answer it
+ * would answer 409 RECEIPT_ALREADY_REDEEMED. A 503 was answered before the receipt was used.
+ */
+const REDEEM_RETRIES: RetryPolicy = {
+  networkErrors: false,
+  retriable: (status) => status === 503
+}
+
 const VERIFY_RETRIES: RetryPolicy = {
   // A verify that reached the service used the code up, right or wrong: repeating it after a
   // lost answer would turn a right guess into CODE_MISMATCH. Without an answer the client
@@ -143,13 +216,16 @@ export function createClient (options: ClientOptions): EmailOtpClient {
   const maxRetryDelayMs = options.maxRetryDelayMs ?? 10_000
   const timeoutMs = options.timeoutMs ?? 15_000
 
+  /** `body` undefined: a GET. */
   async function attempt (path: string, headers: Record<string, string>, body: unknown): Promise<Attempted> {
-    const response = await send(base + path, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json', ...headers },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs)
-    })
+    const response = await send(base + path, body === undefined
+      ? { method: 'GET', headers: { authorization: `Bearer ${options.apiKey}`, ...headers }, signal: AbortSignal.timeout(timeoutMs) }
+      : {
+          method: 'POST',
+          headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json', ...headers },
+          body: JSON.stringify(body),
+          signal: AbortSignal.timeout(timeoutMs)
+        })
     const text = await response.text()
     let parsed: unknown
     try {
@@ -160,8 +236,12 @@ export function createClient (options: ClientOptions): EmailOtpClient {
     return { response, body: parsed, traceId: response.headers.get('x-request-id') ?? undefined, retryAfter: parseRetryAfter(response.headers.get('retry-after')) }
   }
 
-  /** Runs one call with its retries; resolves to the successful answer or rejects with EmailOtpError. */
-  async function call (path: string, headers: Record<string, string>, body: unknown, policy: RetryPolicy, expected: (data: Record<string, unknown>) => boolean, requestId?: string): Promise<Attempted> {
+  /**
+   * Runs one call with its retries; resolves to the successful answer or rejects with
+   * EmailOtpError. `expected` tells the service's answer from anything else; `answers`, the
+   * statuses that are answers rather than errors.
+   */
+  async function call (path: string, headers: Record<string, string>, body: unknown, policy: RetryPolicy, expected: (reply: Record<string, unknown>) => boolean, requestId?: string, answers: readonly number[] = [200]): Promise<Attempted> {
     for (let attempts = 1; ; attempts++) {
       let answer: Attempted
       try {
@@ -174,7 +254,7 @@ export function createClient (options: ClientOptions): EmailOtpClient {
         continue
       }
       const { response, body: reply, traceId, retryAfter } = answer
-      if (response.status === 200 && isRecord(reply) && reply.success === true && isRecord(reply.data) && expected(reply.data)) return answer
+      if (answers.includes(response.status) && isRecord(reply) && expected(reply)) return answer
       const code = isRecord(reply) && typeof reply.code === 'string' ? reply.code : undefined
       const delay = policy.retriable(response.status, code) && attempts <= retries ? backoff(attempts, retryAfter, maxRetryDelayMs) : undefined
       if (delay !== undefined) {
@@ -190,6 +270,12 @@ export function createClient (options: ClientOptions): EmailOtpClient {
     }
   }
 
+  /** The `data` of a `{ success: true, data }` answer, once `expected` recognises it. */
+  async function callForData<Data> (path: string, body: unknown, policy: RetryPolicy, expected: (data: Record<string, unknown>) => boolean): Promise<Data> {
+    const { body: reply } = await call(path, {}, body, policy, (answer) => answer.success === true && isRecord(answer.data) && expected(answer.data))
+    return (reply as { data: Data }).data
+  }
+
   return {
     async dispatch (email, dispatchOptions = {}) {
       const idempotencyKey = dispatchOptions.idempotencyKey ?? randomKey()
@@ -197,7 +283,7 @@ export function createClient (options: ClientOptions): EmailOtpClient {
       if (dispatchOptions.endUserIp !== undefined) headers['end-user-ip'] = dispatchOptions.endUserIp
       if (dispatchOptions.captchaToken !== undefined) headers['captcha-token'] = dispatchOptions.captchaToken
       const body: DispatchRequest = dispatchOptions.locale === undefined ? { email } : { email, locale: dispatchOptions.locale }
-      const { response, body: reply } = await call('/otp/request', headers, body, DISPATCH_RETRIES, (data) => typeof data.requestId === 'string')
+      const { response, body: reply } = await call('/otp/request', headers, body, DISPATCH_RETRIES, (answer) => isRecord(answer.data) && typeof answer.data.requestId === 'string')
       const { message, data } = reply as DispatchReply
       return { ...data, message, idempotencyKey, replayed: response.headers.get('idempotent-replayed') === 'true' }
     },
@@ -206,9 +292,58 @@ export function createClient (options: ClientOptions): EmailOtpClient {
       const headers: Record<string, string> = {}
       if (verifyOptions.endUserIp !== undefined) headers['end-user-ip'] = verifyOptions.endUserIp
       const body: VerifyRequest = { requestId, userGuess: guess }
-      const { body: reply } = await call('/otp/verify', headers, body, VERIFY_RETRIES, (data) => typeof data.receipt === 'string', requestId)
+      const { body: reply } = await call('/otp/verify', headers, body, VERIFY_RETRIES, (answer) => isRecord(answer.data) && typeof answer.data.receipt === 'string', requestId)
       const { message, data } = reply as VerifyReply
       return { ...data, message }
+    },
+
+    async redeemReceipt (receipt, address) {
+      const body: RedeemRequest = 'email' in address ? { receipt, email: address.email } : { receipt, anyAddress: true }
+      const data = await callForData<RedeemReply['data']>('/otp/receipts/redeem', body, REDEEM_RETRIES, (answer) => isRecord(answer.claims))
+      return data.claims
+    },
+
+    async sandboxMessages (email, messagesOptions = {}) {
+      const query = new URLSearchParams({ email })
+      if (messagesOptions.requestId !== undefined) query.set('requestId', messagesOptions.requestId)
+      const data = await callForData<SandboxMessagesReply['data']>(`/sandbox/messages?${query.toString()}`, undefined, SAFE_RETRIES, (answer) => Array.isArray(answer.messages))
+      return data.messages
+    },
+
+    async usage () {
+      return await callForData<Usage>('/usage', undefined, SAFE_RETRIES, (answer) => typeof answer.tier === 'string')
+    },
+
+    async unlockRecipient (email) {
+      return await callForData<UnlockReply['data']>('/recipients/unlock', { email }, SAFE_RETRIES, (answer) => typeof answer.cleared === 'boolean')
+    },
+
+    async suppressRecipient (email) {
+      return await callForData<SuppressReply['data']>('/recipients/suppress', { email }, SAFE_RETRIES, (answer) => typeof answer.suppressedUntil === 'string')
+    },
+
+    async unsuppressRecipient (email) {
+      return await callForData<UnsuppressReply['data']>('/recipients/unsuppress', { email }, SAFE_RETRIES, (answer) => typeof answer.lifted === 'boolean')
+    },
+
+    async previewTemplate (request = {}) {
+      return await callForData<TemplatePreview>('/templates/preview', request, SAFE_RETRIES, (answer) => typeof answer.html === 'string')
+    },
+
+    async receiptKeys () {
+      const { body: reply } = await call('/.well-known/jwks.json', {}, undefined, SAFE_RETRIES, (answer) => Array.isArray(answer.keys))
+      return reply as ReceiptKeys
+    },
+
+    async liveness () {
+      const { body: reply } = await call('/healthz', {}, undefined, SAFE_RETRIES, (answer) => answer.ok === true)
+      return reply as Liveness
+    },
+
+    async readiness () {
+      // Not retried on 503: not ready is the answer a probe asks for.
+      const { body: reply } = await call('/readyz', {}, undefined, { networkErrors: true, retriable: () => false }, (answer) => typeof answer.ready === 'boolean', undefined, [200, 503])
+      return reply as Readiness
     }
   }
 }

@@ -11,7 +11,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: the process answers */
+        /**
+         * Liveness: the process answers
+         * @description For a liveness probe: 200 as long as the process can answer HTTP. It checks nothing else (no store, no mailer), so that an outage of a dependency never gets healthy instances restarted; readiness (`/readyz`) is the probe that takes an instance out of service.
+         */
         get: operations["getLiveness"];
         put?: never;
         post?: never;
@@ -212,7 +215,7 @@ export interface paths {
         put?: never;
         /**
          * Check a verification receipt and use it up
-         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), optionally the address, and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.
+         * @description For the tenant's backend (secret keys only): checks the receipt's signature, expiry, tenant and mode (the key's), the address (`email`, required unless `anyAddress` is true), and marks it redeemed. A receipt redeems once in its lifetime: a second redemption answers 409 RECEIPT_ALREADY_REDEEMED, and a receipt issued before the service lost its record of redemptions (a restart of the embedded default, Redis losing its data) answers 409 RECEIPT_NOT_REDEEMABLE, since whether it was redeemed can no longer be known. A receipt living longer than RECEIPT_TTL_SECONDS, or issued in the future (beyond 5 s of clock tolerance), is RECEIPT_INVALID even with a good signature.
          */
         post: operations["redeemReceipt"];
         delete?: never;
@@ -285,6 +288,7 @@ export interface components {
          *     - `RECEIPT_INVALID` (400): The receipt is malformed, not signed by this service, or issued to another tenant or mode.
          *     - `RECEIPT_EXPIRED` (400): The receipt has expired.
          *     - `RECEIPT_ADDRESS_MISMATCH` (400): The receipt was issued for another address.
+         *     - `RECEIPT_ADDRESS_REQUIRED` (400): Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address).
          *     - `SNS_MESSAGE_INVALID` (400): The body is not a well-formed SNS message.
          *     - `SNS_MESSAGE_STALE` (400): The SNS message is older than SNS's one-hour retry window.
          *     - `UNAUTHORIZED` (401): A valid API key is required: Authorization: Bearer <key>.
@@ -319,7 +323,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -487,8 +491,16 @@ export interface components {
              * @example eyJhbGciOiJFZERTQSIsImtpZCI6Ii4uLiIsInR5cCI6Im90cC1yZWNlaXB0K2p3dCJ9.eyJ0ZW5hbnQiOiJhY21lIn0.c2lnbmF0dXJl
              */
             receipt: string;
-            /** @description The address your user claims. When given, the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed). */
+            /**
+             * @description The address your user claims: the receipt redeems only if it was issued for this address (400 RECEIPT_ADDRESS_MISMATCH otherwise, and the receipt stays unredeemed). Required unless `anyAddress` is true.
+             * @example ada@example.com
+             */
             email?: string;
+            /**
+             * @description Redeem without checking the address: the receipt then proves only that someone verified some address of this tenant. For a backend that compares the `addressHash` claim itself. Without it, a body with no `email` is refused (400 RECEIPT_ADDRESS_REQUIRED), so that a backend cannot forget the address by accident.
+             * @enum {boolean}
+             */
+            anyAddress?: true;
         };
         RedeemReply: {
             /** @enum {boolean} */
@@ -635,7 +647,10 @@ export interface operations {
             /** @description The process is up. Nothing else is checked: an outage of Redis or of the mailer does not fail it. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -646,7 +661,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -667,7 +685,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -688,7 +709,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -717,7 +741,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -749,7 +776,10 @@ export interface operations {
             /** @description Ready: the token store answers (a Redis PING when Redis is configured, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -760,7 +790,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -781,7 +814,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -802,7 +838,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -831,7 +870,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -852,7 +894,10 @@ export interface operations {
             /** @description Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -874,7 +919,10 @@ export interface operations {
             /** @description The key set, cacheable for five minutes. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit": number;
@@ -891,7 +939,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -912,7 +963,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -933,7 +987,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -962,7 +1019,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -989,12 +1049,61 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                /** @example {"Type":"Notification","MessageId":"22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324","TopicArn":"arn:aws:sns:eu-west-1:123456789012:ses-events","Message":"{\"eventType\":\"Bounce\",\"bounce\":{\"bounceType\":\"Permanent\",\"bouncedRecipients\":[{\"emailAddress\":\"ada@example.com\"}]},\"mail\":{\"messageId\":\"0102018f-example\"}}","Timestamp":"2026-11-28T10:00:00.000Z","SignatureVersion":"2","Signature":"EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=","SigningCertURL":"https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem","UnsubscribeURL":"https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:eu-west-1:123456789012:ses-events:0000"} */
+                "text/plain": string;
+                /**
+                 * @example {
+                 *       "Type": "Notification",
+                 *       "MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+                 *       "TopicArn": "arn:aws:sns:eu-west-1:123456789012:ses-events",
+                 *       "Message": "{\"eventType\":\"Bounce\",\"bounce\":{\"bounceType\":\"Permanent\",\"bouncedRecipients\":[{\"emailAddress\":\"ada@example.com\"}]},\"mail\":{\"messageId\":\"0102018f-example\"}}",
+                 *       "Timestamp": "2026-11-28T10:00:00.000Z",
+                 *       "SignatureVersion": "2",
+                 *       "Signature": "EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=",
+                 *       "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem",
+                 *       "UnsubscribeURL": "https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:eu-west-1:123456789012:ses-events:0000"
+                 *     }
+                 */
+                "application/json": {
+                    Type: "Notification" | "SubscriptionConfirmation" | "UnsubscribeConfirmation";
+                    /** @description Handled once: a repeated MessageId answers `duplicate`. */
+                    MessageId: string;
+                    /** @description One of SES_FEEDBACK_TOPIC_ARNS. */
+                    TopicArn: string;
+                    /** @description Notifications only, when the publisher set one. */
+                    Subject?: string;
+                    /** @description For a notification, the SES event as JSON text. */
+                    Message: string;
+                    /** @description ISO 8601; older than an hour is refused (SNS_MESSAGE_STALE). */
+                    Timestamp: string;
+                    /** @description Subscription confirmations: fetched to confirm a listed topic. */
+                    SubscribeURL?: string;
+                    /** @description Subscription confirmations. */
+                    Token?: string;
+                    SignatureVersion: "1" | "2";
+                    /** @description Base64 RSA signature over the canonical fields. */
+                    Signature: string;
+                    /** @description Must match SNS_SIGNING_CERT_URL_PATTERN. */
+                    SigningCertURL: string;
+                    UnsubscribeURL?: string;
+                    MessageAttributes?: {
+                        [key: string]: unknown;
+                    };
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
         responses: {
             /** @description Handled, confirmed, a duplicate, or nothing the service sent. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1005,7 +1114,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `SNS_MESSAGE_INVALID`: The body is not a well-formed SNS message. `SNS_MESSAGE_STALE`: The SNS message is older than SNS's one-hour retry window. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1026,7 +1138,10 @@ export interface operations {
             /** @description `SNS_TOPIC_NOT_ALLOWED`: The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS. `SNS_CERT_URL_NOT_ALLOWED`: The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN. `SNS_SIGNATURE_INVALID`: The SNS message signature does not verify. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1047,7 +1162,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1068,7 +1186,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1089,7 +1210,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1110,7 +1234,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1139,7 +1266,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1160,7 +1290,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1181,7 +1314,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1226,7 +1362,10 @@ export interface operations {
             /** @description The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1251,7 +1390,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1272,7 +1414,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1298,7 +1443,10 @@ export interface operations {
             /** @description `QUOTA_EXCEEDED`: The volume allowance of this billing tier is used up. */
             402: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1331,7 +1479,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. `CAPTCHA_REQUIRED`: This key needs a CAPTCHA token: send the widget's answer in the Captcha-Token header. `CAPTCHA_INVALID`: The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again. `RECIPIENT_BLOCKED`: Codes cannot be sent to this address. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1352,7 +1503,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1373,7 +1527,10 @@ export interface operations {
             /** @description `IDEMPOTENCY_IN_FLIGHT`: A request with this Idempotency-Key is still in progress. `IDEMPOTENCY_OUTCOME_UNKNOWN`: The first request with this Idempotency-Key may have sent a code, and its answer could not be recorded: the key does not run again within 24 hours of that request. Dispatch with a new key to send a new code. */
             409: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After"?: number;
@@ -1396,7 +1553,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1417,7 +1577,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1438,7 +1601,10 @@ export interface operations {
             /** @description `RECIPIENT_SUPPRESSED`: This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress). `IDEMPOTENCY_MISMATCH`: This Idempotency-Key was used with a different request body. */
             422: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1459,7 +1625,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1488,7 +1657,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1509,7 +1681,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1530,7 +1705,10 @@ export interface operations {
             /** @description `DELIVERY_FAILED`: The code could not be delivered; nothing was charged. */
             502: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1563,7 +1741,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1604,7 +1785,10 @@ export interface operations {
             /** @description The guess matched: the person controls the address. The code is used up. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit": number;
@@ -1621,7 +1805,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_CODE_FORMAT`: The code must be exactly 6 digits. `CODE_MISMATCH`: The code is incorrect, expired or already used. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1648,7 +1835,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1674,7 +1864,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1695,7 +1888,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1716,7 +1912,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1737,7 +1936,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1758,7 +1960,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1787,7 +1992,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1808,7 +2016,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1829,7 +2040,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1863,7 +2077,10 @@ export interface operations {
             /** @description The tier, and for live and sandbox traffic the allowance, what was charged and when the window ends. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -1880,7 +2097,10 @@ export interface operations {
             /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1901,7 +2121,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -1927,7 +2150,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1948,7 +2174,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -1969,7 +2198,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -1998,7 +2230,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2019,7 +2254,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2040,7 +2278,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2084,7 +2325,10 @@ export interface operations {
             /** @description The mailbox is free of any lock and run of wrong guesses, in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2101,7 +2345,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2128,7 +2375,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2154,7 +2404,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2175,7 +2428,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2196,7 +2452,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2217,7 +2476,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2238,7 +2500,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2267,7 +2532,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2288,7 +2556,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2309,7 +2580,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2353,7 +2627,10 @@ export interface operations {
             /** @description The mailbox is suppressed in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2370,7 +2647,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2397,7 +2677,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2423,7 +2706,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2444,7 +2730,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2465,7 +2754,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2486,7 +2778,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2507,7 +2802,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2536,7 +2834,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2557,7 +2858,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2578,7 +2882,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2622,7 +2929,10 @@ export interface operations {
             /** @description The mailbox is not suppressed in the key's mode. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2639,7 +2949,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2666,7 +2979,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2692,7 +3008,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2713,7 +3032,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2734,7 +3056,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2755,7 +3080,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2776,7 +3104,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2805,7 +3136,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2826,7 +3160,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2847,7 +3184,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -2888,10 +3228,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The receipt was genuine, for this tenant and mode (and address, when given), and is now used up. Its claims are returned. */
+            /** @description The receipt was genuine, for this tenant, mode and address (any, with `anyAddress`), and is now used up. Its claims are returned. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2905,10 +3248,13 @@ export interface operations {
                     "application/json": components["schemas"]["RedeemReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. `RECEIPT_INVALID`: The receipt is malformed, not signed by this service, or issued to another tenant or mode. `RECEIPT_EXPIRED`: The receipt has expired. `RECEIPT_ADDRESS_MISMATCH`: The receipt was issued for another address. `RECEIPT_ADDRESS_REQUIRED`: Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address). */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -2928,14 +3274,17 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED";
                     };
                 };
             };
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -2961,7 +3310,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -2982,7 +3334,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3003,7 +3358,10 @@ export interface operations {
             /** @description `RECEIPT_ALREADY_REDEEMED`: The receipt was already redeemed. `RECEIPT_NOT_REDEEMABLE`: The receipt was issued before the service last lost its record of redemptions (a restart without Redis, or Redis losing its data) and can no longer be redeemed: verify the address again. */
             409: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3030,7 +3388,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3051,7 +3412,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3072,7 +3436,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3101,7 +3468,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3122,7 +3492,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3143,7 +3516,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3174,7 +3550,10 @@ export interface operations {
     listSandboxMessages: {
         parameters: {
             query: {
-                /** @description The address the messages were sent to. */
+                /**
+                 * @description The address the messages were sent to, percent-encoded in the query string (`+` is `%2B`).
+                 * @example ada@example.com
+                 */
                 email: string;
                 /** @description Only the message of this dispatch (its requestId): at most one. */
                 requestId?: string;
@@ -3188,7 +3567,10 @@ export interface operations {
             /** @description The messages sandbox keys of this tenant sent to the address in the last hour, newest first (empty when none). */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3205,7 +3587,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3232,7 +3617,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -3258,7 +3646,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3279,7 +3670,10 @@ export interface operations {
             /** @description `NOT_FOUND`: Not found. */
             404: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3306,7 +3700,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3327,7 +3724,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3356,7 +3756,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3377,7 +3780,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3398,7 +3804,10 @@ export interface operations {
             /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3442,7 +3851,10 @@ export interface operations {
             /** @description The subject, text and HTML parts as dispatch would send them. */
             200: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3459,7 +3871,10 @@ export interface operations {
             /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `LOCALE_NOT_AVAILABLE`: The tenant has no message wording in this language. */
             400: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
                     "RateLimit-Limit"?: number;
@@ -3486,7 +3901,10 @@ export interface operations {
             /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
             401: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /**
                      * @description The authentication scheme to use: `Bearer` (RFC 6750).
@@ -3512,7 +3930,10 @@ export interface operations {
             /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3533,7 +3954,10 @@ export interface operations {
             /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
             408: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3554,7 +3978,10 @@ export interface operations {
             /** @description `PAYLOAD_TOO_LARGE`: The request body is too large. */
             413: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3575,7 +4002,10 @@ export interface operations {
             /** @description `UNSUPPORTED_MEDIA_TYPE`: Send the body as application/json. */
             415: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3596,7 +4026,10 @@ export interface operations {
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
@@ -3625,7 +4058,10 @@ export interface operations {
             /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
             431: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3646,7 +4082,10 @@ export interface operations {
             /** @description `INTERNAL`: Internal error. */
             500: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     [name: string]: unknown;
                 };
@@ -3667,7 +4106,10 @@ export interface operations {
             /** @description `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
             503: {
                 headers: {
-                    /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
                     "X-Request-Id": string;
                     /** @description Seconds to wait before sending the request again (RFC 9110). */
                     "Retry-After": number;
