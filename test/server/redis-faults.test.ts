@@ -142,7 +142,7 @@ async function receiptOf (t: Test, { app, mail }: TestApp, key: string, email: s
 }
 
 async function redeem ({ app }: TestApp, key: string, receipt: string): Promise<[number, string]> {
-  const answer = await app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(key), payload: { receipt } })
+  const answer = await app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(key), payload: { receipt, anyAddress: true } })
   return [answer.statusCode, answer.statusCode === 200 ? 'redeemed' : answer.json().code]
 }
 
