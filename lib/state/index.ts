@@ -18,6 +18,7 @@ import type { RedisTopology } from '../config/redis-topology.js'
 import { createToolRedisClient, type RedisClient } from './redis/client.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { ReplicaAcks } from './redis/replica-acks.js'
+import { RedisServerWatch, type MisnamedServer, type ServerCheckLog } from './redis/server-check.js'
 import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
 import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
 import type { SandboxInbox } from './sandbox-inbox.js'
@@ -52,12 +53,26 @@ export interface State {
   /** Provider feedback messages already handled (SNS delivers at least once). */
   readonly feedbackDedupe: FeedbackDedupe
   /**
-   * The stores can answer and keep what they are given: Redis reachable and not allowed to
-   * evict keys (`reason` says what is wrong, for operators); in memory, always.
+   * The stores can answer and keep what they are given: Redis reachable, a primary of the
+   * kind the settings name, and not allowed to evict keys (`reason` says what is wrong, for
+   * operators); in memory, always.
    */
-  ready (): Promise<{ ok: boolean, reason: string | null }>
+  ready (): Promise<StoresReadiness>
+  /** Writes answered 503 (and undone where they could be) because too few Redis replicas acknowledged them. */
+  unacknowledgedWrites (): number
   /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
   close (): Promise<void>
+}
+
+export interface StoresReadiness {
+  ok: boolean
+  reason: string | null
+  /** A setting that names the wrong kind of Redis server: start-up refuses it. */
+  misnamed: MisnamedServer | null
+  /** What works against the service without stopping it (too few replicas for REDIS_REPLICA_ACKS…). */
+  warnings: string[]
+  /** The fewest replicas connected to a Redis primary, against REDIS_REPLICA_ACKS. */
+  replicas: { required: number, connected: number } | null
 }
 
 export interface StateOptions {
@@ -67,8 +82,12 @@ export interface StateOptions {
   replicaAcks?: { count: number, timeoutMs: number }
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
-  /** Where a Redis that may evict keys is reported (the service's logger; tools may leave it out). */
-  log?: EvictionLog
+  /** Where a Redis that may evict keys, or is not what the settings name, is reported (the service's logger; tools may leave it out). */
+  log?: EvictionLog & ServerCheckLog
+  /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
+  topology?: RedisTopology
+  /** How long a probe of a listed Sentinel or Cluster node may take to connect. */
+  connectTimeoutMs?: number
 }
 
 export function createState (redis: RedisClient | null, options: StateOptions): State {
@@ -88,7 +107,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       redemptions,
       webhookQueue,
       feedbackDedupe: new MemoryFeedbackDedupe(),
-      ready: async () => ({ ok: await tokens.ready(), reason: null }),
+      ready: async () => ({ ok: await tokens.ready(), reason: null, misnamed: null, warnings: [], replicas: null }),
+      unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
         idempotency.close()
         await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
@@ -96,8 +116,11 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     }
   }
   const tokens = new RedisTokenStore(redis)
-  const eviction = new EvictionPolicyWatch(redis, options.log ?? { error: () => {}, info: () => {} })
-  const acks = new ReplicaAcks(redis, options.replicaAcks ?? { count: 0, timeoutMs: 0 })
+  const log = options.log ?? { error: () => {}, warn: () => {}, info: () => {} }
+  const eviction = new EvictionPolicyWatch(redis, log)
+  const replicaAcks = options.replicaAcks ?? { count: 0, timeoutMs: 0 }
+  const acks = new ReplicaAcks(redis, replicaAcks)
+  const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
     kind: 'redis',
     tokens,
@@ -109,10 +132,14 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis),
     ready: async () => {
-      if (!await tokens.ready()) return { ok: false, reason: 'Redis does not answer' }
+      const [answers, { misnamed, warnings, replicas }] = await Promise.all([tokens.ready(), servers.check()])
+      const found = { misnamed, warnings, replicas }
+      if (misnamed !== null) return { ok: false, reason: `${misnamed.variable} ${misnamed.problem}`, ...found }
+      if (!answers) return { ok: false, reason: 'Redis does not answer', ...found }
       const { ok, reason } = await eviction.check()
-      return { ok, reason }
+      return { ok, reason, ...found }
     },
+    unacknowledgedWrites: () => acks.shortfalls,
     close: async () => {}
   }
 }

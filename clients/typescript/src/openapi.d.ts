@@ -581,8 +581,17 @@ export interface components {
                 tokenStore: {
                     ok: boolean;
                     kind: string;
-                    /** @description Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys). */
+                    /** @description Why the store is not usable, when that is known: a Redis maxmemory-policy that evicts keys, a setting that names a replica or the wrong kind of server… */
                     reason?: string;
+                    /** @description Only when REDIS_REPLICA_ACKS is set. Fewer connected than required: every write on that primary is undone and answers 503. */
+                    replicas?: {
+                        /** @description REDIS_REPLICA_ACKS. */
+                        required: number;
+                        /** @description The fewest replicas connected to a Redis primary (any primary of a Cluster). */
+                        connected: number;
+                    };
+                    /** @description What works against the service without making it unready: too few replicas for REDIS_REPLICA_ACKS, a Cluster with cluster-require-full-coverage yes. */
+                    warnings?: string[];
                 };
                 mailer: {
                     ok: boolean;
@@ -745,7 +754,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready: the token store answers (a Redis PING when Redis is configured, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
+            /** @description Ready: the token store answers (a Redis PING when Redis is configured, the server a primary of the kind the settings name, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
             200: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
