@@ -16,7 +16,7 @@ import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
-import { RecipientTagger } from './recipients/tag.js'
+import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { createState, type State } from './state/index.js'
 import { createRedisClient, type RedisClient } from './state/redis/client.js'
@@ -195,7 +195,13 @@ export async function createServices (config: Config, options: ServicesOptions):
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
       log,
-      ...(config.redis === null ? {} : { topology: config.redis, connectTimeoutMs: redisConnectTimeoutMs(config) })
+      ...(config.redis === null
+        ? {}
+        : {
+            topology: config.redis,
+            connectTimeoutMs: redisConnectTimeoutMs(config),
+            tagKey: { fingerprint: tagKeyFingerprint(config.recipientTagKey.secret), accept: config.recipientTagKey.accept }
+          })
     })
     stops.push(async () => { await backend.close() })
     const tenants = await openTenantDirectory(config, log)
@@ -330,8 +336,8 @@ export async function createServices (config: Config, options: ServicesOptions):
         started = true
         // A Redis that does not answer yet is waited for (not ready, 503s); one that answers as
         // the wrong kind of server (a replica, a Cluster node behind REDIS_URL) never will serve.
-        const { misnamed } = await backend.ready()
-        if (misnamed !== null) throw new ConfigError(misnamed.variable, misnamed.problem)
+        const { refused } = await backend.ready()
+        if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
       },
       async close () {
