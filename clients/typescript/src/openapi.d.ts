@@ -230,7 +230,7 @@ export interface paths {
         };
         /**
          * Read the sandbox inbox of an address (optionally one dispatch's message)
-         * @description Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most 20 per address, newest first, for the same tenant only. Live keys get 404. Reserved recipients simulate delivery outcomes: `fail@simulator.invalid`: the provider rejects the message: 502 DELIVERY_FAILED, the code is destroyed, nothing is charged. `slow@simulator.invalid`: the provider does not answer within MAIL_TIMEOUT_MS: 502 DELIVERY_FAILED after the timeout. `throttled@simulator.invalid`: the provider throttles the sender: 502 DELIVERY_FAILED.
+         * @description Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most 20 per address, newest first, for the same tenant only. Secret keys only (a restricted key gets 403 KEY_NOT_PERMITTED: a page's key must not read codes); live keys get 404. Reserved recipients simulate delivery outcomes: `fail@simulator.invalid`: the provider rejects the message: 502 DELIVERY_FAILED, the code is destroyed, nothing is charged. `slow@simulator.invalid`: the provider does not answer within MAIL_TIMEOUT_MS: 502 DELIVERY_FAILED after the timeout. `throttled@simulator.invalid`: the provider throttles the sender: 502 DELIVERY_FAILED.
          */
         get: operations["listSandboxMessages"];
         put?: never;
@@ -3263,7 +3263,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /** @description Identifies this answer in the service's logs: quote it when reporting a problem. Chosen by the service; a value sent by the client is ignored. */
@@ -3280,7 +3280,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };
