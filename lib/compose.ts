@@ -1,6 +1,7 @@
 import type { Writable } from 'node:stream'
 import type { Logger } from 'pino'
 import { admissionPolicy } from './admission/plan.js'
+import { ConfigError } from './config/from-env.js'
 import type { Config } from './config/types.js'
 import { SesFeedback } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
@@ -15,7 +16,7 @@ import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
-import { RecipientTagger } from './recipients/tag.js'
+import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { createState, type State } from './state/index.js'
 import { createRedisClient, type RedisClient } from './state/redis/client.js'
@@ -75,7 +76,7 @@ export interface Services {
   readonly previews: TemplatePreviews
   /** Webhook deliveries queued per tenant of the tenants file. */
   webhookBacklogs (): Promise<Array<[string, Backlog]>>
-  /** Checks the stores (a Redis allowed to evict keys is logged) and starts delivering webhooks. */
+  /** Checks the stores (a Redis allowed to evict keys, or short of replicas, is logged; one of the wrong kind refused) and starts delivering webhooks. */
   start (): Promise<void>
   /** Stops everything started, in order (the webhook worker settles its attempts first); idempotent. */
   close (): Promise<void>
@@ -96,6 +97,10 @@ const COMPOSE_QUANTUM_MS = 1
 
 const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 
+function redisConnectTimeoutMs (config: Config): number {
+  return Math.max(1000, config.redisCommandTimeoutMs * 2)
+}
+
 /**
  * The one Redis connection of the process (lib/state/redis/client.ts builds it for the configured
  * topology), shared by every store. The client reconnects forever in the background (and
@@ -107,7 +112,7 @@ const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 async function connectRedis (config: Config, log: LogLines): Promise<RedisClient | null> {
   const { redis: topology, redisCommandTimeoutMs } = config
   if (topology === null) return null
-  const connectTimeoutMs = Math.max(1000, redisCommandTimeoutMs * 2)
+  const connectTimeoutMs = redisConnectTimeoutMs(config)
   const client = createRedisClient(topology, { commandTimeoutMs: redisCommandTimeoutMs, connectTimeoutMs })
   let healthy = true
   client.on('ready', () => {
@@ -185,7 +190,19 @@ export async function createServices (config: Config, options: ServicesOptions):
       redis = options.redis
     }
 
-    const backend = createState(redis, { memoryStoreMaxTokens: config.memoryStoreMaxTokens, replicaAcks: config.redisReplicaAcks, webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant }, log })
+    const backend = createState(redis, {
+      memoryStoreMaxTokens: config.memoryStoreMaxTokens,
+      replicaAcks: config.redisReplicaAcks,
+      webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
+      log,
+      ...(config.redis === null
+        ? {}
+        : {
+            topology: config.redis,
+            connectTimeoutMs: redisConnectTimeoutMs(config),
+            tagKey: { fingerprint: tagKeyFingerprint(config.recipientTagKey.secret), accept: config.recipientTagKey.accept }
+          })
+    })
     stops.push(async () => { await backend.close() })
     const tenants = await openTenantDirectory(config, log)
     stops.push(() => { tenants.close() })
@@ -317,7 +334,10 @@ export async function createServices (config: Config, options: ServicesOptions):
       async start () {
         if (started || closing !== null) return
         started = true
-        await backend.ready()
+        // A Redis that does not answer yet is waited for (not ready, 503s); one that answers as
+        // the wrong kind of server (a replica, a Cluster node behind REDIS_URL) never will serve.
+        const { refused } = await backend.ready()
+        if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
       },
       async close () {

@@ -4,6 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { storeCall } from '../lib/store-errors.js'
 import { tenantScope } from '../lib/keys/scope.js'
+import { sourceBucket } from '../lib/net/source-address.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -72,10 +73,17 @@ function canonicalJson (value: unknown): string {
  * could not be recorded (its store failed at the wrong moment) is never run again in its 24
  * hours: retries get 409 IDEMPOTENCY_OUTCOME_UNKNOWN until the answer is recorded, if ever.
  * Keys are scoped by API key (another key, the tenant's public one say, can neither replay nor
- * pre-empt them); stored answers never hold a code (dispatch answers carry only the requestId).
+ * pre-empt them), and a restricted key's also by end client; stored answers never hold a code (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
   const store = fastify.backend.idempotency
+  const { ipv6BucketPrefix } = fastify.config
+
+  /** The caller as the per-source limits count it: its workload behind a sidecar, else its address's bucket. */
+  function endClient (request: FastifyRequest): string {
+    if (request.meshSource !== null) return request.meshSource
+    return sourceBucket(request.clientAddress, ipv6BucketPrefix) ?? request.clientAddress
+  }
 
   fastify.decorateRequest('idempotency', null)
 
@@ -85,7 +93,11 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
-    const scope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
+    const keyScope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
+    // A restricted key is shared by every visitor of its page: each end client (the per-source
+    // identity the abuse guard counts) gets its own namespace, so a visitor's guessable key
+    // never gives a stranger that visitor's record.
+    const scope = request.auth.kind === 'restricted' ? `${keyScope}:${endClient(request)}` : keyScope
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
     const attempt = randomBytes(12).toString('base64url')
     const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, attempt, REPLAY_TTL_MS, CLAIM_MS))

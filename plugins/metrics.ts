@@ -154,15 +154,24 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
  * The services' state as gauges: the Redis connection, the block lists, the tenants file, the
  * webhook queues. Gauges read their value at scrape time, so the request path pays nothing for them.
  */
-export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
+export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
   const { registry } = metrics
-  const { redis, blocklists, tenants } = services
+  const { redis, backend, blocklists, tenants } = services
   if (redis !== null) {
     registry.registerMetric(new Gauge({
       name: 'email_otp_redis_up',
       help: '1 when the Redis connection is ready; absent on the in-memory default.',
       registers: [],
       collect () { this.set(redis.status === 'ready' ? 1 : 0) }
+    }))
+    registry.registerMetric(new Counter({
+      name: 'email_otp_redis_writes_unacknowledged_total',
+      help: 'Writes of a dispatch, verify, redemption, suppression or unlock that fewer than REDIS_REPLICA_ACKS replicas acknowledged in time: each answered 503, undone where it could be.',
+      registers: [],
+      collect () {
+        this.reset()
+        this.inc(backend.unacknowledgedWrites())
+      }
     }))
   }
   registry.registerMetric(new Gauge({

@@ -4,6 +4,7 @@ import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { LiveReply, ReadyReply } from '../schemas/health.js'
 import { ref } from '../schemas/ref.js'
 import { problemPointer } from '../lib/tenants/registry.js'
+import type { StoresReadiness } from '../lib/state/index.js'
 
 export interface HealthRoutesOptions {
   /** The service whose readiness is reported: the internal listener reports on the public app. */
@@ -16,7 +17,7 @@ export interface HealthRoutesOptions {
   details: 'token' | 'everyone'
 }
 
-interface StoreChecks { tokenStore: { ok: boolean, reason: string | null }, mailerOk: boolean }
+interface StoreChecks { tokenStore: StoresReadiness, mailerOk: boolean }
 
 const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async function healthRoutes (fastify, options) {
   const service = options.service ?? fastify
@@ -55,7 +56,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       tags: ['operations'],
       security: [],
       response: {
-        200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured, and Redis\'s maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed.' }),
+        200: ref(ReadyReply, { description: 'Ready: the token store answers (a Redis PING when Redis is configured, the server a primary of the kind the settings name, and Redis\'s maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed.' }),
         503: ref(ReadyReply, { description: 'Not ready: `checks` tells which dependency is not usable, `draining` that the instance is shutting down, `blocklists` which list has not loaded yet. Take the instance out of rotation; do not restart it for this.' }),
         ...errorResponses(connectionErrors)
       }
@@ -74,7 +75,13 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       ready,
       draining: drain.draining,
       checks: {
-        tokenStore: { ok: tokenStore.ok, kind: backend.kind, ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }) },
+        tokenStore: {
+          ok: tokenStore.ok,
+          kind: backend.kind,
+          ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }),
+          ...(tokenStore.replicas === null ? {} : { replicas: tokenStore.replicas }),
+          ...(tokenStore.warnings.length === 0 ? {} : { warnings: tokenStore.warnings })
+        },
         mailer: { ok: mailerOk, kind: mailer.transport }
       },
       blocklists: blocklists.status(),

@@ -6,6 +6,17 @@ const Check = Type.Object({
   reason: Type.Optional(Type.String({ description: 'Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys).' }))
 })
 
+const StoreCheck = Type.Object({
+  ok: Type.Boolean(),
+  kind: Type.String(),
+  reason: Type.Optional(Type.String({ description: 'Why the store is not usable, when that is known: a Redis maxmemory-policy that evicts keys, a setting that names a replica or the wrong kind of server…' })),
+  replicas: Type.Optional(Type.Object({
+    required: Type.Integer({ description: 'REDIS_REPLICA_ACKS.' }),
+    connected: Type.Integer({ description: 'The fewest replicas connected to a Redis primary (any primary of a Cluster).' })
+  }, { description: 'Only when REDIS_REPLICA_ACKS is set. Fewer connected than required: every write on that primary is undone and answers 503.' })),
+  warnings: Type.Optional(Type.Array(Type.String(), { description: 'What works against the service without making it unready: too few replicas for REDIS_REPLICA_ACKS, a Cluster with cluster-require-full-coverage yes.' }))
+})
+
 const BlockListStatus = Type.Object({
   name: Type.String(),
   entries: Type.Integer(),
@@ -23,7 +34,7 @@ const RefusedTenant = Type.Object({
 export const ReadyReply = Type.Object({
   ready: Type.Boolean(),
   draining: Type.Optional(Type.Boolean({ description: 'True once the instance received SIGTERM: it serves out SHUTDOWN_DRAIN_MS, then closes. Only for callers with METRICS_TOKEN, and on the internal listener.' })),
-  checks: Type.Optional(Type.Object({ tokenStore: Check, mailer: Check }, {
+  checks: Type.Optional(Type.Object({ tokenStore: StoreCheck, mailer: Check }, {
     description: 'Only for callers with METRICS_TOKEN, and on the internal listener.'
   })),
   blocklists: Type.Optional(Type.Array(BlockListStatus, {

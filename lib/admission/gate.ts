@@ -76,9 +76,26 @@ function audible (audience: Audience, limit: LimitHit): boolean {
   return audience === 'backend' || limit.name === 'source'
 }
 
-/** The 429 for a limit gone past. */
-function limitRefusal (audience: Audience, { limit, count }: Exceeded): Refusal {
+/**
+ * The mailbox cap's 429 to a backend. The cap counts every tenant's codes to the mailbox, so
+ * its own figures (its limit, the others' count, the second its window ends) would tell one
+ * tenant what the others sent there and when. It answers in the shape of the tenant's own
+ * recipient limit instead, with the cap's whole window as a coarse Retry-After: what is left
+ * to learn is that a cap exists and was reached.
+ */
+function mailboxCapRefusal (cap: LimitHit, recipient: LimitHit | undefined): Refusal {
+  const retry = seconds(cap.windowMs)
+  return {
+    code: 'RATE_LIMITED',
+    message: `Too many requests for this recipient; retry in ${retry} s`,
+    headers: { 'retry-after': retry, ...(recipient === undefined ? {} : { 'ratelimit-limit': String(recipient.max), 'ratelimit-remaining': '0', 'ratelimit-reset': retry }) }
+  }
+}
+
+/** The 429 for a limit gone past; `limits`: the request's, among which the tenant's recipient limit. */
+function limitRefusal (audience: Audience, { limit, count }: Exceeded, limits: readonly LimitHit[] = []): Refusal {
   if (!audible(audience, limit)) return browserRefusal()
+  if (limit.name === 'mailbox') return mailboxCapRefusal(limit, limits.find((candidate) => candidate.name === 'recipient'))
   const retry = seconds(count.ttlMs)
   return {
     code: 'RATE_LIMITED',
@@ -110,9 +127,9 @@ export class AdmissionGate {
   }
 
   /** The store's 429, remembered for the caller's next requests. */
-  #limited (audience: Audience, exceeded: Exceeded): Refusal {
+  #limited (audience: Audience, exceeded: Exceeded, limits: readonly LimitHit[] = []): Refusal {
     this.#overLimit?.remember(exceeded)
-    return limitRefusal(audience, exceeded)
+    return limitRefusal(audience, exceeded, limits)
   }
 
   /** A caller's own bucket remembered past its limit: the same 429 without a round trip. */
@@ -136,7 +153,7 @@ export class AdmissionGate {
     if (remembered !== null) return { kind: 'refused', refusal: remembered }
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded) }
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded, [...plan.ownLimits, ...plan.sharedLimits]) }
     // A page's plan withholds instead (`withheld` below): only a backend hears the suppression.
     if (counts.kind === 'suppressed') return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
     if (counts.kind === 'locked') {

@@ -40,6 +40,9 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     throw new ConfigError('OTP_HMAC_KEYS', `is required when ${redis.variable} is set: every instance must sign codes with the same key`)
   }
   const recipientTagKey = recipientTagKeyOf(valid, hmacKeys)
+  if (redis === null && recipientTagKey.accept !== null) {
+    throw new ConfigError('RECIPIENT_TAG_KEY_ACCEPT', 'is only used with Redis: the embedded default keeps nothing across restarts for a key to be compared with')
+  }
   let receiptSigningKeys: ReceiptKeyMaterial[] | null = null
   if (valid.RECEIPT_SIGNING_KEYS !== undefined) {
     try {
@@ -408,6 +411,7 @@ const PATTERN_RULES: Readonly<Record<string, string>> = {
   '^[a-z]{2}(-[a-z]+)+-[0-9]+$': 'must be an AWS region such as eu-west-1',
   '^[A-Za-z0-9_-]{1,64}$': 'must be 1 to 64 letters, digits, _ or -',
   '^[A-Za-z0-9_-]{1,16}$': 'must be 1 to 16 letters, digits, _ or -',
+  '^[A-Za-z0-9_-]{16}$': 'must be the 16-character fingerprint the refusal line printed',
   '^[\\x21-\\x7e]{1,200}$': 'must be 1 to 200 printable ASCII characters, without spaces',
   [RATE_LIMIT_PATTERN]: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
   [RATE_LIMIT_OR_OFF_PATTERN]: 'must be max/window (e.g. 15/15m) or off',
@@ -445,19 +449,20 @@ const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
  * With several keys, which one would depend on the phase of a rotation, so it must be named.
  */
 function recipientTagKeyOf (env: Env, hmacKeys: MacKey[] | null): Config['recipientTagKey'] {
+  const accept = env.RECIPIENT_TAG_KEY_ACCEPT ?? null
   if (env.RECIPIENT_TAG_KEY !== undefined) {
     const secret = Buffer.from(env.RECIPIENT_TAG_KEY, 'base64')
     if (!BASE64.test(env.RECIPIENT_TAG_KEY) || secret.length < 32) {
       throw new ConfigError('RECIPIENT_TAG_KEY', 'must be base64 of at least 32 bytes (openssl rand -base64 32)')
     }
-    return { secret, borrowedFrom: null }
+    return { secret, borrowedFrom: null, accept }
   }
-  if (hmacKeys === null) return { secret: randomBytes(32), borrowedFrom: null }
+  if (hmacKeys === null) return { secret: randomBytes(32), borrowedFrom: null, accept }
   const [only, ...others] = hmacKeys
   if (only === undefined || others.length > 0) {
     throw new ConfigError('RECIPIENT_TAG_KEY', `is required when OTP_HMAC_KEYS lists more than one key (ids: ${hmacKeys.map((key) => key.id).join(', ')}): set it to the secret of the key that signed before the rotation began, so that suppressions, lockouts and recipient counts keep their keys (UPGRADING.md)`)
   }
-  return { secret: only.secret, borrowedFrom: only.id }
+  return { secret: only.secret, borrowedFrom: only.id, accept }
 }
 
 const MAC_KEY_ID = /^[A-Za-z0-9_-]{1,16}$/

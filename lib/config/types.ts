@@ -36,7 +36,8 @@ export interface Config extends MailerConfig {
    * rotates with `hmacKeys`. Unset, the secret of the only HMAC key, whose id `borrowedFrom`
    * names (null when the variable is set, or on the embedded default's per-process key).
    */
-  recipientTagKey: { secret: Buffer, borrowedFrom: string | null }
+  /** `accept`: RECIPIENT_TAG_KEY_ACCEPT, the fingerprint of a new key to adopt over the one Redis's data was written under. */
+  recipientTagKey: { secret: Buffer, borrowedFrom: string | null, accept: string | null }
   otpTtlSeconds: number
   memoryStoreMaxTokens: number
   /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */

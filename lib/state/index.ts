@@ -18,6 +18,8 @@ import type { RedisTopology } from '../config/redis-topology.js'
 import { createToolRedisClient, type RedisClient } from './redis/client.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { ReplicaAcks } from './redis/replica-acks.js'
+import { RedisServerWatch, type MisnamedServer, type ServerCheckLog } from './redis/server-check.js'
+import { checkTagKeyFingerprint, type TagKeyCheck } from './redis/tag-key-fingerprint.js'
 import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
 import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
 import type { SandboxInbox } from './sandbox-inbox.js'
@@ -52,12 +54,26 @@ export interface State {
   /** Provider feedback messages already handled (SNS delivers at least once). */
   readonly feedbackDedupe: FeedbackDedupe
   /**
-   * The stores can answer and keep what they are given: Redis reachable and not allowed to
-   * evict keys (`reason` says what is wrong, for operators); in memory, always.
+   * The stores can answer and keep what they are given: Redis reachable, a primary of the
+   * kind the settings name, and not allowed to evict keys (`reason` says what is wrong, for
+   * operators); in memory, always.
    */
-  ready (): Promise<{ ok: boolean, reason: string | null }>
+  ready (): Promise<StoresReadiness>
+  /** Writes answered 503 (and undone where they could be) because too few Redis replicas acknowledged them. */
+  unacknowledgedWrites (): number
   /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
   close (): Promise<void>
+}
+
+export interface StoresReadiness {
+  ok: boolean
+  reason: string | null
+  /** A setting the stores can never work with (the wrong kind of Redis server, another recipient tag key): start-up refuses it. */
+  refused: MisnamedServer | null
+  /** What works against the service without stopping it (too few replicas for REDIS_REPLICA_ACKS…). */
+  warnings: string[]
+  /** The fewest replicas connected to a Redis primary, against REDIS_REPLICA_ACKS. */
+  replicas: { required: number, connected: number } | null
 }
 
 export interface StateOptions {
@@ -67,8 +83,14 @@ export interface StateOptions {
   replicaAcks?: { count: number, timeoutMs: number }
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
-  /** Where a Redis that may evict keys is reported (the service's logger; tools may leave it out). */
-  log?: EvictionLog
+  /** Where a Redis that may evict keys, or is not what the settings name, is reported (the service's logger; tools may leave it out). */
+  log?: EvictionLog & ServerCheckLog
+  /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
+  topology?: RedisTopology
+  /** How long a probe of a listed Sentinel or Cluster node may take to connect. */
+  connectTimeoutMs?: number
+  /** The recipient tag key's fingerprint, held to the one Redis's data was written under (not checked when not given). */
+  tagKey?: TagKeyCheck
 }
 
 export function createState (redis: RedisClient | null, options: StateOptions): State {
@@ -88,7 +110,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       redemptions,
       webhookQueue,
       feedbackDedupe: new MemoryFeedbackDedupe(),
-      ready: async () => ({ ok: await tokens.ready(), reason: null }),
+      ready: async () => ({ ok: await tokens.ready(), reason: null, refused: null, warnings: [], replicas: null }),
+      unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
         idempotency.close()
         await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
@@ -96,8 +119,29 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     }
   }
   const tokens = new RedisTokenStore(redis)
-  const eviction = new EvictionPolicyWatch(redis, options.log ?? { error: () => {}, info: () => {} })
-  const acks = new ReplicaAcks(redis, options.replicaAcks ?? { count: 0, timeoutMs: 0 })
+  const log = options.log ?? { error: () => {}, warn: () => {}, info: () => {} }
+  const eviction = new EvictionPolicyWatch(redis, log)
+  const replicaAcks = options.replicaAcks ?? { count: 0, timeoutMs: 0 }
+  const acks = new ReplicaAcks(redis, replicaAcks)
+  // Once the fingerprint matched, it is not read again: only this process's key could differ.
+  let tagKeyMatched = options.tagKey === undefined
+  const tagKeyProblem = async (): Promise<MisnamedServer | null> => {
+    if (tagKeyMatched || options.tagKey === undefined) return null
+    const { fingerprint } = options.tagKey
+    const verdict = await checkTagKeyFingerprint(redis, options.tagKey).catch(() => null)
+    // Unread (Redis stalled): read again on the next check; the stores answer 503 meanwhile anyway.
+    if (verdict === null) return { variable: 'RECIPIENT_TAG_KEY', problem: 'could not be compared with the key the data in Redis was written under (Redis did not answer)' }
+    if (verdict.kind !== 'differs') {
+      if (verdict.kind === 'accepted') log.info({ fingerprint }, 'RECIPIENT_TAG_KEY_ACCEPT: the recipient tag key was replaced; suppressions, lockouts and recipient counts start afresh')
+      tagKeyMatched = true
+      return null
+    }
+    return {
+      variable: 'RECIPIENT_TAG_KEY',
+      problem: `is not the key this Redis's suppressions, lockouts and recipient counts were written under (fingerprint ${verdict.stored}; this key's is ${fingerprint}): with it every suppression would lift and every count restart. Set the key they were written under (unset, the secret of the only OTP_HMAC_KEYS key is used), or to start them afresh deliberately set RECIPIENT_TAG_KEY_ACCEPT=${fingerprint} once`
+    }
+  }
+  const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
     kind: 'redis',
     tokens,
@@ -109,10 +153,16 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis),
     ready: async () => {
-      if (!await tokens.ready()) return { ok: false, reason: 'Redis does not answer' }
+      const [answers, { misnamed, warnings, replicas }] = await Promise.all([tokens.ready(), servers.check()])
+      const found = { refused: misnamed, warnings, replicas }
+      if (misnamed !== null) return { ok: false, reason: `${misnamed.variable} ${misnamed.problem}`, ...found }
+      if (!answers) return { ok: false, reason: 'Redis does not answer', ...found }
+      const tagKey = await tagKeyProblem()
+      if (tagKey !== null) return { ok: false, reason: `${tagKey.variable} ${tagKey.problem}`, ...found, refused: tagKey }
       const { ok, reason } = await eviction.check()
-      return { ok, reason }
+      return { ok, reason, ...found }
     },
+    unacknowledgedWrites: () => acks.shortfalls,
     close: async () => {}
   }
 }

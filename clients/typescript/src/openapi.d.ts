@@ -233,7 +233,7 @@ export interface paths {
         };
         /**
          * Read the sandbox inbox of an address (optionally one dispatch's message)
-         * @description Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most 20 per address, newest first, for the same tenant only. Live keys get 404. Reserved recipients simulate delivery outcomes: `fail@simulator.invalid`: the provider rejects the message: 502 DELIVERY_FAILED, the code is destroyed, nothing is charged. `slow@simulator.invalid`: the provider does not answer within MAIL_TIMEOUT_MS: 502 DELIVERY_FAILED after the timeout. `throttled@simulator.invalid`: the provider throttles the sender: 502 DELIVERY_FAILED.
+         * @description Sandbox (test) keys never send real mail: their messages are kept here for an hour, at most 20 per address, newest first, for the same tenant only. Secret keys only (a restricted key gets 403 KEY_NOT_PERMITTED: a page's key must not read codes); live keys get 404. Reserved recipients simulate delivery outcomes: `fail@simulator.invalid`: the provider rejects the message: 502 DELIVERY_FAILED, the code is destroyed, nothing is charged. `slow@simulator.invalid`: the provider does not answer within MAIL_TIMEOUT_MS: 502 DELIVERY_FAILED after the timeout. `throttled@simulator.invalid`: the provider throttles the sender: 502 DELIVERY_FAILED.
          */
         get: operations["listSandboxMessages"];
         put?: never;
@@ -594,8 +594,17 @@ export interface components {
                 tokenStore: {
                     ok: boolean;
                     kind: string;
-                    /** @description Why the dependency is not usable, when that is known (for example a Redis maxmemory-policy that evicts keys). */
+                    /** @description Why the store is not usable, when that is known: a Redis maxmemory-policy that evicts keys, a setting that names a replica or the wrong kind of server… */
                     reason?: string;
+                    /** @description Only when REDIS_REPLICA_ACKS is set. Fewer connected than required: every write on that primary is undone and answers 503. */
+                    replicas?: {
+                        /** @description REDIS_REPLICA_ACKS. */
+                        required: number;
+                        /** @description The fewest replicas connected to a Redis primary (any primary of a Cluster). */
+                        connected: number;
+                    };
+                    /** @description What works against the service without making it unready: too few replicas for REDIS_REPLICA_ACKS, a Cluster with cluster-require-full-coverage yes. */
+                    warnings?: string[];
                 };
                 mailer: {
                     ok: boolean;
@@ -773,7 +782,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready: the token store answers (a Redis PING when Redis is configured, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
+            /** @description Ready: the token store answers (a Redis PING when Redis is configured, the server a primary of the kind the settings name, and Redis's maxmemory-policy is noeviction) and the mailer is configured and open. The mail provider itself is not probed. */
             200: {
                 headers: {
                     /**
@@ -3643,7 +3652,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
             403: {
                 headers: {
                     /**
@@ -3663,7 +3672,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };

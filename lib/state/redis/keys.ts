@@ -92,6 +92,12 @@ export function redemptionKey (scope: string, jti: string): string {
   return `receipt:{${scope}}:${jti}`
 }
 
+/**
+ * The fingerprint of the recipient tag key that suppressions, lockouts and recipient counts are
+ * kept under (lib/recipients/tag.ts). The one key without an expiry: it outlives all of them.
+ */
+export const TAG_KEY_FINGERPRINT = 'recipient-tag:fingerprint'
+
 /** Where a scope's redemption epoch lives, in the slot of its redemptions. */
 export function epochKey (scope: string): string {
   return `receipt-epoch:{${scope}}`

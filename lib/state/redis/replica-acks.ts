@@ -69,6 +69,7 @@ export class ReplicaAcks {
   readonly #timeoutMs: number
   /** Per connection, the WAIT this turn's writes share: the socket it went out on when enough replicas answered, else null. */
   readonly #next = new Map<Redis, Promise<Landing['socket'] | null>>()
+  #shortfalls = 0
 
   /** `count` replicas within `timeoutMs`; a count of 0 asks for none. */
   constructor (client: RedisClient, { count, timeoutMs }: { count: number, timeoutMs: number }) {
@@ -87,6 +88,17 @@ export class ReplicaAcks {
   /** Whether enough replicas hold every one of `writes` (each landed); true when none are asked for. */
   async acknowledged (writes: readonly TrackedWrite[]): Promise<boolean> {
     if (this.#count === 0) return true
+    const enough = await this.#allAcknowledged(writes)
+    if (!enough) this.#shortfalls++
+    return enough
+  }
+
+  /** Calls of `acknowledged` that answered false: each a write answered 503, undone where it could be. */
+  get shortfalls (): number {
+    return this.#shortfalls
+  }
+
+  async #allAcknowledged (writes: readonly TrackedWrite[]): Promise<boolean> {
     const landings: Landing[] = []
     for (const write of writes) {
       const { landing } = write

@@ -27,6 +27,7 @@ const MAIN_KEY_PATTERNS = [
   'quota:{globex:test}:<window>',
   'receipt-epoch:{acme:live}',
   'receipt:{acme:live}:<id>',
+  'recipient-tag:fingerprint',
   'rl:k:{acme:live}:acme_live',
   'rl:k:{acme:live}:acme_shared',
   'rl:k:{acme:test}:acme_test',
