@@ -13,6 +13,7 @@ import { previewVerificationParts, renderVerificationParts } from '../../../lib/
 import { CompiledPart, TemplateRuleError, type Part, type PartValues } from '../../../lib/mail/liquid.js'
 import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, LOAD_WORK_LIMIT, MARKUP_LIMIT, MEMORY_LIMIT, TAG_ARGUMENT_LIMIT, VALUE_LIMIT, markupCount, positionIn } from '../../../lib/mail/liquid-bounds.js'
 import { TenantTemplates } from '../../../lib/mail/tenant-templates.js'
+import { killOnExit } from '../../support/processes.js'
 
 const STALL_GUARD_MS = 1000
 const SAMPLES: PartValues[] = [1, 10].map((minutes) => ({ brand: 'Acme', minutes, requestedAt: '2026-01-31T09:05Z' }))
@@ -159,7 +160,7 @@ t.test('whether a part is accepted at load depends on the work its renders count
 
 t.test('the same decisions with both cores saturated by other processes', async (t) => {
   const idle = decisions()
-  const spinners = Array.from({ length: 2 }, () => spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }))
+  const spinners = Array.from({ length: 2 }, () => killOnExit(spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' })))
   t.teardown(() => { for (const spinner of spinners) spinner.kill('SIGKILL') })
   await Promise.all(spinners.map(async (spinner) => await once(spinner, 'spawn')))
   t.same(decisions(), idle)
