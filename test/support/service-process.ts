@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { RELAXED_LIMITS } from '../helper.js'
+import { testEnv } from '../helper.js'
 import { killOnExit } from './processes.js'
 import { freePort } from './redis.js'
 
@@ -49,7 +49,7 @@ export async function refusedStart (env: Record<string, string>): Promise<{ exit
 export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
   const port = await freePort()
   // No drain unless a test asks for one (test/server/drain.test.ts): nothing routes by readiness here.
-  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', SHUTDOWN_DRAIN_MS: '0', ...RELAXED_LIMITS, ...env })
+  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', SHUTDOWN_DRAIN_MS: '0', ...testEnv(env) })
   const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
     // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
     for (let i = 0; i < 600; i++) {
