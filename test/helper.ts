@@ -60,15 +60,54 @@ export async function readiness (app: FastifyInstance): Promise<{ status: number
   return { status: answer.statusCode, body: answer.json() }
 }
 
-/** A fresh app per test, closed when the test ends. It does not listen unless asked to. */
-export async function buildApp (t: Test, env: Record<string, string> = {}): Promise<TestApp> {
-  const config = parseConfig({ LOG_LEVEL: 'info', METRICS_TOKEN: TEST_METRICS_TOKEN, ...RELAXED_LIMITS, ...env })
+/**
+ * A Redis command timeout for a test that does not test it. The service's default (500 ms) is
+ * a production figure; on a busy 2-core machine a test process or its redis-server can be off
+ * the CPU for longer, and every script's fence (its deadline on Redis's clock, before the
+ * timeout) is set earlier still when the clock offset was measured over a slow round trip: a
+ * request would answer 503 for the machine's load, not for anything the test did. A test of
+ * timeouts and fences sets REDIS_COMMAND_TIMEOUT_MS itself.
+ */
+export const TEST_REDIS_COMMAND_TIMEOUT = '5s'
+
+/** The environment a test's service runs with: relaxed limits, a generous Redis timeout with REDIS_URL; `env` overrides both. */
+export function testEnv (env: Record<string, string>): Record<string, string> {
+  const redisTimeout: Record<string, string> = env.REDIS_URL !== undefined && env.REDIS_URL !== '' ? { REDIS_COMMAND_TIMEOUT_MS: TEST_REDIS_COMMAND_TIMEOUT } : {}
+  return { ...RELAXED_LIMITS, ...redisTimeout, ...env }
+}
+
+/**
+ * The app serves before its Redis connection is up (503 until then, by design: start-up never
+ * waits on Redis), so a test's first request would race the connection on a busy machine.
+ * Resolves once the client is ready, or has failed to connect (a test of an unreachable Redis
+ * goes on at once).
+ */
+async function redisSettled (client: NonNullable<FastifyInstance['redis']>): Promise<void> {
+  if (client.status === 'ready') return
+  await new Promise<void>((resolve) => {
+    const settle = (): void => {
+      client.off('ready', settle)
+      client.off('error', settle)
+      resolve()
+    }
+    client.on('ready', settle)
+    client.on('error', settle)
+  })
+}
+
+/**
+ * A fresh app per test, closed when the test ends. It does not listen unless asked to. With
+ * Redis it is returned once connected, unless `awaitRedis` is false (a test of start-up).
+ */
+export async function buildApp (t: Test, env: Record<string, string> = {}, { awaitRedis = true } = {}): Promise<TestApp> {
+  const config = parseConfig({ LOG_LEVEL: 'info', METRICS_TOKEN: TEST_METRICS_TOKEN, ...testEnv(env) })
   const mail = new MailCapture()
   const logs = new Capture()
   const fastify = Fastify(serverOptions(config, logs))
   await fastify.register(app, { config, mailLog: mail })
   t.teardown(async () => { await fastify.close() })
   await fastify.ready()
+  if (awaitRedis && fastify.redis !== null) await redisSettled(fastify.redis)
   return { app: fastify, mail, logs }
 }
 
@@ -132,7 +171,9 @@ export function bearer (key: string): Record<string, string> {
  */
 export async function assertStartsUnavailable (t: Test, env: Record<string, string>): Promise<void> {
   const started = Date.now()
-  const { app } = await buildApp(t, { OTP_HMAC_KEYS: TEST_HMAC_KEYS, ...env })
+  // The service's default command timeout, which bounds its connect timeout, so start-up.
+  const serviceDefault: Record<string, string> = env.REDIS_URL === undefined ? {} : { REDIS_COMMAND_TIMEOUT_MS: '500ms' }
+  const { app } = await buildApp(t, { OTP_HMAC_KEYS: TEST_HMAC_KEYS, ...serviceDefault, ...env }, { awaitRedis: false })
   t.ok(Date.now() - started < 5000, `boot took ${Date.now() - started} ms`)
   t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 503, 'not ready')
   const asked = Date.now()

@@ -4,18 +4,19 @@
  */
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { killOnExit } from '../support/processes.js'
 import { freePort } from '../support/redis.js'
+import { until } from '../support/wait.js'
 
 t.test('npm run dev serves from the sources and pretty-prints its logs', async (t) => {
   const port = await freePort()
-  const child = spawn('npm', ['run', '-s', 'dev'], {
+  const child = killOnExit(spawn('npm', ['run', '-s', 'dev'], {
     cwd: new URL('../..', import.meta.url).pathname,
     env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', TENANTS_FILE: '', REDIS_URL: '' },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true
-  })
+  }), true)
   let output = ''
   child.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
@@ -25,7 +26,7 @@ t.test('npm run dev serves from the sources and pretty-prints its logs', async (
     process.kill(-(child.pid ?? 0), 'SIGKILL')
     await exited
   })
-  for (let i = 0; i < 600 && !/Server listening/.test(output); i++) await sleep(100)
+  await until('the listening line', () => /Server listening/.test(output), 60_000)
   t.match(output, /^\[\d{2}:\d{2}:\d{2}\.\d{3}\] INFO \(\d+\): Server listening at http:\/\/127\.0\.0\.1:\d+$/m, 'a readable line, not JSON')
   t.notMatch(output, /^\{"level"/m, 'no JSON lines')
   const health = await fetch(`http://127.0.0.1:${port}/healthz`)

@@ -2,19 +2,29 @@ import t from 'tap'
 import { createServer } from 'node:http'
 import { once } from 'node:events'
 import type { AddressInfo } from 'node:net'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient, EmailOtpError, parseRetryAfter, type Fetch } from '../../clients/typescript/src/index.js'
 import { DEMO_RESTRICTED_KEY, DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
 import { startLossyProxy } from '../support/lossy-proxy.js'
 import { freePort, redisTestOptions, startRedis } from '../support/redis.js'
 import { sandboxCode, sandboxMessages, wrongGuess } from '../support/sandbox.js'
-import { startServer } from '../support/service-process.js'
+import { startServer, type Running } from '../support/service-process.js'
+import { until } from '../support/wait.js'
 
 /**
  * The TypeScript client against the real service, run as a process on the embedded default
  * (the demo tenant and its documented sandbox keys) or on a real redis-server.
  */
+
+let demo: Promise<Running> | undefined
+/**
+ * One service process on the embedded default for the tests that need nothing else (each has
+ * recipients of its own): a start costs seconds on a busy 2-core machine. Killed when the file ends.
+ */
+async function demoService (): Promise<Running> {
+  demo ??= startServer(t, {})
+  return await demo
+}
 
 let addresses = 0
 /** A recipient of its own per test, so that no test meets another's limits or messages. */
@@ -61,7 +71,7 @@ function observedFetch (onAnswer?: (response: Response) => Promise<void>, extraH
 }
 
 t.test('dispatch and verify with the demo sandbox key', async (t) => {
-  const service = await startServer(t, {})
+  const service = await demoService()
   const client = createClient({ baseUrl: service.base + '/', apiKey: DEMO_SANDBOX_KEY })
   const email = recipient()
 
@@ -88,7 +98,7 @@ t.test('dispatch and verify with the demo sandbox key', async (t) => {
 })
 
 t.test('errors carry the stable code, status, message, requestId and trace id', async (t) => {
-  const service = await startServer(t, {})
+  const service = await demoService()
   const client = createClient({ baseUrl: service.base, apiKey: DEMO_SANDBOX_KEY })
   const email = recipient()
   const { requestId } = await client.dispatch(email)
@@ -134,10 +144,7 @@ t.test('503 from a Redis outage: dispatch and verify retried with the same Idemp
   const redis = await startRedis(['--appendonly', 'yes', '--appendfsync', 'always', '--dir', t.testdir({})])
   t.teardown(async () => { await redis.stop() })
   const service = await startServer(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
-  for (let i = 0; i < 100; i++) {
-    if ((await fetch(`${service.base}/readyz`)).status === 200) break
-    await sleep(100)
-  }
+  await until('the service to be ready', async () => (await fetch(`${service.base}/readyz`)).status === 200)
   const email = recipient()
   const pending = await createClient({ baseUrl: service.base, apiKey: DEMO_SANDBOX_KEY }).dispatch(email)
   const code = await sandboxCode(service.base, DEMO_SANDBOX_KEY, email, pending.requestId)
@@ -177,7 +184,7 @@ t.test('503 from a Redis outage: dispatch and verify retried with the same Idemp
 })
 
 t.test('a lost answer: dispatch is retried and replayed, verify is not retried', async (t) => {
-  const service = await startServer(t, {})
+  const service = await demoService()
   const email = recipient()
 
   const dispatchProxy = await startLossyProxy(t, service.base)
@@ -233,7 +240,7 @@ t.test('an answer that is not the service\'s: UNEXPECTED_RESPONSE; a 503 retried
 })
 
 t.test('a restricted key works from an allowed Origin only', async (t) => {
-  const service = await startServer(t, {})
+  const service = await demoService()
   const page = (origin: string | null): ReturnType<typeof createClient> => createClient({
     baseUrl: service.base,
     apiKey: DEMO_RESTRICTED_KEY,
@@ -257,7 +264,7 @@ t.test('a restricted key works from an allowed Origin only', async (t) => {
 })
 
 t.test('Captcha-Token and End-User-IP are sent as headers when given', async (t) => {
-  const service = await startServer(t, {})
+  const service = await demoService()
   const observed = observedFetch()
   const client = createClient({ baseUrl: service.base, apiKey: DEMO_SANDBOX_KEY, fetch: observed.fetch })
   const sent = await client.dispatch(recipient(), { captchaToken: 'widget-token', endUserIp: '198.51.100.7' })

@@ -5,6 +5,7 @@ import { request } from 'node:http'
 import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { startExample } from '../support/example-process.js'
 import { sandboxCode, wrongGuess } from '../support/sandbox.js'
+import { killOnExit } from '../support/processes.js'
 import { freePort } from '../support/redis.js'
 import { startServer } from '../support/service-process.js'
 import { until } from '../support/wait.js'
@@ -113,7 +114,7 @@ t.test('the examples close on SIGTERM and SIGINT, and npx tsx leaves no process 
 
   // Ctrl-C in a terminal: SIGINT to the whole foreground group (npm exec, tsx, the example).
   const port = await freePort()
-  const group = spawn('npx', ['tsx', 'examples/backend/server.ts'], { cwd: new URL('../..', import.meta.url).pathname, env: { PATH: process.env.PATH ?? '', PORT: String(port), EMAIL_OTP_URL: service.base }, stdio: 'ignore', detached: true })
+  const group = killOnExit(spawn('npx', ['tsx', 'examples/backend/server.ts'], { cwd: new URL('../..', import.meta.url).pathname, env: { PATH: process.env.PATH ?? '', PORT: String(port), EMAIL_OTP_URL: service.base }, stdio: 'ignore', detached: true }), true)
   const groupExited = once(group, 'exit')
   t.teardown(() => { if (groupAlive(group.pid ?? 0)) process.kill(-(group.pid ?? 0), 'SIGKILL') })
   await until('npx tsx examples/backend/server.ts to answer', async () => await fetch(`http://127.0.0.1:${port}/`).then(() => true, () => false), 60_000)

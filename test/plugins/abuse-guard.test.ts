@@ -1,13 +1,13 @@
 import { createServer, type Server } from 'node:http'
 import { once } from 'node:events'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { mock } from 'node:test'
 import t, { type Test } from 'tap'
 import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
 import { DEMO_SANDBOX_KEY } from '../../lib/tenants-file/demo.js'
 import { listenApp, send } from '../support/http.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
-import { until } from '../support/wait.js'
+import { attemptUntil, until } from '../support/wait.js'
 
 async function listen (built: TestApp, host = '127.0.0.1'): Promise<number> {
   return await listenApp(built.app, host)
@@ -140,7 +140,11 @@ t.test('a block list that cannot be read at start: the service starts, is not re
  * The checks an attacker meets first: on the in-process store and on a real redis-server,
  * whose scripts hold the same buckets, lists and lockout for every instance.
  */
-function limitsSuite (t: Test, env: () => Record<string, string>): void {
+/**
+ * `clock`: whose clock ends a lock. In memory the service's, which a test drives (node:test's
+ * MockTimers, Date only); on Redis, Redis's own, which a test can only wait for.
+ */
+function limitsSuite (t: Test, env: () => Record<string, string>, clock: 'service' | 'redis'): void {
   t.test('per-source limits on real distinct sources, X-Forwarded-For only through trusted hops', async (t) => {
     const { path, keys } = writeTenants(t)
     const built = await buildApp(t, { ...env(), TENANTS_FILE: path, RATE_LIMIT_SOURCE: '3/1m' })
@@ -227,6 +231,10 @@ function limitsSuite (t: Test, env: () => Record<string, string>): void {
   })
 
   t.test('guess lockout: consecutive wrong guesses across requestIds lock dispatch; a right one resets', async (t) => {
+    if (clock === 'service') {
+      mock.timers.enable({ apis: ['Date'], now: Date.now() })
+      t.teardown(() => { mock.timers.reset() })
+    }
     const { path, keys } = writeTenants(t)
     const { app, mail } = await buildApp(t, { ...env(), TENANTS_FILE: path, LOCKOUT_THRESHOLD: '3', LOCKOUT_DURATION: '2s' })
     const dispatch = async (email: string) => await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
@@ -249,12 +257,20 @@ function limitsSuite (t: Test, env: () => Record<string, string>): void {
     t.match(locked.json().message, /wrong codes/)
     t.ok(Number(locked.headers['retry-after']) >= 1)
     t.equal((await dispatch('other@example.com')).statusCode, 200, 'other recipients are not affected')
-    await sleep(2100)
-    t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the first lock ends after LOCKOUT_DURATION')
+    if (clock === 'service') {
+      mock.timers.tick(1999)
+      t.equal((await dispatch('lock@example.com')).statusCode, 429, 'still locked a millisecond before LOCKOUT_DURATION')
+      mock.timers.tick(1)
+      t.equal((await dispatch('lock@example.com')).statusCode, 200, 'the first lock ends after LOCKOUT_DURATION')
+    } else {
+      const answers = await attemptUntil('the lock to end', async () => (await dispatch('lock@example.com')).statusCode, (status) => status !== 429)
+      t.same(answers.slice(0, -1).filter((status) => status !== 429), [], 'locked until then')
+      t.equal(answers.at(-1), 200, 'the first lock ends after LOCKOUT_DURATION')
+    }
   })
 }
 
-t.test('in memory', async (t) => { limitsSuite(t, () => ({})) })
+t.test('in memory', async (t) => { limitsSuite(t, () => ({}), 'service') })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
   const redis = await startRedis()
@@ -263,7 +279,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
   t.teardown(() => { client.disconnect() })
   // Every test uses the same tenants and addresses: each starts from an empty Redis.
   t.beforeEach(async () => { await client.flushall() })
-  limitsSuite(t, () => ({ REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }))
+  limitsSuite(t, () => ({ REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }), 'redis')
 })
 
 t.test('two instances on one Redis share every limit and the lockout; a Redis outage fails closed', redisTestOptions(), async (t) => {

@@ -11,6 +11,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { writeTenants } from '../helper.js'
+import { killOnExit } from '../support/processes.js'
 import { freePort } from '../support/redis.js'
 import { until } from '../support/wait.js'
 
@@ -33,12 +34,12 @@ t.test('npm start: the logged PID takes SIGHUP (reload) and SIGTERM (stop); npm 
   const { path } = writeTenants(t)
   const port = await freePort()
   // --ignore-scripts skips prestart (the build above stands in for it), not start itself.
-  const npm = spawn('npm', ['start', '--ignore-scripts'], {
+  const npm = killOnExit(spawn('npm', ['start', '--ignore-scripts'], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: String(port), TENANTS_FILE: path },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true
-  })
+  }), true)
   let output = ''
   npm.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
   npm.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })

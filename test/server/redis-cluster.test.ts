@@ -5,6 +5,7 @@ import { RedisAdmission } from '../../lib/state/redis/admission.js'
 import { RedisQuotaStore } from '../../lib/state/redis/quota-store.js'
 import { RedisSandboxInbox } from '../../lib/state/redis/sandbox-inbox.js'
 import { RedisTokenStore } from '../../lib/state/redis/token-store.js'
+import { tokenKey } from '../../lib/state/redis/keys.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { parseWindow } from '../../lib/limits/window.js'
 import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
@@ -138,7 +139,8 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
     t.test('tokens: expiry is enforced', async (t) => {
       const admission = new RedisAdmission(client)
       await admission.dispatch(tokenDispatch(ACME_LIVE, 'short', { ttlMs: 150 }))
-      await new Promise((resolve) => setTimeout(resolve, 400))
+      // On the Cluster's own clock: waited for.
+      await until('the token to expire', async () => await client.exists(tokenKey(ACME_LIVE.tenantId, ACME_LIVE.mode, 'short')) === 0)
       t.equal((await admission.verify(tokenVerify(ACME_LIVE, 'short', [rightForm('short')]))).kind, 'missing')
       t.equal((await admission.dispatch(tokenDispatch(ACME_LIVE, 'short'))).kind, 'issued', 'an expired requestId can be used again')
     })

@@ -7,6 +7,7 @@ import type { Test } from 'tap'
 import { SMTPServer, type SMTPServerOptions } from 'smtp-server'
 import { simpleParser, type ParsedMail } from 'mailparser'
 import { DeliveryError } from '../../lib/mail/transport.js'
+import { killOnExit } from './processes.js'
 import { freePort } from './redis.js'
 
 const CLI = fileURLToPath(new URL('../../node_modules/aws-ses-v2-local/dist/cli.js', import.meta.url))
@@ -33,9 +34,9 @@ export async function startSesLocal (t: Test): Promise<string> {
 /** aws-ses-v2-local, and a way to kill it mid-test (an SES outage). */
 export async function startSesProcess (t: Test): Promise<{ base: string, kill: () => Promise<void> }> {
   const port = await freePort()
-  const child = spawn(process.execPath, [CLI, '--host', '127.0.0.1', '--port', String(port)], {
+  const child = killOnExit(spawn(process.execPath, [CLI, '--host', '127.0.0.1', '--port', String(port)], {
     stdio: ['ignore', 'ignore', 'pipe']
-  })
+  }))
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const kill = async (): Promise<void> => {

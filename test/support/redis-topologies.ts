@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
+import { atExit, killOnExit } from './processes.js'
 import { freePort, redisTestOptions, requireBinary } from './redis.js'
 
 /** Whether redis-cli (which creates clusters) can be run on this machine. */
@@ -29,12 +30,9 @@ export async function waitFor (what: string, timeoutMs: number, check: () => Pro
   }
 }
 
-/** Every server of a test, killed when the process exits even if a test never reached its teardown. */
-const running = new Set<ChildProcess>()
 /** Each server's own working directory, removed when the process exits. */
 const directories: string[] = []
-process.once('exit', () => {
-  for (const child of running) child.kill('SIGKILL')
+atExit(() => {
   for (const directory of directories) rmSync(directory, { recursive: true, force: true })
 })
 
@@ -82,10 +80,9 @@ async function spawnRedis (port: number, extraArgs: string[], sentinelConf?: str
   }
 
   async function start (): Promise<void> {
-    const current = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: directory })
+    // Killed when the process exits even if a test never reached its teardown.
+    const current = killOnExit(spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: directory }))
     child = current
-    running.add(current)
-    current.once('exit', () => running.delete(current))
     output = ''
     current.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
     current.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })

@@ -3,6 +3,7 @@ import { createServer } from 'node:net'
 import { once } from 'node:events'
 import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { killOnExit } from './processes.js'
 
 /** Whether a redis-server binary can be started on this machine. */
 export const redisAvailable: boolean = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0
@@ -63,10 +64,10 @@ export async function startRedis (extraArgs: string[] = []): Promise<RedisServer
   let child: ChildProcess | null = null
 
   async function start (): Promise<void> {
-    child = spawn('redis-server', [
+    child = killOnExit(spawn('redis-server', [
       '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
       '--protected-mode', 'no', ...extraArgs
-    ], { stdio: ['ignore', 'pipe', 'pipe'] })
+    ], { stdio: ['ignore', 'pipe', 'pipe'] }))
     let output = ''
     child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
     for (let i = 0; i < 100; i++) {

@@ -2,7 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { RELAXED_LIMITS } from '../helper.js'
+import { testEnv } from '../helper.js'
+import { killOnExit } from './processes.js'
 import { freePort } from './redis.js'
 
 /**
@@ -21,7 +22,7 @@ export interface Running {
 
 /** A child process whose output is collected, killed when the test ends if still running. */
 export function spawnForTest (t: Test, args: readonly string[], env: Record<string, string>): { child: ChildProcess, output: () => string } {
-  const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = killOnExit(spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let output = ''
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
@@ -37,7 +38,7 @@ export function spawnForTest (t: Test, args: readonly string[], env: Record<stri
 
 /** Starts the service with `env` alone, expecting it to refuse to start: its exit code and stderr. */
 export async function refusedStart (env: Record<string, string>): Promise<{ exitCode: number | null, stderr: string }> {
-  const child = spawn(process.execPath, serverArgs, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = killOnExit(spawn(process.execPath, serverArgs, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }))
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const [exitCode] = await once(child, 'exit') as [number | null]
@@ -48,7 +49,7 @@ export async function refusedStart (env: Record<string, string>): Promise<{ exit
 export async function startServer (t: Test, env: Record<string, string>): Promise<Running> {
   const port = await freePort()
   // No drain unless a test asks for one (test/server/drain.test.ts): nothing routes by readiness here.
-  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', SHUTDOWN_DRAIN_MS: '0', ...RELAXED_LIMITS, ...env })
+  const { child, output: collected } = spawnForTest(t, serverArgs, { PATH: process.env.PATH ?? '', PORT: String(port), HOST: '127.0.0.1', SHUTDOWN_DRAIN_MS: '0', ...testEnv(env) })
   const waitFor = async (pattern: RegExp, from = 0): Promise<void> => {
     // Generous: the process compiles TypeScript on start, on a shared 2-core machine.
     for (let i = 0; i < 600; i++) {

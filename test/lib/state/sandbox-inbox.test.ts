@@ -9,6 +9,7 @@ import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandbox
 import { sandboxEntriesKeyPrefix, sandboxShareKeys } from '../../../lib/state/redis/keys.js'
 import { RedisSandboxInbox } from '../../../lib/state/redis/sandbox-inbox.js'
 import { redisTestOptions, startRedis } from '../../support/redis.js'
+import { until } from '../../support/wait.js'
 
 function message (to: string, requestId: string): SandboxMessage {
   return { requestId, to, from: 'noreply@example.com', subject: 's', text: 't', html: 'h', code: '123456', createdAt: new Date().toISOString() }
@@ -262,10 +263,11 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     const brief = new RedisSandboxInbox(client, { bytesPerTenant: budget, retentionMs })
     await brief.add('acme', large('a@example.com', 'a1'))
     await brief.add('acme', large('b@example.com', 'b1'))
-    // A later write keeps the share alive past the first two boxes.
+    // A later write keeps the share alive past the first two boxes: written half a retention
+    // later (at least), it outlives them by as much.
     await sleep(retentionMs / 2)
     await brief.add('acme', message('later@example.com', 'l1'))
-    await sleep(retentionMs / 2 + 100)
+    await until('the first two lists to expire', async () => !('a@example.com' in await held('acme')) && !('b@example.com' in await held('acme')))
     t.strictSame(Object.keys(await held('acme')), ['later@example.com'], 'the first two lists have expired')
     t.equal(await client.zcard(sandboxShareKeys('acme').boxes), 3, 'while the share still lists them')
 
@@ -280,12 +282,13 @@ t.test('on Redis', redisTestOptions(), async (t) => {
 
     // A list gone a moment before its last write says (Redis expires keys on its own clock) is counted from nothing.
     await client.pexpire(`${sandboxEntriesKeyPrefix('acme')}c@example.com`, 1)
-    await sleep(10)
+    await until('the list to expire', async () => await client.exists(`${sandboxEntriesKeyPrefix('acme')}c@example.com`) === 0)
     await brief.add('acme', message('c@example.com', 'c2'))
     t.strictSame((await brief.list('acme', 'c@example.com')).map((m) => m.requestId), ['c2'])
     t.equal(await drift('acme'), null, 'its earlier bytes are out of the share')
 
-    await sleep(retentionMs + 100)
+    // Every key of the share expires with the last box (the share's own a moment after it).
+    await until('the tenant\'s boxes and share to expire', async () => (await client.keys('*{acme}*')).length === 0)
     t.strictSame(await client.keys('*{acme}*'), [], 'the share goes with the last of the tenant\'s boxes')
   })
 
