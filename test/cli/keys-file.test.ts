@@ -74,7 +74,7 @@ t.test('a bad option value is a usage error naming the option (exit 2), never a 
 t.test('the CLI and docs/keys.md agree: running services reload the changed file by themselves', async (t) => {
   const dir = t.testdir({})
   const docs = readFileSync(new URL('../../docs/keys.md', import.meta.url), 'utf8')
-  t.match(docs, /The service also reloads the file by itself when it changes \(it watches the file's folder/, 'the docs say the file is watched')
+  t.match(docs, /the service reloads the file by itself when it changes \(it watches\s+the file's folder/, 'the docs say the file is watched')
   const created = await emailOtp(dir, ['keys', 'create', '--tenant', 'acme', '--kind', 'secret', '--mode', 'live'])
   t.match(created.stderr, /Running services reload the changed file by themselves \(they watch it\)\.\n$/, 'create says so')
   const review = await emailOtp(dir, ['keys', 'review', '--tenant', 'acme', '--address', 'review@acme.test'])
