@@ -7,11 +7,11 @@
 import { createSign, randomUUID } from 'node:crypto'
 import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
-import { createServer, globalAgent } from 'node:https'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
 import { bearer, buildApp, writeTenants } from '../helper.js'
+import { playHost } from '../support/https-hosts.js'
 import { freePort } from '../support/redis.js'
 import { spawnForTest } from '../support/service-process.js'
 import { until } from '../support/wait.js'
@@ -31,18 +31,15 @@ const SNS_KEY = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.m
 const SNS_CERT = readFileSync(new URL('../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
 const TOPIC = 'arn:aws:sns:eu-west-1:123456789012:ses-events'
 
-/** A loopback HTTPS host serving the SNS signing certificate, trusted by this process only. */
+/**
+ * SNS's certificate host, played by a loopback HTTPS server (test/support/https-hosts.ts), so
+ * the post names a certificate URL the default SNS_SIGNING_CERT_URL_PATTERN allows.
+ */
 async function certificateHost (t: Test): Promise<string> {
-  globalAgent.options.ca = SNS_CERT
-  const server = createServer({ key: SNS_KEY, cert: SNS_CERT }, (_request, response) => {
+  const host = await playHost(t, 'sns.eu-west-1.amazonaws.com', (_request, response) => {
     response.writeHead(200, { 'content-type': 'application/x-pem-file' }).end(SNS_CERT)
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  const address = server.address()
-  if (address === null || typeof address === 'string') throw new Error('no address')
-  return `https://127.0.0.1:${address.port}`
+  return host.origin
 }
 
 /** An SES event notification, signed as SNS signs one (version 2), as SNS would post it. */
@@ -53,7 +50,7 @@ function snsNotification (certificateOrigin: string): string {
     TopicArn: TOPIC,
     Message: JSON.stringify({ eventType: 'Delivery', mail: { messageId: 'not-ours', destination: ['ada@example.com'], tags: {} }, delivery: {} }),
     Timestamp: new Date().toISOString(),
-    SigningCertURL: `${certificateOrigin}/SimpleNotificationService-test.pem`
+    SigningCertURL: `${certificateOrigin}/SimpleNotificationService-0123456789abcdef.pem`
   }
   const signer = createSign('RSA-SHA256')
   for (const field of ['Message', 'MessageId', 'Timestamp', 'TopicArn', 'Type']) signer.update(`${field}\n${message[field] ?? ''}\n`)
@@ -67,8 +64,7 @@ t.test('through Prism as a validating proxy, every operation\'s happy path and a
   const { path, keys } = writeTenants(t)
   const { app } = await buildApp(t, {
     TENANTS_FILE: path,
-    SES_FEEDBACK_TOPIC_ARNS: TOPIC,
-    SNS_SIGNING_CERT_URL_PATTERN: `^${certificateOrigin.replaceAll('.', '\\.')}/SimpleNotificationService-[a-z]+\\.pem$`
+    SES_FEEDBACK_TOPIC_ARNS: TOPIC
   })
   const upstream = await app.listen({ host: '127.0.0.1', port: 0 })
   const port = await freePort()
