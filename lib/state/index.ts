@@ -125,20 +125,24 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   const acks = new ReplicaAcks(redis, replicaAcks)
   // Once the fingerprint matched, it is not read again: only this process's key could differ.
   let tagKeyMatched = options.tagKey === undefined
-  const tagKeyProblem = async (): Promise<MisnamedServer | null> => {
+  /** Why the tag key is not known to match; `unread` when Redis did not answer, which is no refusal. */
+  const tagKeyProblem = async (): Promise<{ misnamed: MisnamedServer, unread: boolean } | null> => {
     if (tagKeyMatched || options.tagKey === undefined) return null
     const { fingerprint } = options.tagKey
     const verdict = await checkTagKeyFingerprint(redis, options.tagKey).catch(() => null)
     // Unread (Redis stalled): read again on the next check; the stores answer 503 meanwhile anyway.
-    if (verdict === null) return { variable: 'RECIPIENT_TAG_KEY', problem: 'could not be compared with the key the data in Redis was written under (Redis did not answer)' }
+    if (verdict === null) return { misnamed: { variable: 'RECIPIENT_TAG_KEY', problem: 'could not be compared with the key the data in Redis was written under (Redis did not answer)' }, unread: true }
     if (verdict.kind !== 'differs') {
       if (verdict.kind === 'accepted') log.info({ fingerprint }, 'RECIPIENT_TAG_KEY_ACCEPT: the recipient tag key was replaced; suppressions, lockouts and recipient counts start afresh')
       tagKeyMatched = true
       return null
     }
     return {
-      variable: 'RECIPIENT_TAG_KEY',
-      problem: `is not the key this Redis's suppressions, lockouts and recipient counts were written under (fingerprint ${verdict.stored}; this key's is ${fingerprint}): with it every suppression would lift and every count restart. Set the key they were written under (unset, the secret of the only OTP_HMAC_KEYS key is used), or to start them afresh deliberately set RECIPIENT_TAG_KEY_ACCEPT=${fingerprint} once`
+      unread: false,
+      misnamed: {
+        variable: 'RECIPIENT_TAG_KEY',
+        problem: `is not the key this Redis's suppressions, lockouts and recipient counts were written under (fingerprint ${verdict.stored}; this key's is ${fingerprint}): with it every suppression would lift and every count restart. Set the key they were written under (unset, the secret of the only OTP_HMAC_KEYS key is used), or to start them afresh deliberately set RECIPIENT_TAG_KEY_ACCEPT=${fingerprint} once`
+      }
     }
   }
   const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
@@ -158,7 +162,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       if (misnamed !== null) return { ok: false, reason: `${misnamed.variable} ${misnamed.problem}`, ...found }
       if (!answers) return { ok: false, reason: 'Redis does not answer', ...found }
       const tagKey = await tagKeyProblem()
-      if (tagKey !== null) return { ok: false, reason: `${tagKey.variable} ${tagKey.problem}`, ...found, refused: tagKey }
+      if (tagKey !== null) return { ok: false, reason: `${tagKey.misnamed.variable} ${tagKey.misnamed.problem}`, ...found, refused: tagKey.unread ? null : tagKey.misnamed }
       const { ok, reason } = await eviction.check()
       return { ok, reason, ...found }
     },

@@ -61,6 +61,10 @@ t.test('REDIS_REPLICA_ACKS above the replicas there are: a warning at start, the
   t.teardown(replica.stop)
   await until('the replica counted', async () => (await readiness(app)).body.checks.tokenStore.replicas?.connected === 1)
   t.notOk((await readiness(app)).body.checks.tokenStore.warnings, 'no warning once the replicas suffice')
+  // Counted while its first sync runs; it acknowledges once in sync.
+  const replicaClient = await connectFailFast(replica.url)
+  t.teardown(() => { replicaClient.disconnect() })
+  await until('the replica in sync', async () => (await replicaClient.info('replication')).includes('master_link_status:up'))
   t.equal(await dispatch(), 200)
 })
 
