@@ -1,5 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdirSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { once } from 'node:events'
 import { Redis } from 'ioredis'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -58,15 +61,22 @@ export interface RedisServer {
   thaw(): void
 }
 
-/** Starts a private, non-persistent redis-server on a free loopback port. */
+/**
+ * Starts a private, non-persistent redis-server on a free loopback port. Its working folder is
+ * its own and goes when it stops: a primary writes an RDB file there for a replica's full sync,
+ * and a redis-server loads the one it finds at start, so a shared folder would hand one test's
+ * (or benchmark's) data to the next server started in it.
+ */
 export async function startRedis (extraArgs: string[] = []): Promise<RedisServer> {
   const port = await freePort()
+  const dir = join(tmpdir(), `email-otp-redis-${port}-${process.pid}`)
   let child: ChildProcess | null = null
 
   async function start (): Promise<void> {
+    mkdirSync(dir, { recursive: true })
     child = killOnExit(spawn('redis-server', [
       '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-      '--protected-mode', 'no', ...extraArgs
+      '--protected-mode', 'no', '--dir', dir, ...extraArgs
     ], { stdio: ['ignore', 'pipe', 'pipe'] }))
     let output = ''
     child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
@@ -85,6 +95,7 @@ export async function startRedis (extraArgs: string[] = []): Promise<RedisServer
     const exited = once(running, 'exit')
     running.kill('SIGKILL')
     await exited
+    rmSync(dir, { recursive: true, force: true })
   }
 
   function signal (name: NodeJS.Signals): void {
