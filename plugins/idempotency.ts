@@ -5,6 +5,7 @@ import { apiError } from '../lib/errors.js'
 import { storeCall } from '../lib/store-errors.js'
 import { tenantScope } from '../lib/keys/scope.js'
 import { sourceBucket } from '../lib/net/source-address.js'
+import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -93,6 +94,9 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
+    // Every caller the sidecar cannot name is one source: one namespace for all of them would
+    // give a stranger who repeats a visitor's guessable key that visitor's requestId.
+    if (request.auth.kind === 'restricted' && request.meshSource === UNIDENTIFIED_MESH_SOURCE) throw apiError('IDEMPOTENCY_KEY_UNSCOPED')
     const keyScope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
     // A restricted key is shared by every visitor of its page: each end client (the per-source
     // identity the abuse guard counts) gets its own namespace, so a visitor's guessable key

@@ -19,7 +19,7 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
       body: ref(DispatchBody),
       response: {
         200: ref(DispatchReply, { description: 'The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_OUTCOME_UNKNOWN', 'IDEMPOTENCY_MISMATCH', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_OUTCOME_UNKNOWN', 'IDEMPOTENCY_MISMATCH', 'IDEMPOTENCY_KEY_UNSCOPED', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {

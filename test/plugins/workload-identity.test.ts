@@ -275,3 +275,19 @@ t.test('a header that names the caller, sent twice, is refused as ambiguous', as
   t.same(await verify(SIDECAR, { 'x-forwarded-client-cert': internal, 'end-user-ip': '192.0.2.1' }), [400, 'CODE_MISMATCH'], 'each once: served')
   t.same(await verify(STRANGER, { 'x-forwarded-for': ['203.0.113.1', '203.0.113.2'], 'x-forwarded-client-cert': [internal, gateway] }), [400, 'CODE_MISMATCH'], 'from outside the mesh, headers that are not read are not judged')
 })
+
+t.test('a restricted key\'s Idempotency-Key needs a visitor the mesh can tell apart', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: GATEWAY })
+  const port = await listenApp(app)
+  const page = { origin: 'https://app.acme.test' }
+  const dispatch = async (key: string, headers: Record<string, string>, email: string) => {
+    const answer = await send({ port, localAddress: SIDECAR, path: '/otp/request', headers: { ...json, ...bearer(key), ...headers }, body: JSON.stringify({ email }) })
+    return [answer.status, answer.body.code ?? 'ok']
+  }
+  const login = { 'idempotency-key': 'login-jo@example.com' }
+  t.same(await dispatch(keys.acmeBrowser, { ...page, ...login }, 'jo@example.com'), [400, 'IDEMPOTENCY_KEY_UNSCOPED'], 'through the sidecar without an identity: refused, so no stranger meets the visitor\'s record')
+  t.same(await dispatch(keys.acmeBrowser, page, 'jo@example.com'), [200, 'ok'], 'without the header: served')
+  t.same(await dispatch(keys.acmeBrowser, { ...page, ...login, ...xfcc(GATEWAY), 'x-forwarded-for': '203.0.113.9' }, 'jo@example.com'), [200, 'ok'], 'through an identified gateway the visitor has its own namespace')
+  t.same(await dispatch(keys.acmeLive, login, 'jo@example.com'), [200, 'ok'], 'a secret key\'s records are its backend\'s own, identity or not')
+})

@@ -281,6 +281,7 @@ export interface components {
          *     - `INVALID_END_USER_IP` (400): End-User-IP must be one IPv4 or IPv6 address.
          *     - `END_USER_IP_NOT_ALLOWED` (400): End-User-IP may only be sent with a secret key: a browser does not choose its own source.
          *     - `END_USER_IP_REQUIRED` (400): This tenant requires End-User-IP, the address of the end user a request is made for.
+         *     - `IDEMPOTENCY_KEY_UNSCOPED` (400): A restricted key's Idempotency-Key is kept per visitor, and this request came through the mesh sidecar without a workload identity, so its visitor cannot be told apart from any other: send it without Idempotency-Key, or route browsers through an identified gateway.
          *     - `INVALID_EMAIL` (400): The email address is not acceptable.
          *     - `LOCALE_NOT_AVAILABLE` (400): The tenant has no message wording in this language.
          *     - `INVALID_CODE_FORMAT` (400): The code must be exactly 6 digits.
@@ -323,7 +324,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -1396,7 +1397,7 @@ export interface operations {
                     "application/json": components["schemas"]["DispatchReply"];
                 };
             };
-            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INVALID_EMAIL`: The email address is not acceptable. */
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_JSON`: The request body is not valid JSON. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `IDEMPOTENCY_KEY_UNSCOPED`: A restricted key's Idempotency-Key is kept per visitor, and this request came through the mesh sidecar without a workload identity, so its visitor cannot be told apart from any other: send it without Idempotency-Key, or route browsers through an identified gateway. `INVALID_EMAIL`: The email address is not acceptable. */
             400: {
                 headers: {
                     /**
@@ -1416,7 +1417,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INVALID_EMAIL";
+                        code: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL";
                     };
                 };
             };
