@@ -9,6 +9,13 @@ import { startHoldingProxy, type HoldingProxy } from '../support/holding-proxy.j
 import { until } from '../support/wait.js'
 
 const TIMEOUT_MS = 200
+/**
+ * Behind the holding proxy a command must reach Redis before its deadline however busy the
+ * machine (40 at once through a proxy in the test's own process, at a load of 15, took longer
+ * than 200 ms): a held reply waits for the release whatever the timeout, so a long one costs
+ * only the wait for each answer that is held.
+ */
+const HELD_TIMEOUT_MS = 2000
 
 /** What ioredis sends to run a script once Redis has it: EVALSHA and this. */
 const sha1 = (lua: string): string => createHash('sha1').update(lua).digest('hex')
@@ -35,7 +42,7 @@ async function behindProxy (t: Test): Promise<{ redis: RedisServer, proxy: Holdi
   t.teardown(async () => { await redis.stop() })
   const proxy = await startHoldingProxy(t, redis.port)
   const { path, keys } = writeTenants(t)
-  const app = await buildApp(t, { REDIS_URL: proxy.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_COMMAND_TIMEOUT_MS: String(TIMEOUT_MS) })
+  const app = await buildApp(t, { REDIS_URL: proxy.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_COMMAND_TIMEOUT_MS: String(HELD_TIMEOUT_MS) })
   // Released before the app closes, so that its connection ends in step.
   t.teardown(() => { proxy.release() })
   await until('the app connected to Redis', () => app.app.redis?.status === 'ready')
@@ -124,9 +131,8 @@ t.test('Redis replying late under load: every answer matches its effect, by the 
     ...load.takeOutstanding(20).map(async (issued) => await load.verify(issued))
   ])
   t.same([...new Set(answers)], [503], 'every request answered 503 while the replies were held')
-  // On a busy machine a script may now and then start past its deadline; most run.
-  const fenced = proxy.heldText.match(/FENCED/g)?.length ?? 0
-  t.ok(fenced < answers.length / 2, `the scripts ran: the fence refused ${fenced} of ${answers.length}`)
+  t.ok(proxy.heldText.length > 0, 'Redis replied, and the replies were held')
+  t.notMatch(proxy.heldText, /FENCED/, 'every script ran: no fence refused one')
   proxy.release()
   await load.check(t, redis.url)
   t.equal(load.issued, 30, 'no dispatch answered 200 while the replies were held')
