@@ -136,8 +136,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis),
     ready: async () => {
-      // Side by side, each read of a node bounded (READINESS_READ_MS): one frozen primary costs
-      // a check that long once, not once per reading.
+      // Side by side, each read of a node bounded (READINESS_READ_MS): a frozen primary delays
+      // a check by that bound once, not once per kind of reading.
       const [answers, { misnamed, warnings, replicas }, standing, { ok, reason }] = await Promise.all([
         tokens.ready(), servers.check(), tagKey?.check() ?? { kind: 'matched' as const }, eviction.check()
       ])

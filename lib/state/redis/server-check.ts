@@ -75,9 +75,9 @@ export function misnamedListedNode (kind: 'sentinel' | 'cluster', node: RedisNod
 /**
  * Reads what the Redis servers are (INFO on every primary, CONFIG GET on a Cluster's) and keeps
  * the reading for a few seconds; a primary silent past READINESS_READ_MS counts with its last
- * reply. A setting that names the wrong kind of server (a replica, a
- * Cluster node for REDIS_URL, a plain server for REDIS_SENTINELS or REDIS_CLUSTER_NODES) is
- * reported as `misnamed`: refused at start, not ready later (a server demoted by a failover).
+ * reply. A setting that names the wrong kind of server (a replica, a Cluster node for
+ * REDIS_URL, a plain server for REDIS_SENTINELS or REDIS_CLUSTER_NODES) is reported as
+ * `misnamed`: refused at start, not ready later (a server demoted by a failover).
  * Fewer replicas than REDIS_REPLICA_ACKS and a Cluster's `cluster-require-full-coverage yes`
  * are warnings, logged when first seen and when they change.
  */
