@@ -9,13 +9,13 @@ const CERT_FETCH_TIMEOUT_MS = 5000
 /** SNS's certificates are about 2 KB of PEM; a body past this is not one. */
 export const CERT_MAX_BYTES = 16_384
 /**
- * Certificate URLs fetched for the first time, per minute and process. SNS signs with a few
- * certificates, each fetched once a day; a stranger who knows a listed topic could otherwise
- * make the service fetch a made-up `.pem` from SNS's hosts with every request.
+ * Fetches under way at once, whoever asked: past it, a message naming a new URL is answered 503.
+ * No budget of new URLs is shared by every source: a few strangers could spend it at the start
+ * of each minute and keep SNS's own certificate out of an instance that has not fetched it. A fetch from
+ * SNS's hosts ends within a fraction of a second, so keeping eight in flight takes thousands of
+ * sources at one new URL a minute each.
  */
-export const NEW_CERT_URLS_PER_MINUTE = 10
-/** Fetches under way at once, whoever asked: past it, a message naming a new URL is answered 503. */
-export const CERT_FETCHES_IN_FLIGHT = 4
+export const CERT_FETCHES_IN_FLIGHT = 8
 /**
  * Fetches one source may start: a burst, then one a minute. SNS posts from many addresses and
  * needs a fetch a day; a stranger naming made-up URLs spends its own tokens, not the others'.
@@ -42,8 +42,7 @@ export interface SigningCertificatesOptions {
  * bound, kept in a bounded LRU for a day, with concurrent requests for one URL sharing one
  * fetch. A fetch is started only within three bounds, checked in this order: a URL that failed
  * is not tried again for a minute (503); the source that asks has a token (429, Retry-After);
- * fewer than CERT_FETCHES_IN_FLIGHT fetches are under way and fewer than ten new URLs were
- * fetched this minute (503: SNS retries later). Renewing a certificate after its day is bound
+ * fewer than CERT_FETCHES_IN_FLIGHT fetches are under way (503: SNS retries later). Renewing a certificate after its day is bound
  * by the first and the fetches in flight only. A renewal that fails (the certificate is gone)
  * drops trust in it: the old key is not used past its day.
  */
@@ -54,7 +53,6 @@ export class SigningCertificates {
   readonly #failedUntil = new LruMap<number>(CERT_URLS_REMEMBERED)
   readonly #sources = new LruMap<{ tokens: number, at: number }>(SOURCES_REMEMBERED)
   readonly #fetching = new Map<string, Promise<KeyObject>>()
-  #newUrlWindow = { startedAt: 0, fetches: 0 }
 
   constructor (options: SigningCertificatesOptions = {}) {
     this.#now = options.now ?? Date.now
@@ -68,10 +66,10 @@ export class SigningCertificates {
     if (known !== undefined && known.until > this.#now()) return known.key
     const fetching = this.#fetching.get(id)
     if (fetching !== undefined) return await fetching
-    // Renewing a certificate this URL served before is charged to no source and to no new-URL
-    // budget: strangers spending those budgets with made-up URLs must not stop SNS's own
-    // certificate from being fetched again when its day is up. At most one renewal per URL a
-    // day, of at most 1,000 URLs that served a certificate.
+    // Renewing a certificate this URL served before is charged to no source: strangers spending
+    // SNS's sources' tokens with made-up URLs must not stop SNS's own certificate from being
+    // fetched again when its day is up. At most one renewal per URL a day, of at most 1,000 URLs
+    // that served a certificate.
     this.#admit(id, known === undefined ? source : null)
     const fetch = this.#fetch(id, url)
     this.#fetching.set(id, fetch)
@@ -96,9 +94,6 @@ export class SigningCertificates {
     const tokens = Math.min(burst, bucket.tokens + (now - bucket.at) / refillMs)
     if (tokens < 1) throw new FeedbackThrottled('this source asked for too many new signing certificates', Math.ceil((1 - tokens) * refillMs / 1000))
     if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
-    if (now - this.#newUrlWindow.startedAt >= 60_000) this.#newUrlWindow = { startedAt: now, fetches: 0 }
-    if (this.#newUrlWindow.fetches >= NEW_CERT_URLS_PER_MINUTE) throw new FeedbackUnavailable('too many new signing certificate URLs this minute')
-    this.#newUrlWindow.fetches++
     this.#sources.set(source, { tokens: tokens - 1, at: now })
   }
 

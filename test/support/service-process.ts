@@ -36,13 +36,24 @@ export function spawnForTest (t: Test, args: readonly string[], env: Record<stri
   return { child, output: () => output }
 }
 
+/** Generous: a refusal comes after the configuration is read, in a second or two on a quiet machine. */
+const REFUSAL_WAIT_MS = 60_000
+
 /** Starts the service with `env` alone, expecting it to refuse to start: its exit code and stderr. */
 export async function refusedStart (env: Record<string, string>): Promise<{ exitCode: number | null, stderr: string }> {
   const child = killOnExit(spawn(process.execPath, serverArgs, { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }))
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await once(child, 'exit') as [number | null]
-  return { exitCode, stderr }
+  const exited = once(child, 'exit') as Promise<[number | null]>
+  // A service that starts instead of refusing would otherwise hold the test until tap's timeout.
+  const started = sleep(REFUSAL_WAIT_MS, 'started' as const, { ref: false })
+  const outcome = await Promise.race([exited, started])
+  if (outcome === 'started') {
+    child.kill('SIGKILL')
+    await exited
+    throw new Error(`the service did not refuse to start within ${REFUSAL_WAIT_MS} ms: ${stderr}`)
+  }
+  return { exitCode: outcome[0], stderr }
 }
 
 /** Runs the service as a real process on a free loopback port. */
