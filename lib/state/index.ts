@@ -19,7 +19,7 @@ import { createToolRedisClient, type RedisClient } from './redis/client.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { ReplicaAcks } from './redis/replica-acks.js'
 import { RedisServerWatch, type MisnamedServer, type ServerCheckLog } from './redis/server-check.js'
-import { checkTagKeyFingerprint, type TagKeyCheck } from './redis/tag-key-fingerprint.js'
+import { TagKeyGuard, tagKeyRefusal, type TagKeyCheck, type TagKeyLog } from './redis/tag-key-fingerprint.js'
 import { MemorySandboxInbox } from './memory/sandbox-inbox.js'
 import { RedisSandboxInbox } from './redis/sandbox-inbox.js'
 import type { SandboxInbox } from './sandbox-inbox.js'
@@ -84,7 +84,7 @@ export interface StateOptions {
   /** Each tenant's share of the webhook queue (the default cap when not given). */
   webhookQueue?: WebhookQueueLimits
   /** Where a Redis that may evict keys, or is not what the settings name, is reported (the service's logger; tools may leave it out). */
-  log?: EvictionLog & ServerCheckLog
+  log?: EvictionLog & ServerCheckLog & TagKeyLog
   /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
   topology?: RedisTopology
   /** How long a probe of a listed Sentinel or Cluster node may take to connect. */
@@ -123,28 +123,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   const eviction = new EvictionPolicyWatch(redis, log)
   const replicaAcks = options.replicaAcks ?? { count: 0, timeoutMs: 0 }
   const acks = new ReplicaAcks(redis, replicaAcks)
-  // Once the fingerprint matched, it is not read again: only this process's key could differ.
-  let tagKeyMatched = options.tagKey === undefined
-  /** Why the tag key is not known to match; `unread` when Redis did not answer, which is no refusal. */
-  const tagKeyProblem = async (): Promise<{ misnamed: MisnamedServer, unread: boolean } | null> => {
-    if (tagKeyMatched || options.tagKey === undefined) return null
-    const { fingerprint } = options.tagKey
-    const verdict = await checkTagKeyFingerprint(redis, options.tagKey).catch(() => null)
-    // Unread (Redis stalled): read again on the next check; the stores answer 503 meanwhile anyway.
-    if (verdict === null) return { misnamed: { variable: 'RECIPIENT_TAG_KEY', problem: 'could not be compared with the key the data in Redis was written under (Redis did not answer)' }, unread: true }
-    if (verdict.kind !== 'differs') {
-      if (verdict.kind === 'accepted') log.info({ fingerprint }, 'RECIPIENT_TAG_KEY_ACCEPT: the recipient tag key was replaced; suppressions, lockouts and recipient counts start afresh')
-      tagKeyMatched = true
-      return null
-    }
-    return {
-      unread: false,
-      misnamed: {
-        variable: 'RECIPIENT_TAG_KEY',
-        problem: `is not the key this Redis's suppressions, lockouts and recipient counts were written under (fingerprint ${verdict.stored}; this key's is ${fingerprint}): with it every suppression would lift and every count restart. Set the key they were written under (unset, the secret of the only OTP_HMAC_KEYS key is used), or to start them afresh deliberately set RECIPIENT_TAG_KEY_ACCEPT=${fingerprint} once`
-      }
-    }
-  }
+  const tagKey = options.tagKey === undefined ? null : new TagKeyGuard(redis, options.tagKey, log)
   const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
     kind: 'redis',
@@ -157,13 +136,20 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis),
     ready: async () => {
-      const [answers, { misnamed, warnings, replicas }] = await Promise.all([tokens.ready(), servers.check()])
+      // Side by side, each read of a node bounded (READINESS_READ_MS): a frozen primary delays
+      // a check by that bound once, not once per kind of reading.
+      const [answers, { misnamed, warnings, replicas }, standing, { ok, reason }] = await Promise.all([
+        tokens.ready(), servers.check(), tagKey?.check() ?? { kind: 'matched' as const }, eviction.check()
+      ])
       const found = { refused: misnamed, warnings, replicas }
       if (misnamed !== null) return { ok: false, reason: `${misnamed.variable} ${misnamed.problem}`, ...found }
       if (!answers) return { ok: false, reason: 'Redis does not answer', ...found }
-      const tagKey = await tagKeyProblem()
-      if (tagKey !== null) return { ok: false, reason: `${tagKey.misnamed.variable} ${tagKey.misnamed.problem}`, ...found, refused: tagKey.unread ? null : tagKey.misnamed }
-      const { ok, reason } = await eviction.check()
+      if (standing.kind === 'differs') {
+        const refused = tagKeyRefusal(standing.stored, options.tagKey?.fingerprint ?? '')
+        return { ok: false, reason: `${refused.variable} ${refused.problem}`, ...found, refused }
+      }
+      // Unread (Redis stalled): read again on the next check; the stores answer 503 meanwhile anyway.
+      if (standing.kind === 'unread') return { ok: false, reason: 'RECIPIENT_TAG_KEY could not be compared with the key the data in Redis was written under (Redis did not answer)', ...found }
       return { ok, reason, ...found }
     },
     unacknowledgedWrites: () => acks.shortfalls,

@@ -1,6 +1,6 @@
 import { Cluster } from 'ioredis'
-import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
+import { KeptReading, NodeReplies, nodeId, READINESS_READ_MS } from './readiness-reads.js'
 
 /** Where the service reports what it found: pino's logger. */
 export interface EvictionLog {
@@ -47,43 +47,39 @@ export function overMemoryLimit (info: string): boolean {
 
 /**
  * Reads Redis's `maxmemory-policy` through INFO memory (managed services often refuse CONFIG
- * GET), on every primary of a Cluster, and keeps the reading for a few seconds. A policy that
- * can evict makes the stores not ready, and is logged as an error when first seen and each
- * time it changes; its return to `noeviction` is logged too.
+ * GET), on every primary of a Cluster, and keeps the reading for a few seconds; a primary
+ * silent past READINESS_READ_MS counts with its last reply. A policy that can evict makes the
+ * stores not ready, and is logged as an error when first seen and each time it changes; its
+ * return to `noeviction` is logged too.
  */
 export class EvictionPolicyWatch {
   readonly #client: RedisClient
   readonly #log: EvictionLog
-  readonly #cacheMs: number
-  #reading: { verdict: EvictionVerdict, atMs: number } | null = null
-  #pending: Promise<EvictionVerdict> | null = null
+  readonly #reading: KeptReading<EvictionVerdict>
+  readonly #infos = new NodeReplies<string>()
   /** What was last logged, so an unchanged verdict is logged once. */
   #logged = 'noeviction'
 
   constructor (client: RedisClient, log: EvictionLog, options: { cacheMs?: number } = {}) {
     this.#client = client
     this.#log = log
-    this.#cacheMs = options.cacheMs ?? DEFAULT_CACHE_MS
+    this.#reading = new KeptReading(async () => await this.#read(), options.cacheMs ?? DEFAULT_CACHE_MS)
   }
 
   async check (): Promise<EvictionVerdict> {
-    const reading = this.#reading
-    if (reading !== null && Date.now() - reading.atMs < this.#cacheMs) return reading.verdict
-    // Probes that arrive together share one reading.
-    this.#pending ??= this.#read().finally(() => { this.#pending = null })
-    return await this.#pending
+    return await this.#reading.get()
   }
 
-  async #read (): Promise<EvictionVerdict> {
+  async #read (): Promise<{ value: EvictionVerdict, keep: boolean }> {
     const primaries = this.#client instanceof Cluster ? this.#client.nodes('master') : [this.#client]
-    const readings = await Promise.allSettled(primaries.map(async (primary) => await storeCall('INFO memory', async () => await primary.info('memory'))))
+    const readings = await Promise.all(primaries.map(async (primary) => await this.#infos.read(nodeId(primary), async () => await primary.info('memory'))))
     // A Cluster primary that does not answer is only its own tenants' outage (see
-    // RedisTokenStore.ready): the others' readings decide.
-    const infos = readings.flatMap((reading) => reading.status === 'fulfilled' ? [reading.value] : [])
-    const [failure] = readings.flatMap((reading) => reading.status === 'rejected' ? [reading.reason as Error] : [])
+    // RedisTokenStore.ready): the others' readings decide, and its last one.
+    const infos = readings.flatMap((reading) => reading?.ok === true ? [reading.value] : [])
     if (infos.length === 0) {
+      const [failure] = readings.flatMap((reading) => reading === null ? [`no answer within ${READINESS_READ_MS} ms`] : reading.ok ? [] : [reading.error instanceof Error ? reading.error.message : String(reading.error)])
       // Not kept: an unreachable Redis is reported by its own check, and read again next time.
-      return { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${failure?.message ?? 'no Redis primary known'}` }
+      return { value: { ok: false, policies: [], reason: `maxmemory-policy could not be read: ${failure ?? 'no Redis primary known'}` }, keep: false }
     }
     const policies = infos.map((info) => maxmemoryPolicy(info) ?? 'unknown')
     const evicting = [...new Set(policies.filter(policyEvicts))]
@@ -99,7 +95,6 @@ export class EvictionPolicyWatch {
       else this.#log.error({ maxmemoryPolicy: policies }, verdict.reason ?? '')
       this.#logged = summary
     }
-    this.#reading = { verdict, atMs: Date.now() }
-    return verdict
+    return { value: verdict, keep: true }
   }
 }

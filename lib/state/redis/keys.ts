@@ -98,6 +98,20 @@ export function redemptionKey (scope: string, jti: string): string {
  */
 export const TAG_KEY_FINGERPRINT = 'recipient-tag:fingerprint'
 
+/**
+ * On a Cluster, copies of TAG_KEY_FINGERPRINT spread over the slots, so that an instance
+ * starting while a primary is down still finds the fingerprint on the others. Each tag hashes
+ * to slot 1024 × its place in the list (0, 1024, … 15360): every primary that serves 1024
+ * consecutive slots holds at least one copy (every primary of a Cluster of up to 16 whose
+ * slots are spread evenly, as `redis-cli --cluster create` and managed services do). Fixed
+ * names rather than one per primary of the slot map: a reshard moves a copy with its slot and
+ * leaves none behind that RECIPIENT_TAG_KEY_ACCEPT would miss.
+ */
+export const TAG_KEY_FINGERPRINT_COPIES: readonly string[] = [
+  'fp10235', 'fp7381', 'fp9531', 'fp28334', 'fp40510', 'fp19401', 'fp21500', 'fp5477',
+  'fp2695', 'fp10053', 'fp2258', 'fp9757', 'fp13882', 'fp4936', 'fp5611', 'fp18940'
+].map((tag) => `${TAG_KEY_FINGERPRINT}:{${tag}}`)
+
 /** Where a scope's redemption epoch lives, in the slot of its redemptions. */
 export function epochKey (scope: string): string {
   return `receipt-epoch:{${scope}}`

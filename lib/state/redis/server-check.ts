@@ -1,7 +1,7 @@
 import { Cluster, Redis } from 'ioredis'
 import type { RedisNode, RedisTopology } from '../../config/redis-topology.js'
-import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
+import { KeptReading, NodeReplies, nodeId } from './readiness-reads.js'
 
 /** Where the service reports what it found: pino's logger. */
 export interface ServerCheckLog {
@@ -74,9 +74,10 @@ export function misnamedListedNode (kind: 'sentinel' | 'cluster', node: RedisNod
 
 /**
  * Reads what the Redis servers are (INFO on every primary, CONFIG GET on a Cluster's) and keeps
- * the reading for a few seconds. A setting that names the wrong kind of server (a replica, a
- * Cluster node for REDIS_URL, a plain server for REDIS_SENTINELS or REDIS_CLUSTER_NODES) is
- * reported as `misnamed`: refused at start, not ready later (a server demoted by a failover).
+ * the reading for a few seconds; a primary silent past READINESS_READ_MS counts with its last
+ * reply. A setting that names the wrong kind of server (a replica, a Cluster node for
+ * REDIS_URL, a plain server for REDIS_SENTINELS or REDIS_CLUSTER_NODES) is reported as
+ * `misnamed`: refused at start, not ready later (a server demoted by a failover).
  * Fewer replicas than REDIS_REPLICA_ACKS and a Cluster's `cluster-require-full-coverage yes`
  * are warnings, logged when first seen and when they change.
  */
@@ -86,9 +87,9 @@ export class RedisServerWatch {
   readonly #requiredAcks: number
   readonly #connectTimeoutMs: number
   readonly #log: ServerCheckLog
-  readonly #cacheMs: number
-  #reading: { verdict: ServerVerdict, atMs: number } | null = null
-  #pending: Promise<ServerVerdict> | null = null
+  readonly #reading: KeptReading<ServerVerdict>
+  readonly #infos = new NodeReplies<string>()
+  readonly #coverage = new NodeReplies<unknown>()
   #logged = ''
 
   /** `topology` null: what the client shows (a tool's client), nothing probed beside it. */
@@ -98,14 +99,11 @@ export class RedisServerWatch {
     this.#requiredAcks = options.requiredAcks
     this.#connectTimeoutMs = options.connectTimeoutMs
     this.#log = options.log
-    this.#cacheMs = options.cacheMs ?? DEFAULT_CACHE_MS
+    this.#reading = new KeptReading(async () => ({ value: await this.#read(), keep: true }), options.cacheMs ?? DEFAULT_CACHE_MS)
   }
 
   async check (): Promise<ServerVerdict> {
-    const reading = this.#reading
-    if (reading !== null && Date.now() - reading.atMs < this.#cacheMs) return reading.verdict
-    this.#pending ??= this.#read().finally(() => { this.#pending = null })
-    return await this.#pending
+    return await this.#reading.get()
   }
 
   async #read (): Promise<ServerVerdict> {
@@ -117,7 +115,6 @@ export class RedisServerWatch {
       for (const warning of verdict.warnings) this.#log.warn({ replicas: verdict.replicas }, warning)
       this.#logged = summary
     }
-    this.#reading = { verdict, atMs: Date.now() }
     return verdict
   }
 
@@ -125,8 +122,9 @@ export class RedisServerWatch {
     const client = this.#client
     const cluster = client instanceof Cluster
     const primaries = cluster ? client.nodes('master') : [client]
-    const readings = await Promise.allSettled(primaries.map(async (primary) => await storeCall('INFO', async () => await primary.info())))
-    const infos = readings.flatMap((reading, index) => reading.status === 'fulfilled' ? [{ info: reading.value, primary: primaries[index] }] : [])
+    // A primary that does not answer in time counts with its last INFO (none: it is left out).
+    const readings = await Promise.all(primaries.map(async (primary) => await this.#infos.read(nodeId(primary), async () => await primary.info())))
+    const infos = readings.flatMap((reading, index) => reading?.ok === true ? [{ info: reading.value, primary: primaries[index] }] : [])
     if (infos.length === 0) return NOTHING_KNOWN
     const warnings: string[] = []
     if (!cluster) {
@@ -144,8 +142,9 @@ export class RedisServerWatch {
     }
     if (cluster) {
       // Managed services often refuse CONFIG GET: then nothing is known, and nothing said.
-      const coverage = await storeCall('CONFIG GET', async () => await (infos[0]?.primary ?? client).config('GET', 'cluster-require-full-coverage')).catch(() => null)
-      if (Array.isArray(coverage) && coverage[1] === 'yes') {
+      const asked = infos[0]?.primary
+      const coverage = asked === undefined ? null : await this.#coverage.read(nodeId(asked), async () => await asked.config('GET', 'cluster-require-full-coverage'))
+      if (coverage?.ok === true && Array.isArray(coverage.value) && coverage.value[1] === 'yes') {
         warnings.push('the Redis Cluster has cluster-require-full-coverage yes: while one primary is down, every primary refuses commands and every tenant answers 503; set it to no')
       }
     }
@@ -160,9 +159,12 @@ export class RedisServerWatch {
     const topology = this.#topology
     if (topology === null || topology.kind === 'single') return NOTHING_KNOWN
     const nodes = topology.kind === 'sentinel' ? topology.sentinels : topology.nodes
-    for (const node of nodes) {
-      const info = await this.#askNode(node, topology.kind === 'cluster' ? topology : null)
-      if (info === null) continue
+    // Side by side: a listed node that accepts connections and never answers costs one probe's
+    // timeout, not one per node listed after it.
+    const infos = await Promise.all(nodes.map(async (node) => await this.#askNode(node, topology.kind === 'cluster' ? topology : null)))
+    for (const [index, node] of nodes.entries()) {
+      const info = infos[index]
+      if (info === null || info === undefined) continue
       const misnamed = misnamedListedNode(topology.kind, node, info)
       if (misnamed !== null) return { misnamed, warnings: [], replicas: null }
     }

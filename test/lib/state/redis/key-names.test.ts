@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { lockoutKey, lockoutKeyPrefix, tokenKey } from '../../../../lib/state/redis/keys.js'
+import { lockoutKey, lockoutKeyPrefix, TAG_KEY_FINGERPRINT_COPIES, tokenKey } from '../../../../lib/state/redis/keys.js'
 import { hashKey, generateKey } from '../../../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../../../helper.js'
 import { redisTestOptions, startRedis } from '../../../support/redis.js'
@@ -142,4 +142,12 @@ t.test('the keys a script derives share the slot of the key they derive from', a
   t.equal(tag(lockoutKeyPrefix('acme', 'live') + 'browser:tag'), tag(tokenKey('acme', 'live', 'request')))
   t.equal(tag(lockoutKey('acme', 'live', 'tag')), tag(tokenKey('acme', 'live', 'request')))
   t.not(tag(lockoutKeyPrefix('acme', 'live')), tag(tokenKey('acme', 'test', 'request')), 'the sandbox is another slot')
+})
+
+t.test('on a Cluster, the recipient tag key fingerprint\'s copies beside recipient-tag:fingerprint', async (t) => {
+  // Read and written by every instance on a Cluster; their slots are checked on a real one (test/server/redis-cluster.test.ts).
+  t.same(TAG_KEY_FINGERPRINT_COPIES, [
+    'fp10235', 'fp7381', 'fp9531', 'fp28334', 'fp40510', 'fp19401', 'fp21500', 'fp5477',
+    'fp2695', 'fp10053', 'fp2258', 'fp9757', 'fp13882', 'fp4936', 'fp5611', 'fp18940'
+  ].map((tag) => `recipient-tag:fingerprint:{${tag}}`))
 })
