@@ -9,6 +9,8 @@ import { spawn, spawnSync } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import GithubSlugger from 'github-slugger'
+import MarkdownIt from 'markdown-it'
 import t from 'tap'
 import { parse } from 'yaml'
 import { TEST_HMAC_KEYS, writeTenants } from '../helper.js'
@@ -21,6 +23,7 @@ import { until } from '../support/wait.js'
 const rulesPath = fileURLToPath(new URL('../../deploy/prometheus/rules.yaml', import.meta.url))
 const rulesTestPath = fileURLToPath(new URL('../../deploy/prometheus/rules.test.yaml', import.meta.url))
 const dashboardPath = fileURLToPath(new URL('../../deploy/grafana/email-otp.json', import.meta.url))
+const operationsPath = fileURLToPath(new URL('../../docs/operations.md', import.meta.url))
 
 const available = (binary: string): boolean => spawnSync(binary, ['--version'], { stdio: 'ignore' }).status === 0
 const promtoolAvailable = available('promtool')
@@ -68,6 +71,16 @@ t.test('the dashboard, as Grafana imports it: a data source variable, a tenant v
     // eslint-disable-next-line no-template-curly-in-string -- Grafana's variable syntax, not a JavaScript template
     t.equal(panel.datasource?.uid, '${datasource}', `${panel.title}: on the chosen data source`)
     t.ok((panel.targets ?? []).length > 0, `${panel.title}: has a query`)
+  }
+})
+
+t.test('every alert\'s runbook_url names its own paragraph of docs/operations.md', async (t) => {
+  const tokens = new MarkdownIt().parse(readFileSync(operationsPath, 'utf8'), {})
+  const slugger = new GithubSlugger()
+  const anchors = new Set(tokens.flatMap((token, i) => token.type === 'heading_open' ? [slugger.slug(tokens[i + 1]?.content ?? '')] : []))
+  for (const rule of rules) {
+    t.equal(rule.annotations?.runbook_url, `docs/operations.md#${rule.alert.toLowerCase()}`, `${rule.alert}: its own paragraph`)
+    t.ok(anchors.has(rule.alert.toLowerCase()), `${rule.alert}: docs/operations.md has it`)
   }
 })
 
