@@ -33,7 +33,7 @@ interface Rule { alert: string, expr: string, for?: string, labels?: Record<stri
 const rules = (parse(readFileSync(rulesPath, 'utf8')) as { groups: Array<{ rules: Rule[] }> }).groups.flatMap((group) => group.rules)
 
 interface Target { expr: string, legendFormat?: string }
-interface Panel { type: string, title: string, datasource?: { uid?: string }, targets?: Target[], panels?: Panel[] }
+interface Panel { id: number, type: string, title: string, datasource?: { uid?: string }, targets?: Target[], panels?: Panel[] }
 interface Variable { name: string, type: string, query?: unknown, definition?: string, allValue?: string }
 const dashboard = JSON.parse(readFileSync(dashboardPath, 'utf8')) as { schemaVersion: number, panels: Panel[], templating: { list: Variable[] } }
 const panels = dashboard.panels.flatMap((panel) => [panel, ...(panel.panels ?? [])]).filter((panel) => panel.type !== 'row')
@@ -67,6 +67,7 @@ t.test('the dashboard, as Grafana imports it: a data source variable, a tenant v
   const variables = new Map(dashboard.templating.list.map((variable) => [variable.name, variable]))
   t.match(variables.get('datasource'), { type: 'datasource', query: 'prometheus' })
   t.match(variables.get('tenant'), { type: 'query', definition: 'label_values(email_otp_dispatches_total, tenant)', allValue: '.*' })
+  t.equal(new Set(panels.map((panel) => panel.id)).size, panels.length, 'every panel has an id of its own')
   for (const panel of panels) {
     // eslint-disable-next-line no-template-curly-in-string -- Grafana's variable syntax, not a JavaScript template
     t.equal(panel.datasource?.uid, '${datasource}', `${panel.title}: on the chosen data source`)
