@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Services, ServicesObservers } from '../lib/compose.js'
 import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
-import type { TenantUsage } from '../lib/quota/usage.js'
+import { usageReport, type UsageReport } from '../lib/quota/allowance.js'
 import type { Backlog } from '../lib/state/webhook-queue.js'
 
 export interface Metrics {
@@ -33,8 +33,10 @@ export interface Metrics {
    */
   presentsToken (request: FastifyRequest): boolean
   /**
-   * The tenants whose counters are shown from zero before their first event, read at each
-   * scrape: a rate over a series that appears at 1 would miss its first event.
+   * The tenants whose counters of rare events that alerts count (live lockouts, permanent
+   * bounces, complaints) are shown from zero before the first one, looked up at each scrape: a
+   * rate over a series that appears at 1 would miss its first event. Counters of everyday
+   * events get a tenant's series with its traffic, so an idle tenant costs a scrape little.
    */
   countTenants (ids: () => Iterable<string>): void
 }
@@ -45,8 +47,6 @@ declare module 'fastify' {
   }
 }
 
-const MODES = ['live', 'test'] as const
-const SES_EVENTS = ['delivered', 'delayed', 'bounced_permanent', 'bounced_transient', 'complained'] as const
 const WEBHOOK_OUTCOMES = ['delivered', 'retry', 'dead', 'dropped'] as const
 
 /**
@@ -74,13 +74,20 @@ export default fp(async function metricsPlugin (fastify) {
     registers: [registry]
   })
   let tenantIds: () => Iterable<string> = () => []
-  /** Every tenant's series of `counter`, one per combination of `values`, present from zero. */
+  const seeded = new WeakMap<Counter<string>, Set<string>>()
+  /**
+   * Every tenant's series of `counter`, one per combination of `values`, present from zero.
+   * Each tenant once: a scrape then only looks for tenants new in the file.
+   */
   const seed = <L extends string>(counter: Counter<L>, values: Partial<Record<L, readonly string[]>>): void => {
-    let combinations: Array<Partial<Record<L, string>>> = [{}]
-    for (const [name, list] of Object.entries(values) as Array<[L, readonly string[]]>) {
-      combinations = combinations.flatMap((labels) => list.map((value) => ({ ...labels, [name]: value })))
-    }
+    let done = seeded.get(counter)
+    if (done === undefined) seeded.set(counter, done = new Set())
+    let combinations: Array<Partial<Record<L, string>>> | null = null
     for (const tenant of tenantIds()) {
+      if (done.has(tenant)) continue
+      done.add(tenant)
+      combinations ??= Object.entries(values).reduce<Array<Partial<Record<L, string>>>>(
+        (partial, [name, list]) => partial.flatMap((labels) => (list as readonly string[]).map((value) => ({ ...labels, [name]: value }))), [{}])
       for (const labels of combinations) counter.inc({ tenant, ...labels } as Partial<Record<L, string>>, 0)
     }
   }
@@ -92,22 +99,20 @@ export default fp(async function metricsPlugin (fastify) {
       name: 'email_otp_dispatches_total',
       help: 'Dispatch outcomes by tenant and mode: sent, delivery_failed.',
       labelNames: ['tenant', 'mode', 'result'] as const,
-      registers: [registry],
-      collect () { seed(this, { mode: MODES, result: ['sent', 'delivery_failed'] }) }
+      registers: [registry]
     }),
     verifications: new Counter({
       name: 'email_otp_verifications_total',
       help: 'Verify outcomes by tenant and mode: verified, mismatch, malformed.',
       labelNames: ['tenant', 'mode', 'result'] as const,
-      registers: [registry],
-      collect () { seed(this, { mode: MODES, result: ['verified', 'mismatch', 'malformed'] }) }
+      registers: [registry]
     }),
     lockouts: new Counter({
       name: 'email_otp_lockouts_total',
       help: 'Recipient mailboxes locked by a run of wrong guesses, by tenant and mode.',
       labelNames: ['tenant', 'mode'] as const,
       registers: [registry],
-      collect () { seed(this, { mode: MODES }) }
+      collect () { seed(this, { mode: ['live'] }) }
     }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
     mailSent: new Counter({ name: 'email_otp_mail_sent_total', help: 'Messages accepted, by the provider that took them (sandbox: the sandbox inbox).', labelNames: ['transport'] as const, registers: [registry] }),
@@ -119,7 +124,7 @@ export default fp(async function metricsPlugin (fastify) {
       help: 'SES events of live mail by tenant: delivered, delayed, bounced_permanent, bounced_transient, complained.',
       labelNames: ['tenant', 'event'] as const,
       registers: [registry],
-      collect () { seed(this, { event: SES_EVENTS }) }
+      collect () { seed(this, { event: ['bounced_permanent', 'complained'] }) }
     }),
     reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
@@ -208,9 +213,9 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
  * The services' state as gauges: the Redis connection, the block lists, the tenants file, the
  * webhook queues. Gauges read their value at scrape time, so the request path pays nothing for them.
  */
-export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs' | 'usage'>): void {
+export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
   const { registry } = metrics
-  const { redis, backend, blocklists, tenants, usage } = services
+  const { redis, backend, blocklists, tenants } = services
   metrics.countTenants(() => tenants.current.tenants.keys())
   if (redis !== null) {
     registry.registerMetric(new Gauge({
@@ -311,36 +316,31 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
   // Read at scrape time, per tenant of the tenants file: the quota store is shared by every
   // instance, so each reports the same figures. A store that does not answer leaves them out
   // of that scrape.
-  let allowances: Promise<Array<[string, TenantUsage]>> | null = null
-  const latestAllowances = async (): Promise<Array<[string, TenantUsage]>> => {
-    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, TenantUsage]> => [tenant.id, await usage.report(tenant, Date.now())]))
+  let allowances: Promise<Array<[string, UsageReport]>> | null = null
+  const latestAllowances = async (): Promise<Array<[string, UsageReport]>> => {
+    const now = Date.now()
+    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, UsageReport]> => [tenant.id, await usageReport(backend.quota, tenant, 'live', now)]))
       .finally(() => { allowances = null })
     return await allowances.catch(() => [])
   }
   registry.registerMetric(new Gauge({
     name: 'email_otp_allowance_used',
-    help: 'Dispatches charged to each tenant\'s allowance in its current window, by mode.',
-    labelNames: ['tenant', 'mode'] as const,
+    help: 'Live dispatches charged to each tenant\'s allowance in its current window.',
+    labelNames: ['tenant'] as const,
     registers: [],
     async collect () {
       this.reset()
-      for (const [tenant, report] of await latestAllowances()) {
-        this.set({ tenant, mode: 'live' }, report.live.used)
-        this.set({ tenant, mode: 'test' }, report.sandbox.used)
-      }
+      for (const [tenant, report] of await latestAllowances()) this.set({ tenant }, report.used)
     }
   }))
   registry.registerMetric(new Gauge({
     name: 'email_otp_allowance_limit',
-    help: 'Each tenant\'s allowance per window (its tier\'s), by mode.',
-    labelNames: ['tenant', 'mode'] as const,
+    help: 'Each tenant\'s live allowance per window (its tier\'s).',
+    labelNames: ['tenant'] as const,
     registers: [],
     async collect () {
       this.reset()
-      for (const [tenant, report] of await latestAllowances()) {
-        this.set({ tenant, mode: 'live' }, report.live.limit)
-        this.set({ tenant, mode: 'test' }, report.sandbox.limit)
-      }
+      for (const [tenant, report] of await latestAllowances()) this.set({ tenant }, report.limit)
     }
   }))
 
