@@ -183,7 +183,8 @@ t.test('a Prometheus server scraping the service under traffic: every panel quer
 
   const targets = panels.flatMap((panel) => (panel.targets ?? []).map((target) => ({ panel: panel.title, expr: expanded(target.expr), labels: legendLabels(target.legendFormat) })))
   const answers = new Map<string, Awaited<ReturnType<typeof query>>>()
-  // Until the scrapes after the traffic are in (rates need two samples), or the stall guard.
+  // Until the scrapes after the traffic are in (rates need two samples). Past the stall guard
+  // the last answers are judged below, one assertion per query: the failure names the panel.
   await until('every panel query to return data', async () => {
     for (const target of targets) answers.set(target.expr, await query(target.expr))
     return [...answers.values()].every((answer) => (answer.data?.result.length ?? 0) > 0)
