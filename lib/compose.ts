@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import { admissionPolicy } from './admission/plan.js'
 import { ConfigError } from './config/from-env.js'
 import type { Config } from './config/types.js'
-import { SesFeedback } from './feedback/ses-feedback.js'
+import { SesFeedback, type FeedbackEventType } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
 import { TemplatePreviews } from './previews/template-previews.js'
@@ -43,6 +43,8 @@ export interface ServicesObservers {
   webhookAttempted?: (outcome: AttemptOutcome) => void
   /** Deliveries moved to dead letters because their tenant's queue was full. */
   webhookOverflowed?: (count: number) => void
+  /** One recipient's SES event of a tenant's mail. */
+  feedback?: (tenant: string, type: FeedbackEventType, bounceType: 'permanent' | 'transient' | undefined) => void
 }
 
 export interface ServicesOptions {
@@ -308,6 +310,8 @@ export async function createServices (config: Config, options: ServicesOptions):
           case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
           case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
         }
+        // Counted once handled: a message that failed half-way is sent again by SNS.
+        observers.feedback?.(tenant.id, type, bounceType)
       }
     })
 

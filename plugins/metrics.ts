@@ -5,19 +5,22 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Services, ServicesObservers } from '../lib/compose.js'
 import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
+import { usageReport, type UsageReport } from '../lib/quota/allowance.js'
 import type { Backlog } from '../lib/state/webhook-queue.js'
 
 export interface Metrics {
   readonly registry: Registry
-  readonly dispatches: Counter<'mode' | 'result'>
-  readonly verifications: Counter<'mode' | 'result'>
+  readonly dispatches: Counter<'tenant' | 'mode' | 'result'>
+  readonly verifications: Counter<'tenant' | 'mode' | 'result'>
   readonly deliveryFailures: Counter<'kind'>
   readonly mailSent: Counter<'transport'>
   readonly mailFailovers: Counter<'from' | 'kind'>
   readonly mailCircuitSkips: Counter<'transport'>
   readonly sesFeedback: Counter<'outcome'>
+  /** SES events of the tenants' live mail, by tenant: what their bounce and complaint rates are made of. */
+  readonly sesEvents: Counter<'tenant' | 'event'>
   readonly reviewUses: Counter<'mode'>
-  readonly lockouts: Counter<'mode'>
+  readonly lockouts: Counter<'tenant' | 'mode'>
   readonly errors: Counter<'code'>
   readonly webhookAttempts: Counter<'outcome'>
   readonly webhookOverflow: Counter
@@ -29,6 +32,13 @@ export interface Metrics {
    * when no token is configured.
    */
   presentsToken (request: FastifyRequest): boolean
+  /**
+   * The tenants whose counters of rare events that alerts count (live lockouts, permanent
+   * bounces, complaints) are shown from zero before the first one, looked up at each scrape: a
+   * rate over a series that appears at 1 would miss its first event. Counters of everyday
+   * events get a tenant's series with its traffic, so an idle tenant costs a scrape little.
+   */
+  countTenants (ids: () => Iterable<string>): void
 }
 
 declare module 'fastify' {
@@ -36,6 +46,8 @@ declare module 'fastify' {
     metrics: Metrics
   }
 }
+
+const WEBHOOK_OUTCOMES = ['delivered', 'retry', 'dead', 'dropped'] as const
 
 /**
  * Compared as SHA-256 digests: both sides are 32 bytes whatever was presented, so the
@@ -61,18 +73,59 @@ export default fp(async function metricsPlugin (fastify) {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry]
   })
+  let tenantIds: () => Iterable<string> = () => []
+  const seeded = new WeakMap<Counter<string>, Set<string>>()
+  /**
+   * Every tenant's series of `counter`, one per combination of `values`, present from zero.
+   * Each tenant once: a scrape then only looks for tenants new in the file.
+   */
+  const seed = <L extends string>(counter: Counter<L>, values: Partial<Record<L, readonly string[]>>): void => {
+    let done = seeded.get(counter)
+    if (done === undefined) seeded.set(counter, done = new Set())
+    let combinations: Array<Partial<Record<L, string>>> | null = null
+    for (const tenant of tenantIds()) {
+      if (done.has(tenant)) continue
+      done.add(tenant)
+      combinations ??= Object.entries(values).reduce<Array<Partial<Record<L, string>>>>(
+        (partial, [name, list]) => partial.flatMap((labels) => (list as readonly string[]).map((value) => ({ ...labels, [name]: value }))), [{}])
+      for (const labels of combinations) counter.inc({ tenant, ...labels } as Partial<Record<L, string>>, 0)
+    }
+  }
   const token = fastify.config.metricsToken
   const expected = token === null ? null : digest(`Bearer ${token}`)
   const metrics: Metrics = {
     registry,
-    dispatches: new Counter({ name: 'email_otp_dispatches_total', help: 'Dispatch outcomes: sent, delivery_failed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
-    verifications: new Counter({ name: 'email_otp_verifications_total', help: 'Verify outcomes: verified, mismatch, malformed.', labelNames: ['mode', 'result'] as const, registers: [registry] }),
-    lockouts: new Counter({ name: 'email_otp_lockouts_total', help: 'Recipient mailboxes locked by a run of wrong guesses.', labelNames: ['mode'] as const, registers: [registry] }),
+    dispatches: new Counter({
+      name: 'email_otp_dispatches_total',
+      help: 'Dispatch outcomes by tenant and mode: sent, delivery_failed.',
+      labelNames: ['tenant', 'mode', 'result'] as const,
+      registers: [registry]
+    }),
+    verifications: new Counter({
+      name: 'email_otp_verifications_total',
+      help: 'Verify outcomes by tenant and mode: verified, mismatch, malformed.',
+      labelNames: ['tenant', 'mode', 'result'] as const,
+      registers: [registry]
+    }),
+    lockouts: new Counter({
+      name: 'email_otp_lockouts_total',
+      help: 'Recipient mailboxes locked by a run of wrong guesses, by tenant and mode.',
+      labelNames: ['tenant', 'mode'] as const,
+      registers: [registry],
+      collect () { seed(this, { mode: ['live'] }) }
+    }),
     deliveryFailures: new Counter({ name: 'email_otp_delivery_failures_total', help: 'Mail that did not leave, by provider error kind.', labelNames: ['kind'] as const, registers: [registry] }),
     mailSent: new Counter({ name: 'email_otp_mail_sent_total', help: 'Messages accepted, by the provider that took them (sandbox: the sandbox inbox).', labelNames: ['transport'] as const, registers: [registry] }),
     mailFailovers: new Counter({ name: 'email_otp_mail_failovers_total', help: 'Sends that went on to the next provider of MAIL_TRANSPORT, by the provider that failed and how.', labelNames: ['from', 'kind'] as const, registers: [registry] }),
     mailCircuitSkips: new Counter({ name: 'email_otp_mail_circuit_skips_total', help: 'Sends that skipped a provider because its circuit was open.', labelNames: ['transport'] as const, registers: [registry] }),
     sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'SNS messages at POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, unavailable, or the refusal code (SNS_SIGNATURE_INVALID…).', labelNames: ['outcome'] as const, registers: [registry] }),
+    sesEvents: new Counter({
+      name: 'email_otp_ses_events_total',
+      help: 'SES events of live mail by tenant: delivered, delayed, bounced_permanent, bounced_transient, complained.',
+      labelNames: ['tenant', 'event'] as const,
+      registers: [registry],
+      collect () { seed(this, { event: ['bounced_permanent', 'complained'] }) }
+    }),
     reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
     webhookAttempts: new Counter({
@@ -96,8 +149,11 @@ export default fp(async function metricsPlugin (fastify) {
     presentsToken (request) {
       return expected !== null && headerCount(request.raw.rawHeaders, 'authorization') === 1 &&
         timingSafeEqual(digest(request.headers.authorization ?? ''), expected)
-    }
+    },
+    countTenants (ids) { tenantIds = ids }
   }
+  for (const transport of fastify.config.mailTransports) metrics.mailCircuitSkips.inc({ transport }, 0)
+  for (const outcome of WEBHOOK_OUTCOMES) metrics.webhookAttempts.inc({ outcome }, 0)
   // The value is always 1: the labels are the information (`version`, `node_version`), joined
   // onto other series by dashboards to tell which build each instance runs.
   new Gauge({
@@ -121,18 +177,18 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
     otp: {
       dispatched (key, result) {
         if ('sentBy' in result) {
-          metrics.dispatches.inc({ mode: key.mode, result: 'sent' })
+          metrics.dispatches.inc({ tenant: key.tenant.id, mode: key.mode, result: 'sent' })
           metrics.mailSent.inc({ transport: result.sentBy })
           return
         }
-        metrics.dispatches.inc({ mode: key.mode, result: 'delivery_failed' })
+        metrics.dispatches.inc({ tenant: key.tenant.id, mode: key.mode, result: 'delivery_failed' })
         metrics.deliveryFailures.inc({ kind: result.deliveryFailed })
       },
       checked (key, result) {
-        metrics.verifications.inc({ mode: key.mode, result })
+        metrics.verifications.inc({ tenant: key.tenant.id, mode: key.mode, result })
       },
       locked (key) {
-        metrics.lockouts.inc({ mode: key.mode })
+        metrics.lockouts.inc({ tenant: key.tenant.id, mode: key.mode })
       },
       reviewed (key) {
         metrics.reviewUses.inc({ mode: key.mode })
@@ -144,6 +200,9 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
     },
     mailSend (transport, seconds, result) {
       metrics.mailSendSeconds.observe({ transport, result }, seconds)
+    },
+    feedback (tenant, type, bounceType) {
+      metrics.sesEvents.inc({ tenant, event: type === 'bounced' ? `bounced_${bounceType ?? 'transient'}` : type })
     },
     webhookAttempted (outcome) { metrics.webhookAttempts.inc({ outcome }) },
     webhookOverflowed (count) { metrics.webhookOverflow.inc(count) }
@@ -157,7 +216,26 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
 export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
   const { registry } = metrics
   const { redis, backend, blocklists, tenants } = services
+  metrics.countTenants(() => tenants.current.tenants.keys())
   if (redis !== null) {
+    registry.registerMetric(new Gauge({
+      name: 'email_otp_redis_memory_used_ratio',
+      help: 'used_memory over maxmemory of the fullest Redis primary (1 and above: Redis refuses writes, every dispatch and verify answers 503); absent when no primary has a maxmemory or none answered.',
+      registers: [],
+      async collect () {
+        this.reset()
+        const primaries = 'nodes' in redis ? redis.nodes('master') : [redis]
+        const infos = await Promise.allSettled(primaries.map(async (primary) => await primary.info('memory')))
+        let fullest: number | null = null
+        for (const info of infos) {
+          if (info.status === 'rejected') continue
+          const used = Number(/^used_memory:(\d+)/m.exec(info.value)?.[1] ?? 0)
+          const limit = Number(/^maxmemory:(\d+)/m.exec(info.value)?.[1] ?? 0)
+          if (limit > 0) fullest = Math.max(fullest ?? 0, used / limit)
+        }
+        if (fullest !== null) this.set(fullest)
+      }
+    }))
     registry.registerMetric(new Gauge({
       name: 'email_otp_redis_up',
       help: '1 when the Redis connection is ready; absent on the in-memory default.',
@@ -232,6 +310,37 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       this.reset()
       this.inc({ result: 'ok' }, reloads.ok)
       this.inc({ result: 'failed' }, reloads.failed)
+    }
+  }))
+
+  // Read at scrape time, per tenant of the tenants file: the quota store is shared by every
+  // instance, so each reports the same figures. A store that does not answer leaves them out
+  // of that scrape.
+  let allowances: Promise<Array<[string, UsageReport]>> | null = null
+  const latestAllowances = async (): Promise<Array<[string, UsageReport]>> => {
+    const now = Date.now()
+    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, UsageReport]> => [tenant.id, await usageReport(backend.quota, tenant, 'live', now)]))
+      .finally(() => { allowances = null })
+    return await allowances.catch(() => [])
+  }
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_allowance_used',
+    help: 'Live dispatches charged to each tenant\'s allowance in its current window.',
+    labelNames: ['tenant'] as const,
+    registers: [],
+    async collect () {
+      this.reset()
+      for (const [tenant, report] of await latestAllowances()) this.set({ tenant }, report.used)
+    }
+  }))
+  registry.registerMetric(new Gauge({
+    name: 'email_otp_allowance_limit',
+    help: 'Each tenant\'s live allowance per window (its tier\'s).',
+    labelNames: ['tenant'] as const,
+    registers: [],
+    async collect () {
+      this.reset()
+      for (const [tenant, report] of await latestAllowances()) this.set({ tenant }, report.limit)
     }
   }))
 

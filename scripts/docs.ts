@@ -2,6 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { EnvSchema } from '../schemas/env.js'
 import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
+import { prometheusRule, prometheusRulePath } from './prometheus-rule.js'
 
 /** The page whose table of environment variables is written from the schema. */
 export const configurationPath = fileURLToPath(new URL('../docs/configuration.md', import.meta.url))
@@ -84,4 +85,6 @@ export function withTable (page: string, table: string = configurationTable()): 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
   writeFileSync(configurationPath, withTable(readFileSync(configurationPath, 'utf8')))
   process.stdout.write(`wrote ${configurationPath}\n`)
+  writeFileSync(prometheusRulePath, prometheusRule())
+  process.stdout.write(`wrote ${prometheusRulePath}\n`)
 }

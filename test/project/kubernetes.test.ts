@@ -13,7 +13,7 @@ import { basename, dirname, join } from 'node:path'
 import { createConnection } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t, { type Test } from 'tap'
-import { parseAllDocuments } from 'yaml'
+import { parse, parseAllDocuments } from 'yaml'
 import { Deployment } from 'kubernetes-models/apps/v1'
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2'
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1'
@@ -25,13 +25,35 @@ import { parseConfig } from '../../lib/config/from-env.js'
 import { workloadMatcher } from '../../lib/net/workload-identity.js'
 import { registryFromJson } from '../../lib/tenants-file/load.js'
 import { EnvSchema } from '../../schemas/env.js'
+import { prometheusRule, prometheusRulePath, rulesPath } from '../../scripts/prometheus-rule.js'
 import { TEST_HMAC_KEYS } from '../helper.js'
 import { connectFailFast, redisAvailable, startRedis } from '../support/redis.js'
 
 const root = fileURLToPath(new URL('../../deploy/kubernetes/', import.meta.url))
-const kustomizations = ['base', 'overlays/managed-redis', 'overlays/redis', 'examples/istio', 'examples/linkerd']
+const kustomizations = ['base', 'overlays/managed-redis', 'overlays/redis', 'examples/istio', 'examples/linkerd', 'examples/prometheus-operator']
+/** Kustomize components: parts an overlay adds, not built alone. */
+const components = ['components/monitoring']
 
 type Manifest = Record<string, any>
+
+/**
+ * The Prometheus Operator's rule object, checked for the shape its CRD requires; the rules
+ * themselves are checked by promtool (below).
+ */
+class PrometheusRule {
+  readonly #object: Manifest
+  constructor (object: Manifest) { this.#object = object }
+  validate (): void {
+    const { metadata, spec } = this.#object
+    if (typeof metadata?.name !== 'string' || !Array.isArray(spec?.groups)) throw new Error('a PrometheusRule needs metadata.name and spec.groups')
+    for (const group of spec.groups as Manifest[]) {
+      if (typeof group.name !== 'string' || !Array.isArray(group.rules)) throw new Error('each group needs a name and rules')
+      for (const rule of group.rules as Manifest[]) {
+        if (typeof rule.expr !== 'string' || (typeof rule.alert !== 'string') === (typeof rule.record !== 'string')) throw new Error(`a rule needs an expr and one of alert or record: ${JSON.stringify(rule)}`)
+      }
+    }
+  }
+}
 
 const MODELS: Record<string, new (data: any) => { validate: () => void }> = {
   'apps/v1 Deployment': Deployment,
@@ -44,7 +66,8 @@ const MODELS: Record<string, new (data: any) => { validate: () => void }> = {
   'autoscaling/v2 HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'security.istio.io/v1 PeerAuthentication': PeerAuthentication,
   'security.istio.io/v1 AuthorizationPolicy': AuthorizationPolicy,
-  'networking.istio.io/v1 DestinationRule': DestinationRule
+  'networking.istio.io/v1 DestinationRule': DestinationRule,
+  'monitoring.coreos.com/v1 PrometheusRule': PrometheusRule
 }
 
 function documents (text: string): Manifest[] {
@@ -63,12 +86,13 @@ function validate (t: Test, object: Manifest, where: string): void {
 }
 
 /** The files a kustomization names; patches are partial objects, checked once rendered. */
-function kustomization (dir: string): { resources: string[], patches: string[], generated: string[] } {
+function kustomization (dir: string): { resources: string[], patches: string[], generated: string[], components: string[] } {
   const file = documents(readFileSync(join(root, dir, 'kustomization.yaml'), 'utf8'))[0] ?? {}
   const generators = [...(file.secretGenerator ?? []), ...(file.configMapGenerator ?? [])] as Array<{ files?: string[] }>
   return {
     resources: file.resources ?? [],
     patches: (file.patches ?? []).map((patch: { path: string }) => patch.path),
+    components: file.components ?? [],
     generated: generators.flatMap((generator) => (generator.files ?? []).map((entry) => entry.split('=').pop() ?? entry))
   }
 }
@@ -154,8 +178,9 @@ function checkService (t: Test, objects: Manifest[], where: string): void {
 }
 
 t.test('every kustomization names files that exist, and every object in them is valid', async (t) => {
-  for (const dir of kustomizations) {
-    const { resources, patches, generated } = kustomization(dir)
+  for (const dir of [...kustomizations, ...components]) {
+    const { resources, patches, generated, components: used } = kustomization(dir)
+    for (const entry of used) t.ok(components.includes(join(dir, entry)), `${dir}: ${entry} is a component of the repository`)
     for (const entry of [...resources, ...patches, ...generated]) {
       t.ok(existsSync(join(root, dir, entry)), `${dir}: ${entry} exists`)
     }
@@ -169,7 +194,7 @@ t.test('every kustomization names files that exist, and every object in them is 
   }
   const unused = readdirSync(root, { recursive: true, encoding: 'utf8' })
     .filter((file) => /\.(ya?ml|json|txt)$/.test(file))
-    .filter((file) => !kustomizations.some((dir) => {
+    .filter((file) => ![...kustomizations, ...components].some((dir) => {
       const { resources, patches, generated } = kustomization(dir)
       return file === join(dir, 'kustomization.yaml') || [...resources, ...patches, ...generated].some((entry) => join(dir, entry) === file)
     }))
@@ -342,4 +367,16 @@ t.test('docs/kubernetes.md\'s overlay of your own, as written: your tenants file
   t.equal(Buffer.from(String(secrets[0]?.data?.['tenants.json']).replace(/\s+/g, ''), 'base64').toString(), tenants, 'holding your file, not the example')
   const deployment = objects.find((object) => object.kind === 'Deployment' && object.metadata.name === 'email-otp')
   t.equal(deployment?.spec.template.spec.containers[0].image, 'registry.example.com/email-otp:1.2.0', 'and your image')
+})
+
+t.test('the PrometheusRule holds deploy/prometheus/rules.yaml\'s groups as `npm run docs` writes them, and renders unchanged', async (t) => {
+  t.equal(readFileSync(prometheusRulePath, 'utf8'), prometheusRule(), 'written from rules.yaml (run `npm run docs` after editing it)')
+  const { groups } = parse(readFileSync(rulesPath, 'utf8')) as { groups: unknown[] }
+  const [written] = documents(readFileSync(prometheusRulePath, 'utf8'))
+  t.same(written?.spec.groups, groups, 'the same groups, rule for rule')
+  if (!kubectl) return
+  const rendered = documents(spawnSync('kubectl', ['kustomize', join(root, 'examples/prometheus-operator')], { encoding: 'utf8' }).stdout)
+  const rules = rendered.filter((object) => object.kind === 'PrometheusRule')
+  t.equal(rules.length, 1, 'the example renders one PrometheusRule')
+  t.same(rules[0]?.spec.groups, groups, 'kustomize changes none of its rules')
 })

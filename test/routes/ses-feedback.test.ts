@@ -214,6 +214,8 @@ for (const store of ['memory', 'redis'] as const) {
     t.match(events.find((event) => event.type === 'delivery.bounced' && event.data.requestId === lu)?.data, { bounceType: 'transient' })
     for (const hook of receiver.verified) t.notMatch(JSON.stringify(hook.payload), /@/, `${(hook.payload as { type: string }).type}: no address in the webhook`)
     t.notMatch(logs.text, /kim@example\.com|lu@example\.com/, 'no address in the logs')
+    const counted = (await app.metrics.registry.getSingleMetric('email_otp_ses_events_total')?.get())?.values.filter((value) => value.labels.tenant === 'acme') ?? []
+    t.same(Object.fromEntries(counted.map((value) => [value.labels.event, value.value])), { delivered: 1, delayed: 1, bounced_permanent: 1, bounced_transient: 1, complained: 1 }, 'each handled event counted once for its tenant, the duplicate and the ignored ones not at all')
   })
 }
 

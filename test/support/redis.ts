@@ -14,10 +14,10 @@ export const redisAvailable: boolean = spawnSync('redis-server', ['--version'], 
 const warned = new Set<string>()
 
 /**
- * Tap options for tests that need `binary`: skipped with a loud warning when it is missing,
+ * Tap options for tests that need `binary` (from Debian's `debianPackage`): skipped with a loud warning when it is missing,
  * except under CI=true, where a missing binary must fail the run.
  */
-export function requireBinary (binary: string, available: boolean, tests: string): { skip: string | false } {
+export function requireBinary (binary: string, available: boolean, tests: string, debianPackage = 'redis-server'): { skip: string | false } {
   if (available) return { skip: false }
   if (process.env.CI === 'true') {
     throw new Error(`${binary} is not installed, and CI=true requires ${tests} to run`)
@@ -26,7 +26,7 @@ export function requireBinary (binary: string, available: boolean, tests: string
     warned.add(binary)
     process.stderr.write('\n' + '!'.repeat(78) + '\n' +
       `!!  ${binary} not found: ${tests} are SKIPPED.\n` +
-      '!!  Install it (apt-get install -y redis-server) to run the whole suite.\n' +
+      `!!  Install it (apt-get install -y ${debianPackage}) to run the whole suite.\n` +
       '!'.repeat(78) + '\n\n')
   }
   return { skip: `${binary} is not installed` }
