@@ -69,6 +69,9 @@ export function serverOptions (config: Config, logStream?: Writable): FastifyHtt
     return caller.kind === 'unidentified' ? UNIDENTIFIED_MESH_SOURCE : caller.endClient
   }
   return {
+    // Each wait of start-up is bounded by its own setting (Redis's connect timeout, up to 20 s):
+    // Fastify's 10 s default for a plugin would turn a slow but bounded start into a crash.
+    pluginTimeout: 60_000,
     logger: {
       level: config.logLevel,
       ...(logStream === undefined ? {} : { stream: logStream }),
