@@ -1,5 +1,6 @@
 import t from 'tap'
-import { buildApp, TEST_HMAC_KEYS } from '../helper.js'
+import { buildApp, readiness, TEST_HMAC_KEYS } from '../helper.js'
+import { until } from '../support/wait.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { refusedStart } from '../support/service-process.js'
 
@@ -48,6 +49,27 @@ t.test('a tag key other than the one Redis\'s data was written under is refused;
   t.equal(await admin.get('recipient-tag:fingerprint'), accept)
   await (await buildApp(t, replaced)).app.close()
   await t.rejects(buildApp(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }), { name: 'ConfigError', variable: 'RECIPIENT_TAG_KEY' }, 'and now the old key is the stranger')
+})
+
+t.test('an instance still running the old key leaves service once another accepts a new one', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(redis.stop)
+  const old = await buildApp(t, { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+  await until('the old instance ready', async () => (await readiness(old.app)).status === 200)
+  const admin = await connectFailFast(redis.url)
+  t.teardown(() => { admin.disconnect() })
+  const replaced = { REDIS_URL: redis.url, OTP_HMAC_KEYS: `k2:${OTHER_SECRET}` }
+  const refusal = await buildApp(t, replaced).then(() => '', (error: unknown) => String(error))
+  const accept = /RECIPIENT_TAG_KEY_ACCEPT=([A-Za-z0-9_-]{16})/.exec(refusal)?.[1] ?? ''
+  t.not(accept, '', 'the new key is refused at start, with the fingerprint to accept')
+  const renewed = await buildApp(t, { ...replaced, RECIPIENT_TAG_KEY_ACCEPT: accept })
+  t.equal(await admin.get('recipient-tag:fingerprint'), accept, 'the new key is the one kept')
+  // Within a readiness check or two, not only at its next start.
+  await until('the old instance not ready', async () => (await readiness(old.app)).status === 503)
+  const standing = await readiness(old.app)
+  t.match(standing.body.checks.tokenStore.reason, /^RECIPIENT_TAG_KEY is not the key this Redis's suppressions/, 'for the tag key')
+  t.equal(old.logs.lines.filter((line) => line.includes('RECIPIENT_TAG_KEY is not the key')).length, 1, 'logged once')
+  t.equal((await readiness(renewed.app)).status, 200, 'the instance with the accepted key stays ready')
 })
 
 t.test('RECIPIENT_TAG_KEY_ACCEPT without Redis is refused: nothing to compare with', async (t) => {

@@ -24,6 +24,9 @@ export interface TagKeyLog {
   info (fields: object, message: string): void
 }
 
+/** How long a copy found to match stands before it is compared again (one EVAL a copy, on readiness checks). */
+export const RECHECK_MS = 5000
+
 /** One copy's answer: `missing` only when the script was asked not to record. */
 type CopyReply = { kind: 'same' | 'recorded' | 'accepted' | 'missing' } | { kind: 'differs', stored: string }
 
@@ -71,8 +74,9 @@ export function tagKeyRefusal (stored: string, fingerprint: string): { variable:
  * primary down at an instance's start hides some copies and not the verdict.
  *
  * - A copy that differs refuses the key, whenever it is found: at start-up the instance does
- *   not start; later (a primary that was silent at start answers with another key's) it turns
- *   not ready, logged with the refusal.
+ *   not start; later (a primary that was silent at start answers with another key's, or
+ *   another instance accepted a new key) it turns not ready, logged with the refusal. Copies
+ *   that matched are compared again every RECHECK_MS.
  * - Every copy that answers holds the running key's: matched. Copies found missing are recorded;
  *   the silent ones are compared, and recorded if missing, on the checks after they answer.
  * - No copy holds a fingerprint yet (a new Redis): the first copy in the list that answered is
@@ -89,8 +93,14 @@ export class TagKeyGuard {
   readonly #check: TagKeyCheck
   readonly #log: TagKeyLog
   readonly #copies: readonly string[]
-  /** Copies known to hold the running key's fingerprint: never read again, only another process's key could differ. */
-  readonly #agreed = new Set<string>()
+  /**
+   * Copies found to hold the running key's fingerprint, and when: compared again once that is
+   * RECHECK_MS old, so that an instance still running the old key finds, within a readiness
+   * check or two, that another instance replaced it (RECIPIENT_TAG_KEY_ACCEPT), and leaves
+   * service instead of lifting the new key's suppressions and splitting its counts.
+   */
+  readonly #agreed = new Map<string, number>()
+  readonly #recheckMs: number
   readonly #replies = new NodeReplies<CopyReply>()
   readonly #sizes = new NodeReplies<number>()
   #matched = false
@@ -99,8 +109,9 @@ export class TagKeyGuard {
   #differsLogged: string | null = null
   #pending: Promise<TagKeyStanding> | null = null
 
-  constructor (client: RedisClient, check: TagKeyCheck, log: TagKeyLog) {
+  constructor (client: RedisClient, check: TagKeyCheck, log: TagKeyLog, options: { recheckMs?: number } = {}) {
     this.#client = client
+    this.#recheckMs = options.recheckMs ?? RECHECK_MS
     this.#check = check
     this.#log = log
     this.#copies = client instanceof Cluster ? [TAG_KEY_FINGERPRINT, ...TAG_KEY_FINGERPRINT_COPIES] : [TAG_KEY_FINGERPRINT]
@@ -123,7 +134,8 @@ export class TagKeyGuard {
   }
 
   async #standing (): Promise<TagKeyStanding> {
-    const open = this.#copies.filter((key) => !this.#agreed.has(key))
+    const now = Date.now()
+    const open = this.#copies.filter((key) => now - (this.#agreed.get(key) ?? -Infinity) >= this.#recheckMs)
     if (open.length === 0) return { kind: 'matched' }
     if (this.#matched) return differing(await this.#ask(open, true)) ?? { kind: 'matched' }
 
@@ -163,7 +175,7 @@ export class TagKeyGuard {
       if (outcome?.ok !== true) return
       const reply = outcome.value
       replies.set(key, reply)
-      if (reply.kind === 'same' || reply.kind === 'recorded' || reply.kind === 'accepted') this.#agreed.add(key)
+      if (reply.kind === 'same' || reply.kind === 'recorded' || reply.kind === 'accepted') this.#agreed.set(key, Date.now())
       if (reply.kind === 'accepted' && !this.#acceptLogged) {
         this.#acceptLogged = true
         this.#log.info({ fingerprint }, 'RECIPIENT_TAG_KEY_ACCEPT: the recipient tag key was replaced; suppressions, lockouts and recipient counts start afresh')
