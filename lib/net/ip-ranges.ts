@@ -19,6 +19,12 @@ const WORDS = 4
 /** Per IPv6 entry while building: four words of the network, then the prefix length. */
 const STRIDE = WORDS + 1
 
+/** Adds entries one at a time (`add`: false for one that is not an address or a CIDR), then builds the set once. */
+export interface IpRangeSetBuilder {
+  add: (entry: string) => boolean
+  build: () => IpRangeSetBuild
+}
+
 export interface IpRangeSetBuild {
   set: IpRangeSet
   /** Entries that were not an address or a CIDR. */
@@ -54,36 +60,42 @@ export class IpRangeSet {
    * mapped queries are looked up as IPv4. Invalid entries are counted, not thrown.
    */
   static fromEntries (entries: Iterable<string>): IpRangeSetBuild {
+    const builder = IpRangeSet.builder()
+    for (const entry of entries) builder.add(entry)
+    return builder.build()
+  }
+
+  /** The same as fromEntries, an entry at a time: a caller can let the event loop turn between entries. */
+  static builder (): IpRangeSetBuilder {
     // The network address times 64 plus the prefix length stays below 2^38, exact in a double,
     // so IPv4 entries sort as one Float64Array with the native comparator-free sort.
     const v4Keys: number[] = []
     const v6Words: number[] = []
     let accepted = 0
     let rejected = 0
-    for (const raw of entries) {
-      const entry = raw.trim()
-      const slash = entry.indexOf('/')
-      const address = parseIP(slash === -1 ? entry : entry.slice(0, slash))
-      if (address === null) {
-        rejected++
-        continue
-      }
-      const bits = address instanceof ipaddr.IPv4 ? 32 : 128
-      const length = slash === -1 ? bits : parsePrefixLength(entry.slice(slash + 1), bits)
-      if (length === -1) {
-        rejected++
-        continue
-      }
-      if (address instanceof ipaddr.IPv4) {
-        v4Keys.push(v4Key(ipv4Value(address), length))
-      } else if (length >= 96 && address.isIPv4MappedAddress()) {
-        v4Keys.push(v4Key(ipv4Value(address.toIPv4Address()), length - 96))
-      } else {
-        pushV6Network(v6Words, address.parts, length)
-      }
-      accepted++
+    return {
+      add (raw: string): boolean {
+        const entry = raw.trim()
+        const slash = entry.indexOf('/')
+        const address = parseIP(slash === -1 ? entry : entry.slice(0, slash))
+        const bits = address instanceof ipaddr.IPv4 ? 32 : 128
+        const length = address === null ? -1 : slash === -1 ? bits : parsePrefixLength(entry.slice(slash + 1), bits)
+        if (address === null || length === -1) {
+          rejected++
+          return false
+        }
+        if (address instanceof ipaddr.IPv4) {
+          v4Keys.push(v4Key(ipv4Value(address), length))
+        } else if (length >= 96 && address.isIPv4MappedAddress()) {
+          v4Keys.push(v4Key(ipv4Value(address.toIPv4Address()), length - 96))
+        } else {
+          pushV6Network(v6Words, address.parts, length)
+        }
+        accepted++
+        return true
+      },
+      build: () => ({ set: new IpRangeSet(accepted, mergeV4(v4Keys), mergeV6(v6Words)), rejected })
     }
-    return { set: new IpRangeSet(accepted, mergeV4(v4Keys), mergeV6(v6Words)), rejected }
   }
 
   /** Whether the address lies in one of the ranges; false for anything that is not an address. */
