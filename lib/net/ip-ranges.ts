@@ -23,7 +23,15 @@ const STRIDE = WORDS + 1
 export interface IpRangeSetBuilder {
   add: (entry: string) => boolean
   build: () => IpRangeSetBuild
+  /**
+   * The same build a step at a time: each step yields the units of work it is about to do
+   * (about one per entry sorted, merged or copied), so that a caller can pause between them.
+   */
+  steps: () => Generator<number, IpRangeSetBuild, void>
 }
+
+/** Entries sorted in one step before the sorted runs are merged, as many per step. */
+const RUN = 1024
 
 export interface IpRangeSetBuild {
   set: IpRangeSet
@@ -94,7 +102,15 @@ export class IpRangeSet {
         accepted++
         return true
       },
-      build: () => ({ set: new IpRangeSet(accepted, mergeV4(v4Keys), mergeV6(v6Words)), rejected })
+      build (): IpRangeSetBuild {
+        const steps = this.steps()
+        for (let step = steps.next(); ; step = steps.next()) if (step.done === true) return step.value
+      },
+      * steps (): Generator<number, IpRangeSetBuild, void> {
+        const v4 = yield * mergeV4(v4Keys)
+        const v6 = yield * mergeV6(v6Words)
+        return { set: new IpRangeSet(accepted, v4, v6), rejected }
+      }
     }
   }
 
@@ -162,12 +178,61 @@ function v4Key (address: number, length: number): number {
   return Math.floor(address / block) * block * 64 + length
 }
 
-function mergeV4 (keys: number[]): [Uint32Array, Uint32Array] {
-  const sorted = Float64Array.from(keys).sort()
+/** `values` copied into `into`, RUN a step. */
+function * copyInSteps<T extends Float64Array | Uint32Array> (values: readonly number[], into: T): Generator<number, T, void> {
+  for (let start = 0; start < values.length; start += RUN) {
+    const end = Math.min(start + RUN, values.length)
+    yield end - start
+    for (let i = start; i < end; i++) into[i] = values[i] as number
+  }
+  return into
+}
+
+/**
+ * Sorts `items` by `compare` (numerically without it) a run of RUN at a time, then merges the
+ * runs pairwise RUN items a step, yielding before each step the items it handles: one sort of
+ * 100,000 IPv6 networks with their comparator is about 100 ms of CPU.
+ */
+function * sortInSteps<T extends Float64Array | Uint32Array> (items: T, compare: ((a: number, b: number) => number) | null, empty: (length: number) => T): Generator<number, T, void> {
+  const before = compare ?? ((a: number, b: number) => a - b)
+  for (let start = 0; start < items.length; start += RUN) {
+    const run = items.subarray(start, start + RUN)
+    yield run.length
+    if (compare === null) run.sort()
+    else run.sort(compare)
+  }
+  let from = items
+  let to = empty(items.length)
+  for (let width = RUN; width < items.length; width *= 2) {
+    for (let left = 0; left < items.length; left += 2 * width) {
+      const middle = Math.min(left + width, items.length)
+      const right = Math.min(left + 2 * width, items.length)
+      let i = left
+      let j = middle
+      for (let out = left; out < right;) {
+        const stop = Math.min(out + RUN, right)
+        yield stop - out
+        for (; out < stop; out++) {
+          if (j >= right || (i < middle && before(from[i] as number, from[j] as number) <= 0)) to[out] = from[i++] as number
+          else to[out] = from[j++] as number
+        }
+      }
+    }
+    const sorted = to
+    to = from
+    from = sorted
+  }
+  return from
+}
+
+function * mergeV4 (keys: number[]): Generator<number, [Uint32Array, Uint32Array], void> {
+  const empty = (length: number): Float64Array => new Float64Array(length)
+  const sorted = yield * sortInSteps(yield * copyInSteps(keys, empty(keys.length)), null, empty)
   const starts = new Uint32Array(sorted.length)
   const ends = new Uint32Array(sorted.length)
   let count = 0
-  for (const key of sorted) {
+  for (const [index, key] of sorted.entries()) {
+    if (index % RUN === 0) yield Math.min(RUN, sorted.length - index)
     const length = key % 64
     const start = (key - length) / 64
     const end = start + 2 ** (32 - length) - 1
@@ -198,18 +263,18 @@ function pushV6Network (out: number[], parts: readonly number[], length: number)
   out.push(length)
 }
 
-function mergeV6 (collected: number[]): [Uint32Array, Uint32Array] {
-  const entries = Uint32Array.from(collected)
+function * mergeV6 (collected: number[]): Generator<number, [Uint32Array, Uint32Array], void> {
+  const empty = (length: number): Uint32Array => new Uint32Array(length)
+  const entries = yield * copyInSteps(collected, empty(collected.length))
   const n = entries.length / STRIDE
-  const order = new Uint32Array(n)
-  for (let i = 0; i < n; i++) order[i] = i
-  order.sort((a, b) => compareWords(entries, a * STRIDE, entries, b * STRIDE))
+  const order = yield * sortInSteps(yield * copyInSteps(Array.from({ length: n }, (_, i) => i), empty(n)), (a, b) => compareWords(entries, a * STRIDE, entries, b * STRIDE), empty)
 
   const starts = new Uint32Array(n * WORDS)
   const ends = new Uint32Array(n * WORDS)
   const end = new Uint32Array(WORDS)
   let count = 0
-  for (const index of order) {
+  for (const [position, index] of order.entries()) {
+    if (position % RUN === 0) yield Math.min(RUN, n - position)
     const offset = index * STRIDE
     const length = entries[offset + WORDS] as number
     for (let w = 0; w < WORDS; w++) {

@@ -465,7 +465,11 @@ function * networkSet (entries: readonly string[], { turns, lists }: WalkContext
       yield * turns.take()
       builder.add(entry)
     }
-    return builder.build()
+    const steps = builder.steps()
+    for (let step = steps.next(); ; step = steps.next()) {
+      if (step.done === true) return step.value
+      yield * turns.take(step.value)
+    }
   })
 }
 

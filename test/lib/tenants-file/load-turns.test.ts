@@ -87,6 +87,18 @@ t.test('one tenant with 100,000 networks and 10,000 domains loads in turns of at
   t.equal(registry!.tenants.get('globex')!.recipientPolicy.check('changed.example'), 'denied')
 })
 
+t.test('100,000 IPv6 networks are sorted and merged in turns as well', async (t) => {
+  const { path } = writeTenants(t, (file) => {
+    file.tenants[1]!.blockedNetworks = Array.from({ length: 100_000 }, (_, i) => `2001:db8:${((i * 7919) % 65536).toString(16)}:${(i >> 3).toString(16)}::/64`)
+  })
+  const turns = new LoadTurns()
+  const { result, longestMs } = await longestTurnCpuMs(async () => await registryFromFile(path, { turns }))
+  t.ok(turns.longestUnits <= LOAD_TURN_UNITS, `no turn counted more than ${LOAD_TURN_UNITS} units (${turns.longestUnits})`)
+  t.ok(turns.longestCpuMs < TURN_CPU_BOUND_MS, `the loader's longest turn took ${turns.longestCpuMs.toFixed(1)} ms of CPU`)
+  t.ok(longestMs < TURN_CPU_BOUND_MS, `the event loop turned within ${longestMs.toFixed(1)} ms of CPU throughout`)
+  t.ok(result.tenants.get('globex')!.blockedNetworks?.has('2001:db8:1eef::1'), 'the networks are blocked')
+})
+
 t.test('a list\'s problems are the same whether it is checked or taken from the load before', async (t) => {
   const { path, file } = writeTenants(t, (file) => {
     file.tenants[1]!.blockedNetworks = ['192.0.2.0/24', 'not a network']
