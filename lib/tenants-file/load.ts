@@ -243,8 +243,8 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
   // MAX_SCHEMA_PROBLEMS; the keys one at a time, below.
   const passing = new Set<string>()
   for (const [name, fieldSchema] of Object.entries(TenantSchema.properties as Record<string, TSchema>)) {
-    const value = (entry as Record<string, unknown>)[name]
     if (name === 'keys') continue
+    const value = (entry as Record<string, unknown>)[name]
     if (value === undefined ? !(TenantSchema.required as readonly string[] | undefined ?? []).includes(name) : yield * passesSchema(fieldSchema, value, context)) passing.add(name)
   }
   /** The schema accepts every field named (`keys/3`: one key). */
@@ -275,7 +275,6 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
     allowDomains: yield * domainSet(recipients?.allowDomains ?? [], context)
   })
   const networks = clean('blockedNetworks') && entry.blockedNetworks !== undefined && entry.blockedNetworks.length > 0 ? yield * networkSet(entry.blockedNetworks, context) : null
-  if (networks !== null && networks.rejected > 0) problems.push(`${where}/blockedNetworks: ${networks.rejected} entries are not addresses or CIDRs`)
   const tenant: Tenant = {
     id: entry.id,
     tier: usableTier === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...usableTier, ...entry.quota }, `${where}/tier`)),
@@ -285,7 +284,7 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
     ttlSeconds: (clean('ttlSeconds') ? entry.ttlSeconds : undefined) ?? null,
     limits: clean('limits') ? tenantLimits(entry.limits ?? {}) : {},
     recipientPolicy,
-    blockedNetworks: networks === null || networks.rejected > 0 ? null : networks.set,
+    blockedNetworks: networks === null ? null : check(null, () => usableNetworks(networks, `${where}/blockedNetworks`)),
     requireEndUserIp: entry.requireEndUserIp === true,
     addressHashKey: clean('addressHashKey') ? addressHashKey(entry.addressHashKey) : null,
     // Each entry of a list, and each field of the CAPTCHA settings, is checked when it passes the
@@ -471,6 +470,11 @@ function * networkSet (entries: readonly string[], { turns, lists }: WalkContext
       yield * turns.take(step.value)
     }
   })
+}
+
+function usableNetworks ({ set, rejected }: IpRangeSetBuild, where: string): IpRangeSet {
+  if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
+  return set
 }
 
 /** Domains as the recipient policy looks them up, added a unit of a turn at a time, or taken from the load before when unchanged. */
