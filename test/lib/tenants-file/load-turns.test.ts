@@ -99,20 +99,30 @@ t.test('100,000 IPv6 networks are sorted and merged in turns as well', async (t)
   t.ok(result.tenants.get('globex')!.blockedNetworks?.has('2001:db8:1eef::1'), 'the networks are blocked')
 })
 
-t.test('a list\'s problems are the same whether it is checked or taken from the load before', async (t) => {
+t.test('a tenant\'s problems, its lists\' among them, are the same and in the same order whether its lists are checked or taken from the load before', async (t) => {
   const { path, file } = writeTenants(t, (file) => {
-    file.tenants[1]!.blockedNetworks = ['192.0.2.0/24', 'not a network']
+    const globex = file.tenants[1]!
+    globex.tier = 'gold'
+    globex.brand = { name: 'Globex', from: 'no address' }
+    globex.blockedNetworks = ['192.0.2.0/24', 'not a network']
+    globex.webhooks = [{ url: 'ftp://hooks.example', secret: `whsec_${Buffer.alloc(32).toString('base64')}`, events: ['verification.succeeded'] }]
   })
-  const expected = ['/tenants/1/blockedNetworks: 1 entries are not addresses or CIDRs']
+  // In the order the loader has always listed them.
+  const expected = [
+    "/tenants/1/webhooks/0/url Expected string to match '^https?://'",
+    '/tenants/1/tier names no tier of /tiers',
+    '/tenants/1/brand/from: email must not contain comments or whitespace',
+    '/tenants/1/blockedNetworks: 1 entries are not addresses or CIDRs'
+  ]
   let lists = new BuiltLists()
   let registry = await registryFromFile(path, { builtLists: lists })
-  t.same(registry.refused.get('globex')?.problems, expected)
+  t.strictSame(registry.refused.get('globex')?.problems, expected)
   file.tenants[0]!.brand = { name: 'Acme Corp' }
   writeFileSync(path, JSON.stringify(file))
   lists = new BuiltLists(lists)
   registry = await registryFromFile(path, { builtLists: lists }, registry)
   t.equal(lists.built, 0)
-  t.same(registry.refused.get('globex')?.problems, expected, 'the same problems, from the lists reused')
+  t.strictSame(registry.refused.get('globex')?.problems, expected, 'the same problems, from the lists reused')
 })
 
 t.test('the schema walk finds what Value.Errors finds, in the same words and order', async (t) => {
