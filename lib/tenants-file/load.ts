@@ -21,7 +21,8 @@ import type { ReviewAddress, Tenant, TenantKey, Tier, WebhookEndpoint } from '..
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeJsonError } from '../json-position.js'
 import { BuiltLists } from './lists.js'
-import { LoadTurns, passesSchema, schemaErrors, type SchemaProblem, type WalkContext } from './turns.js'
+import { passesSchema, schemaErrors, type SchemaProblem, type WalkContext } from './schema-walk.js'
+import { LoadTurns } from './turns.js'
 
 if (!FormatRegistry.Has('date-time')) {
   FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
