@@ -21,8 +21,8 @@ function listedIn (domain: string, set: ReadonlySet<string>): boolean {
 
 export interface RecipientPolicyOptions {
   blockDisposable: boolean
-  denyDomains: readonly string[]
-  allowDomains: readonly string[]
+  denyDomains: ReadonlySet<string>
+  allowDomains: ReadonlySet<string>
 }
 
 export type RecipientVerdict = 'allowed' | 'disposable' | 'denied'
@@ -35,8 +35,8 @@ export class RecipientPolicy {
 
   constructor (options: RecipientPolicyOptions) {
     this.#blockDisposable = options.blockDisposable
-    this.#deny = new Set(options.denyDomains)
-    this.#allow = new Set(options.allowDomains)
+    this.#deny = options.denyDomains
+    this.#allow = options.allowDomains
   }
 
   /** `domain` is the validated, lower-case ASCII domain. */

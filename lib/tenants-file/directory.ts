@@ -4,7 +4,9 @@ import type { Logger } from 'pino'
 import { CheckedParts } from '../mail/tenant-templates.js'
 import { problemPointer, type TenantRegistry } from '../tenants/registry.js'
 import { demoRegistry } from './demo.js'
+import { BuiltLists } from './lists.js'
 import { DEFAULT_TENANTS_FILE_MAX_BYTES, readTenantsFile, registryFromFile, TenantsFileError, tenantsFileVersion } from './load.js'
+import { LoadTurns } from './turns.js'
 
 export type ReloadResult = { ok: true, tenants: number } | { ok: false, error: string }
 
@@ -36,6 +38,11 @@ function logRefused (registry: TenantRegistry, log: Pick<Logger, 'error'>): void
 /** How many template parts a load checked, and how many it took unchanged from the load before. */
 function templateCounts (parts: CheckedParts): { checked: number, reused: number } {
   return { checked: parts.checked, reused: parts.reused }
+}
+
+/** What a load cost the event loop: its turns, the most units one counted, the most CPU time one took. */
+function turnFigures (turns: LoadTurns): { count: number, longestUnits: number, longestCpuMs: number } {
+  return { count: turns.count, longestUnits: turns.longestUnits, longestCpuMs: Math.round(turns.longestCpuMs * 10) / 10 }
 }
 
 export interface TenantDirectory {
@@ -82,12 +89,15 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
   // The template parts the registry in force was built with: a reload checks only the parts
   // that changed, and takes the others from here.
   let checkedParts = new CheckedParts()
-  let current = path === null ? demoRegistry() : await registryFromFile(path, { ...options, checkedParts })
+  // The same for lists (networks, domains, origins): an unchanged list is neither checked nor built again.
+  let builtLists = new BuiltLists()
+  const turns = new LoadTurns()
+  let current = path === null ? demoRegistry() : await registryFromFile(path, { ...options, checkedParts, builtLists, turns })
   for (const warning of current.warnings) log.warn(warning)
   if (path === null) {
     log.warn('TENANTS_FILE is not set: serving the built-in demo tenant (sandbox keys only, no real mail)')
   } else {
-    log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(checkedParts), version: current.version }, 'tenants file loaded')
+    log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(checkedParts), lists: { built: builtLists.built, reused: builtLists.reused }, turns: turnFigures(turns), version: current.version }, 'tenants file loaded')
     logRefused(current, log)
   }
   const reloads = { ok: 0, failed: 0 }
@@ -99,13 +109,16 @@ export async function openTenantDirectory (source: TenantsSource, log: Pick<Logg
     // The registry in force serves every request until the new one is complete.
     log.info({ version: current.version, trigger }, 'tenants file reload started; the tenants in force serve until it ends')
     const attempt = new CheckedParts(checkedParts)
+    const lists = new BuiltLists(builtLists)
+    const turns = new LoadTurns()
     try {
-      current = await registryFromFile(file, { ...options, checkedParts: attempt }, current)
+      current = await registryFromFile(file, { ...options, checkedParts: attempt, builtLists: lists, turns }, current)
       checkedParts = attempt
+      builtLists = lists
       for (const warning of current.warnings) log.warn(warning)
       reloads.ok++
       lastReloadOk = true
-      log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(attempt), version: current.version, trigger }, 'tenants file reloaded')
+      log.info({ tenants: current.tenants.size, refused: current.refused.size, templates: templateCounts(attempt), lists: { built: lists.built, reused: lists.reused }, turns: turnFigures(turns), version: current.version, trigger }, 'tenants file reloaded')
       logRefused(current, log)
       return { ok: true, tenants: current.tenants.size }
     } catch (error) {

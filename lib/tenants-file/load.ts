@@ -11,7 +11,7 @@ import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
 import { TemplateFolders } from '../mail/template-files.js'
 import { CheckedParts, TemplatesError, TenantTemplates } from '../mail/tenant-templates.js'
-import { IpRangeSet } from '../net/ip-ranges.js'
+import { IpRangeSet, type IpRangeSetBuild } from '../net/ip-ranges.js'
 import { workloadMatcher } from '../net/workload-identity.js'
 import { describeEmailRejection, validateEmail } from '../recipients/address.js'
 import { RecipientPolicy } from '../recipients/policy.js'
@@ -20,6 +20,9 @@ import { TenantRegistry, type RefusedKey, type RefusedTenant } from '../tenants/
 import type { ReviewAddress, Tenant, TenantKey, Tier, WebhookEndpoint } from '../tenants/tenant.js'
 import { checkEndpointUrl } from '../webhooks/endpoint-url.js'
 import { describeJsonError } from '../json-position.js'
+import { BuiltLists } from './lists.js'
+import { passesSchema, schemaErrors, type SchemaProblem, type WalkContext } from './schema-walk.js'
+import { LoadTurns } from './turns.js'
 
 if (!FormatRegistry.Has('date-time')) {
   FormatRegistry.Set('date-time', (value) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) && !Number.isNaN(Date.parse(value)))
@@ -47,6 +50,10 @@ export interface RegistryOptions {
   templateFolders?: TemplateFolders
   /** Template parts checked by the previous load, reused where unchanged; it records this load's. */
   checkedParts?: CheckedParts
+  /** Lists checked and built by the previous load, reused where unchanged; it records this load's. */
+  builtLists?: BuiltLists
+  /** Counts this load's turns: their units and CPU time. */
+  turns?: LoadTurns
 }
 
 /** TENANTS_FILE_MAX_BYTES unless set: a Kubernetes Secret or ConfigMap holds at most 1 MiB. */
@@ -59,6 +66,10 @@ export interface RegistryFileOptions {
   maxBytes?: number
   /** Template parts checked by the previous load, reused where unchanged; it records this load's. */
   checkedParts?: CheckedParts
+  /** Lists checked and built by the previous load, reused where unchanged; it records this load's. */
+  builtLists?: BuiltLists
+  /** Counts this load's turns: their units and CPU time. */
+  turns?: LoadTurns
 }
 
 /**
@@ -77,20 +88,7 @@ export function tenantsFileVersion (text: string): string {
  * its problems); the others are served.
  */
 export function registryFromJson (document: unknown, options: RegistryOptions = {}): TenantRegistry {
-  const steps = buildRegistry(document, options, null, null)
-  for (let step = steps.next(); ; step = steps.next()) if (step.done === true) return step.value
-}
-
-/**
- * Runs a load to its end, letting the event loop turn between its steps (a tenant, a template
- * part): every request keeps being answered while a large file loads, and nothing is swapped
- * in before the load is complete.
- */
-async function inTurns<T> (steps: Generator<void, T, void>): Promise<T> {
-  for (let step = steps.next(); ; step = steps.next()) {
-    if (step.done === true) return step.value
-    await nextTurn()
-  }
+  return (options.turns ?? new LoadTurns()).atOnce(buildRegistry(document, options, null, null))
 }
 
 /** What the checks found of one tenant entry. */
@@ -125,9 +123,13 @@ function expiryOf (key: KeyEntry): number | null {
   return Number.isNaN(at) ? null : at
 }
 
-/** Builds the registry a step at a time: it pauses after each tenant and each template part it checks. */
+/**
+ * Builds the registry a step at a time: it pauses after each tenant and each template part it
+ * checks, and within a tenant's lists whenever a turn's LOAD_TURN_UNITS are spent.
+ */
 function * buildRegistry (document: unknown, options: RegistryOptions, version: string | null, previous: TenantRegistry | null): Generator<void, TenantRegistry, void> {
-  const schema = yield * schemaProblems(document)
+  const context: WalkContext = { turns: options.turns ?? new LoadTurns(), lists: options.builtLists ?? new BuiltLists() }
+  const schema = yield * schemaProblems(document, context)
   const file = document as TenantsFile
   // Problems that are not one tenant's: the file's shape, its tiers, a tenant that cannot be
   // named, what two tenants share. Any of them refuses the whole file.
@@ -146,7 +148,7 @@ function * buildRegistry (document: unknown, options: RegistryOptions, version: 
     if (!named) {
       // A tenant that cannot be named is the file's problem, and so is everything else wrong in it.
       if (typeof entry === 'object' && entry !== null) {
-        const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
+        const outcome = yield * checkTenant(entry, where, file, schema, options, context, warnings)
         fileProblems.push(...[...outcome.problems, ...outcome.templateProblems].filter((problem) => !fileProblems.includes(problem)))
       }
       continue
@@ -154,7 +156,7 @@ function * buildRegistry (document: unknown, options: RegistryOptions, version: 
     const firstAt = seenIds.get(entry.id)
     if (firstAt !== undefined) {
       fileProblems.push(`${where}/id appears twice (first at ${firstAt}/id)`)
-      const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
+      const outcome = yield * checkTenant(entry, where, file, schema, options, context, warnings)
       fileProblems.push(...outcome.problems, ...outcome.templateProblems)
       continue
     }
@@ -165,7 +167,7 @@ function * buildRegistry (document: unknown, options: RegistryOptions, version: 
       if (other !== undefined && other.tenant !== entry.id) fileProblems.push(`${where}/keys/${keyIndex}/sha256 is already used by a key of another tenant (${other.where})`)
       else if (other === undefined) seenHashes.set(key.sha256, { where: `${where}/keys/${keyIndex}/sha256`, tenant: entry.id })
     }
-    const outcome = yield * checkTenant(entry, where, file, schema, options, warnings)
+    const outcome = yield * checkTenant(entry, where, file, schema, options, context, warnings)
     templateProblems.push(...outcome.templateProblems)
     outcomes.push(outcome)
     yield
@@ -236,19 +238,22 @@ function fieldClean (schema: TObject, value: unknown, field: string): boolean {
  * Every check of one tenant entry. Each part is checked when the schema accepts it, whatever
  * the rest of the entry holds, so that one run lists every problem of the tenant.
  */
-function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, warnings: string[]): Generator<void, TenantOutcome, void> {
+function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, schema: readonly string[], options: RegistryOptions, context: WalkContext, warnings: string[]): Generator<void, TenantOutcome, void> {
   const problems = schema.filter((problem) => problem.startsWith(`${where}/`))
-  /**
-   * The schema accepts every field named (`keys/3`: one key), checked on the value itself: the
-   * list of schema problems stops at MAX_SCHEMA_PROBLEMS.
-   */
+  // Each field is checked on its value, as the list of schema problems stops at
+  // MAX_SCHEMA_PROBLEMS; the keys one at a time, below.
+  const passing = new Set<string>()
+  for (const [name, fieldSchema] of Object.entries(TenantSchema.properties as Record<string, TSchema>)) {
+    if (name === 'keys') continue
+    const value = (entry as Record<string, unknown>)[name]
+    if (value === undefined ? !(TenantSchema.required as readonly string[] | undefined ?? []).includes(name) : yield * passesSchema(fieldSchema, value, context)) passing.add(name)
+  }
+  /** The schema accepts every field named (`keys/3`: one key). */
   const clean = (...fields: string[]): boolean => fields.every((field) => {
     const [name = '', index] = field.split('/')
     const value = (entry as Record<string, unknown>)[name]
     if (index !== undefined) return Array.isArray(value) && Value.Check(KeySchema, value[Number(index)])
-    if (value === undefined) return !(TenantSchema.required as readonly string[] | undefined ?? []).includes(name)
-    const schema = (TenantSchema.properties as Record<string, TSchema | undefined>)[name]
-    return schema !== undefined && Value.Check(schema, value)
+    return passing.has(name)
   })
   const check = <T>(fallback: T, build: () => T): T => {
     try {
@@ -264,6 +269,13 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
   // A tier the schema refuses is the file's problem, listed once under /tiers.
   const usableTier = tierEntry !== undefined && clean('quota') && !schema.some((problem) => problem.startsWith(`/tiers/${entry.tier}/`) || problem.startsWith(`/tiers/${entry.tier} `)) ? tierEntry : undefined
   const brandClean = clean('brand')
+  const recipients = clean('recipients') ? entry.recipients : undefined
+  const recipientPolicy = new RecipientPolicy({
+    blockDisposable: recipients?.blockDisposable ?? true,
+    denyDomains: yield * domainSet(recipients?.denyDomains ?? [], context),
+    allowDomains: yield * domainSet(recipients?.allowDomains ?? [], context)
+  })
+  const networks = clean('blockedNetworks') && entry.blockedNetworks !== undefined && entry.blockedNetworks.length > 0 ? yield * networkSet(entry.blockedNetworks, context) : null
   const tenant: Tenant = {
     id: entry.id,
     tier: usableTier === undefined ? PLACEHOLDER_TIER : check(PLACEHOLDER_TIER, () => effectiveTier(entry.tier, { ...usableTier, ...entry.quota }, `${where}/tier`)),
@@ -272,10 +284,8 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
     replyTo: fieldClean(BrandSchema, entry.brand, 'replyTo') ? check(null, () => brandAddress(entry.brand?.replyTo, `${where}/brand/replyTo`)) : null,
     ttlSeconds: (clean('ttlSeconds') ? entry.ttlSeconds : undefined) ?? null,
     limits: clean('limits') ? tenantLimits(entry.limits ?? {}) : {},
-    recipientPolicy: new RecipientPolicy(clean('recipients')
-      ? { blockDisposable: entry.recipients?.blockDisposable ?? true, denyDomains: entry.recipients?.denyDomains ?? [], allowDomains: entry.recipients?.allowDomains ?? [] }
-      : { blockDisposable: true, denyDomains: [], allowDomains: [] }),
-    blockedNetworks: clean('blockedNetworks') ? check(null, () => blockedNetworks(entry.blockedNetworks, `${where}/blockedNetworks`)) : null,
+    recipientPolicy,
+    blockedNetworks: networks === null ? null : check(null, () => usableNetworks(networks, `${where}/blockedNetworks`)),
     requireEndUserIp: entry.requireEndUserIp === true,
     addressHashKey: clean('addressHashKey') ? addressHashKey(entry.addressHashKey) : null,
     // Each entry of a list, and each field of the CAPTCHA settings, is checked when it passes the
@@ -313,6 +323,8 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
   const hashes = new Map<string, string>()
   for (const [keyIndex, key] of (Array.isArray(entry.keys) ? entry.keys : []).entries()) {
     if (typeof key !== 'object' || key === null) continue
+    const listed = (list: unknown): number => Array.isArray(list) ? list.length : 0
+    yield * context.turns.take(1 + listed(key.origins) + listed(key.workloads))
     // A key the schema refuses still has the rules of its valid fields checked.
     const has = (...fields: string[]): boolean => fields.every((field) => fieldClean(KeySchema, key, field))
     const keyWhere = `${where}/keys/${keyIndex}`
@@ -349,17 +361,28 @@ function * checkTenant (entry: TenantEntry, where: string, file: TenantsFile, sc
  * template parts. A file larger than `maxBytes` is refused before it is read.
  */
 export async function registryFromFile (path: string, options: RegistryFileOptions = {}, previous: TenantRegistry | null = null): Promise<TenantRegistry> {
+  const turns = options.turns ?? new LoadTurns()
   const text = await readTenantsFile(path, options.maxBytes ?? DEFAULT_TENANTS_FILE_MAX_BYTES)
-  let document: unknown
-  try {
-    document = JSON.parse(text)
-  } catch (error) {
-    // Node's message quotes the text around the error, which can be the start of a secret.
-    throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${describeJsonError(text, error)}`)
-  }
+  // Parsing and hashing 4 MiB take a few milliseconds each: a turn apiece.
+  const document = turns.run(() => {
+    try {
+      return JSON.parse(text) as unknown
+    } catch (error) {
+      // Node's message quotes the text around the error, which can be the start of a secret.
+      throw new TenantsFileError(`tenants file ${path} is not valid JSON: ${describeJsonError(text, error)}`)
+    }
+  })
+  await nextTurn()
+  const version = turns.run(() => tenantsFileVersion(text))
+  await nextTurn()
   const templatesDir = options.templatesDir ?? TemplateFolders.besideTenantsFile(path)
-  const registryOptions: RegistryOptions = { templateFolders: new TemplateFolders(templatesDir, path), ...(options.checkedParts === undefined ? {} : { checkedParts: options.checkedParts }) }
-  return await inTurns(buildRegistry(document, registryOptions, tenantsFileVersion(text), previous))
+  const registryOptions: RegistryOptions = {
+    templateFolders: new TemplateFolders(templatesDir, path),
+    turns,
+    ...(options.checkedParts === undefined ? {} : { checkedParts: options.checkedParts }),
+    ...(options.builtLists === undefined ? {} : { builtLists: options.builtLists })
+  }
+  return await turns.inTurns(buildRegistry(document, registryOptions, version, previous))
 }
 
 /** The file's text, or TenantsFileError when it cannot be read or is larger than `maxBytes` (then it is not read). */
@@ -391,28 +414,30 @@ const MAX_SCHEMA_PROBLEMS = 100
  * Every place the document breaks the schema, as `<JSON pointer> <what is wrong>`: the file
  * around its tenants first, then each tenant entry, pausing after each.
  */
-function * schemaProblems (document: unknown): Generator<void, string[], void> {
+function * schemaProblems (document: unknown, context: WalkContext): Generator<void, string[], void> {
   const problems = new Set<string>()
-  /** Adds the errors found under `prefix`; false once the list is full. */
-  const add = (errors: Iterable<ValueError>, prefix: string): boolean => {
-    for (const error of errors) {
-      const path = `${prefix}${error.path}` || '/'
-      if (problems.size === MAX_SCHEMA_PROBLEMS) {
-        problems.add(`${path} … and more (only the first ${MAX_SCHEMA_PROBLEMS} are listed)`)
-        return false
-      }
-      problems.add(`${path} ${error.message}`)
+  /** Adds a problem; false once the list is full. */
+  const found = (problem: SchemaProblem): boolean => {
+    const path = problem.path || '/'
+    if (problems.size === MAX_SCHEMA_PROBLEMS) {
+      problems.add(`${path} … and more (only the first ${MAX_SCHEMA_PROBLEMS} are listed)`)
+      return false
     }
+    problems.add(`${path} ${problem.message}`)
+    return true
+  }
+  const add = (errors: Iterable<ValueError>): boolean => {
+    for (const error of errors) if (!found(error)) return false
     return true
   }
   const tenants = (document as { tenants?: unknown } | null)?.tenants
   if (typeof document !== 'object' || document === null || Array.isArray(document) || !Array.isArray(tenants)) {
-    add(Value.Errors(TenantsFileSchema, document), '')
+    add(Value.Errors(TenantsFileSchema, document))
     return [...problems]
   }
-  if (!add(Value.Errors(TenantsFileSchema, { ...document, tenants: [] }), '')) return [...problems]
+  if (!add(Value.Errors(TenantsFileSchema, { ...document, tenants: [] }))) return [...problems]
   for (const [index, entry] of tenants.entries()) {
-    if (!add(Value.Errors(TenantSchema, entry), `/tenants/${index}`)) break
+    if (!(yield * schemaErrors(TenantSchema, entry, `/tenants/${index}`, context, found))) break
     yield
   }
   return [...problems]
@@ -432,11 +457,37 @@ function tenantLimits (entry: Partial<Record<keyof VelocityLimits, string>>): Pa
   return limits
 }
 
-function blockedNetworks (entries: string[] | undefined, where: string): IpRangeSet | null {
-  if (entries === undefined || entries.length === 0) return null
-  const { set, rejected } = IpRangeSet.fromEntries(entries)
+/** The tenant's blocked networks, parsed a unit of a turn at a time, or taken from the load before when unchanged. */
+function * networkSet (entries: readonly string[], { turns, lists }: WalkContext): Generator<void, IpRangeSetBuild, void> {
+  return yield * lists.get('networks', entries, turns, function * () {
+    const builder = IpRangeSet.builder()
+    for (const entry of entries) {
+      yield * turns.take()
+      builder.add(entry)
+    }
+    const steps = builder.steps()
+    for (let step = steps.next(); ; step = steps.next()) {
+      if (step.done === true) return step.value
+      yield * turns.take(step.value)
+    }
+  })
+}
+
+function usableNetworks ({ set, rejected }: IpRangeSetBuild, where: string): IpRangeSet {
   if (rejected > 0) throw new TenantsFileError(`${where}: ${rejected} entries are not addresses or CIDRs`)
   return set
+}
+
+/** Domains as the recipient policy looks them up, added a unit of a turn at a time, or taken from the load before when unchanged. */
+function * domainSet (entries: readonly string[], { turns, lists }: WalkContext): Generator<void, ReadonlySet<string>, void> {
+  return yield * lists.get('domains', entries, turns, function * () {
+    const set = new Set<string>()
+    for (const entry of entries) {
+      yield * turns.take()
+      set.add(entry)
+    }
+    return set
+  })
 }
 
 /** The schema's pattern already admits only base64 of 32 bytes or more. */

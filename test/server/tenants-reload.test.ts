@@ -1,14 +1,15 @@
 /*
  * A reload of the tenants file never holds the service for every tenant: it lets requests be
- * answered between tenants and template parts, checks again only the template parts that
- * changed, and refuses a file over TENANTS_FILE_MAX_BYTES unread. A tenant whose templates
- * count more than TENANT_TEMPLATE_WORK_LIMIT is refused alone.
+ * answered between tenants, template parts and turns of a tenant's lists, checks again only
+ * the template parts and lists that changed, and refuses a file over TENANTS_FILE_MAX_BYTES
+ * unread. A tenant whose templates count more than TENANT_TEMPLATE_WORK_LIMIT is refused alone.
  */
 import { renameSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { generateKey, hashKey } from '../../lib/keys/api-keys.js'
 import { TENANT_TEMPLATE_WORK_LIMIT } from '../../lib/mail/liquid-bounds.js'
+import { LOAD_TURN_UNITS } from '../../lib/tenants-file/turns.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { writeTenants } from '../helper.js'
 import { costliestAcceptedTemplates } from '../support/costly-templates.js'
@@ -60,6 +61,34 @@ t.test('a reload with the costliest accepted templates answers requests while it
   await server.waitFor(/"msg":"tenants file reload failed; keeping the previous tenants"/, mark)
   t.match(server.output().slice(mark), `is ${Buffer.byteLength(oversized)} bytes; TENANTS_FILE_MAX_BYTES allows 4194304`, 'the log says why, in one line')
   t.equal((await post(server.base, '/otp/request', added, { email: 'jo@example.com' })).status, 200, 'the last good tenants serve')
+})
+
+t.test('a reload with one tenant holding 100,000 networks and 10,000 domains: turns of at most LOAD_TURN_UNITS, and another tenant\'s change builds none of its lists', async (t) => {
+  const { path, keys, file } = writeTenants(t, (file) => {
+    file.tenants[1]!.blockedNetworks = Array.from({ length: 100_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}/32`)
+    file.tenants[1]!.recipients = { denyDomains: Array.from({ length: 10_000 }, (_, i) => `d${i}.${'a'.repeat(41)}.${'b'.repeat(51)}.example`) }
+  })
+  const server = await startServer(t, { TENANTS_FILE: path })
+  /** The figures of the last load logged from `mark` on. */
+  const figures = async (message: string, mark: number): Promise<{ lists: { built: number, reused: number }, turns: { count: number, longestUnits: number } }> => {
+    await server.waitFor(new RegExp(`"msg":"${message}"`), mark)
+    const line = server.output().slice(mark).split('\n').find((line) => line.includes(`"msg":"${message}"`)) ?? '{}'
+    return JSON.parse(line)
+  }
+  const loaded = await figures('tenants file loaded', 0)
+  t.ok(loaded.turns.longestUnits <= LOAD_TURN_UNITS && loaded.turns.count > 100, `start-up: ${loaded.turns.count} turns, at most ${loaded.turns.longestUnits} units each`)
+
+  const withKey = structuredClone(file)
+  const added = generateKey('secret', 'live')
+  withKey.tenants[0]!.keys.push({ id: 'added', kind: 'secret', mode: 'live', sha256: hashKey(added) })
+  const mark = server.output().length
+  replace(path, JSON.stringify(withKey))
+  const reloaded = await figures('tenants file reloaded', mark)
+  t.equal(reloaded.lists.built, 0, 'acme\'s change builds no list again')
+  t.ok(reloaded.lists.reused >= 5, `globex's lists are reused (${reloaded.lists.reused})`)
+  t.ok(reloaded.turns.longestUnits <= LOAD_TURN_UNITS)
+  t.equal((await post(server.base, '/otp/request', added, { email: 'jo@example.com' })).status, 200, 'the new key works')
+  t.equal((await post(server.base, '/otp/request', keys.globexTest, { email: `jo@d9999.${'a'.repeat(41)}.${'b'.repeat(51)}.example` })).body.code, 'RECIPIENT_BLOCKED', 'globex\'s domains still deny')
 })
 
 t.test('a tenant whose templates count more than the budget is refused alone; a file over the size bound stops start-up', async (t) => {
