@@ -1,4 +1,6 @@
 import { createTransport, type SMTPTransportOptions, type Transporter } from 'nodemailer'
+import MimeNode from 'nodemailer/lib/mime-node'
+import { encode as quotedPrintable, wrap as wrapQuotedPrintable } from 'nodemailer/lib/qp'
 import { DeliveryError, errorIdentifier, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface SmtpTransportOptions {
@@ -65,6 +67,31 @@ function parseSmtpUrl (raw: string): SMTPTransportOptions {
     options.auth = { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
   }
   return options
+}
+
+/** RFC 2045's limit for a quoted-printable line. */
+const QP_LINE_LENGTH = 76
+
+/**
+ * The message as one buffer and its envelope. nodemailer's own composition builds a tree of
+ * MIME nodes and streams each header, boundary and encoded chunk through a pipeline to the
+ * socket: one socket write each, and most of what a message cost (docs/performance.md). Here
+ * nodemailer still writes the headers (addresses, encoded words, Date, Message-ID, the
+ * boundary: `buildHeaders`, no stream), the two parts are quoted-printable as nodemailer would
+ * encode them, and the message leaves as one raw buffer: one chunk through the SMTP data stream
+ * (dot-stuffing, line ends), one socket write.
+ */
+function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] } } {
+  const root = new MimeNode('multipart/alternative')
+  root.setHeader({ From: message.from, To: message.to, Subject: message.subject })
+  if (message.replyTo !== undefined) root.setHeader('Reply-To', message.replyTo)
+  const headers = root.buildHeaders()
+  const boundary = String(root.boundary)
+  const part = (type: string, body: string): string =>
+    `--${boundary}\r\nContent-Type: ${type}; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n${wrapQuotedPrintable(quotedPrintable(body), QP_LINE_LENGTH)}\r\n`
+  const raw = Buffer.from(`${headers}\r\n\r\n${part('text/plain', message.text)}${part('text/html', message.html)}--${boundary}--\r\n`)
+  const { from, to } = root.getEnvelope()
+  return { raw, envelope: { from: typeof from === 'string' ? from : '', to } }
 }
 
 /** The fields of a nodemailer error this module looks at; all of them optional. */
@@ -143,15 +170,7 @@ export class SmtpTransport implements MailTransport {
     // equivalent and are not sent.
     const deadline = AbortSignal.timeout(this.#timeoutMs)
     try {
-      await this.#transporter.sendMail({
-        from: message.from,
-        to: message.to,
-        replyTo: message.replyTo,
-        subject: message.subject,
-        text: message.text,
-        html: message.html,
-        signal: deadline
-      })
+      await this.#transporter.sendMail({ ...composeRaw(message), signal: deadline })
     } catch (error) {
       throw toDeliveryError(error, deadline.aborted)
     }
