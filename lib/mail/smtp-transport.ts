@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { createTransport, type SMTPTransportOptions, type Transporter } from 'nodemailer'
 import MimeNode from 'nodemailer/lib/mime-node'
 import { encode as quotedPrintable, wrap as wrapQuotedPrintable } from 'nodemailer/lib/qp'
@@ -71,6 +72,21 @@ function parseSmtpUrl (raw: string): SMTPTransportOptions {
 
 /** RFC 2045's limit for a quoted-printable line. */
 const QP_LINE_LENGTH = 76
+/** Senders seen (a tenant's `From`): a few per tenant; the oldest goes first past the bound. */
+const SENDER_CACHE_SIZE = 1000
+const senders = new Map<string, string>()
+
+/** The address of a `From` header, as nodemailer parses it for the envelope; parsed once per sender. */
+function senderAddress (from: string): string {
+  let address = senders.get(from)
+  if (address === undefined) {
+    const parsed = new MimeNode().setHeader('From', from).getEnvelope().from
+    address = typeof parsed === 'string' ? parsed : ''
+    if (senders.size >= SENDER_CACHE_SIZE) senders.delete(senders.keys().next().value as string)
+    senders.set(from, address)
+  }
+  return address
+}
 
 /**
  * The message as one buffer and its envelope. nodemailer's own composition builds a tree of
@@ -82,16 +98,17 @@ const QP_LINE_LENGTH = 76
  * (dot-stuffing, line ends), one socket write.
  */
 function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] } } {
+  const from = senderAddress(message.from)
   const root = new MimeNode('multipart/alternative')
-  root.setHeader({ From: message.from, To: message.to, Subject: message.subject })
+  // nodemailer's own Message-ID draws five random buffers and parses the sender again.
+  root.setHeader({ From: message.from, To: message.to, Subject: message.subject, 'Message-ID': `<${randomUUID()}@${from.includes('@') ? from.slice(from.lastIndexOf('@') + 1) : 'localhost'}>` })
   if (message.replyTo !== undefined) root.setHeader('Reply-To', message.replyTo)
   const headers = root.buildHeaders()
   const boundary = String(root.boundary)
   const part = (type: string, body: string): string =>
     `--${boundary}\r\nContent-Type: ${type}; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n${wrapQuotedPrintable(quotedPrintable(body), QP_LINE_LENGTH)}\r\n`
   const raw = Buffer.from(`${headers}\r\n\r\n${part('text/plain', message.text)}${part('text/html', message.html)}--${boundary}--\r\n`)
-  const { from, to } = root.getEnvelope()
-  return { raw, envelope: { from: typeof from === 'string' ? from : '', to } }
+  return { raw, envelope: { from, to: [message.to] } }
 }
 
 /** The fields of a nodemailer error this module looks at; all of them optional. */
