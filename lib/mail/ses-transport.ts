@@ -31,7 +31,7 @@ const MAX_SOCKETS = 50
 
 /**
  * While a call to SES is in flight, the messages that arrive meanwhile wait at most this long
- * and then leave together in one SendBulkEmail call (docs/delivery.md#batching): a message
+ * and then leave together in one SendBulkEmail call (docs/delivery.md#batching-on-ses): a message
  * that finds no call in flight leaves at once.
  */
 export const BATCH_WAIT_MS = 5
@@ -39,7 +39,7 @@ export const BATCH_WAIT_MS = 5
 const MAX_BATCH = 50
 /** SES's bound on an entry's ReplacementTemplateData; a larger message leaves on its own. */
 const MAX_REPLACEMENT_DATA = 262_144
-/** Far under any request size SES takes; a batch that would pass it leaves first. */
+/** SES documents 1 MB as the input of a send with an inline template; a batch that would pass it leaves first. */
 const MAX_BATCH_CHARS = 1_000_000
 /**
  * The inline template of a batch: each part is one variable, which each destination's
@@ -319,10 +319,11 @@ export class SesTransport implements MailTransport {
 
   /**
    * One SendBulkEmail for `entries`, under the deadline of the one that waited longest. Each
-   * entry is answered by its own destination's status. A call refused as a whole (a malformed
-   * request, a refused sender) sent nothing: each entry is sent again on its own, so that only
-   * its own cause answers it. Any other failure of the call is each entry's failure, which the
-   * failover and the circuit breaker then see per message, as they would for SendEmail.
+   * entry is answered by its own destination's status. A call refused as a whole (an HTTP 4xx
+   * but throttling: a malformed request, a refused sender, credentials allowed SendEmail only)
+   * sent nothing: each entry is sent again on its own, so that only its own cause answers it.
+   * Any other failure of the call is each entry's failure, which the failover and the circuit
+   * breaker then see per message, as they would for SendEmail.
    */
   async #sendBatch (key: string, entries: Waiting[]): Promise<void> {
     const deadline = entries[0]?.deadline ?? AbortSignal.timeout(this.#timeoutMs)
@@ -342,8 +343,10 @@ export class SesTransport implements MailTransport {
       results = answer.BulkEmailEntryResults ?? []
     } catch (error) {
       const failure = toDeliveryError(error, deadline.aborted)
+      const status = shapeOf(error).$metadata?.httpStatusCode
+      const refused = failure.kind === 'rejected' || (typeof status === 'number' && status >= 400 && status < 500 && failure.kind !== 'throttled')
       for (const entry of entries) {
-        if (failure.kind === 'rejected') {
+        if (refused) {
           this.#sendAlone(key, entry.message, entry.tags, entry.deadline).then(entry.resolve, entry.reject)
         } else {
           entry.reject(new DeliveryError(failure.kind, failure.message))

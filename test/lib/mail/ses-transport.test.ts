@@ -1,4 +1,4 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import * as sesModel from '@aws-sdk/client-sesv2'
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
@@ -415,11 +415,20 @@ t.test('batching: a message waits for its batch at most batchWaitMs, never for t
 })
 
 t.test('batching: a SendBulkEmail refused as a whole sends each message again on its own', async (t) => {
+  // A malformed request, and credentials that allow SendEmail only (IAM's answer, outside the SES model).
+  for (const failBulk of [{ status: 400, type: 'BadRequestException' }, { status: 403, type: 'AccessDeniedException' }]) {
+    await t.test(failBulk.type, async (t) => {
+      await refusedAsAWhole(t, failBulk)
+    })
+  }
+})
+
+async function refusedAsAWhole (t: Test, failBulk: { status: number, type: string }): Promise<void> {
   const base = await startSesLocal(t)
   const proxy = await startSesProxy(t, base)
   const transport = transportFor(proxy.endpoint, { batchWaitMs: 60_000 })
   t.teardown(() => transport.close())
-  proxy.failBulk = { status: 400, type: 'BadRequestException' }
+  proxy.failBulk = failBulk
   proxy.refuse.add('refused@example.com')
 
   proxy.hold((request) => request.to[0] === 'first@example.com')
@@ -433,7 +442,7 @@ t.test('batching: a SendBulkEmail refused as a whole sends each message again on
   t.same(proxy.requests.slice(1, 2), [{ bulk: true, to: names }], 'the batch went first')
   t.same(proxy.requests.slice(2).map((request) => request.to[0]).sort(), [...names].sort(), 'then each message alone')
   t.ok(proxy.requests.slice(2).every((request) => !request.bulk))
-})
+}
 
 t.test('batching: a failing SendBulkEmail fails over message by message, as a failing SendEmail does', async (t) => {
   const base = await startSesLocal(t)
