@@ -37,6 +37,13 @@ const QUICK = process.argv.includes('--quick')
  */
 const TEMPLATES = process.argv.includes('--templates')
 /**
+ * `--transports`: the bare route and the dispatch through each mail transport (log, SES, SMTP)
+ * only, with their real-path ratios and targets: about a minute, for work on a transport.
+ */
+const TRANSPORTS = process.argv.includes('--transports')
+/** With --transports, the three paths are measured again at this share of the slowest one's rate. */
+const FIXED_RATE_SHARE = 0.8
+/**
  * Verify pools are sized from the rate of the warm-up just before, with this to spare: a
  * run right after a batch of dispatches often goes faster than its warm-up did, and every
  * run must last its full time.
@@ -163,10 +170,10 @@ function assertClean (result: LoadResult, what: string): void {
   }
 }
 
-async function measureDispatch (meter: Meter, target: Target, connections: number, seconds: number, warmup: number): Promise<Measured> {
+async function measureDispatch (meter: Meter, target: Target, connections: number, seconds: number, warmup: number, rate?: number): Promise<Measured> {
   const format = target.dispatch
   const next = format === undefined ? dispatchRequest : () => ({ body: format.body(nextAddress()), expected: 200 })
-  const spec = { url: target.url, path: format?.path ?? '/otp/request', headers: target.headers, connections, next }
+  const spec = { url: target.url, path: format?.path ?? '/otp/request', headers: target.headers, connections, next, ...(rate === undefined ? {} : { rate }) }
   await runLoad({ ...spec, seconds: warmup })
   return await meter(target, async () => await runLoad({ ...spec, seconds }))
 }
@@ -410,7 +417,9 @@ async function main (resources: Resources): Promise<void> {
     return child
   }
 
-  process.stderr.write(`starting redis-server, the SES emulator, an SMTP sink, email-otp (Redis: log, SES, SMTP, refusals), email-otp (memory)${TEMPLATES ? ', email-otp (memory, templates)' : ''}, bare route, Express peer, better-auth (memory, Redis)\n`)
+  process.stderr.write(TRANSPORTS
+    ? 'starting redis-server, the SES emulator, an SMTP sink, email-otp (Redis: log, SES, SMTP), bare route\n'
+    : `starting redis-server, the SES emulator, an SMTP sink, email-otp (Redis: log, SES, SMTP, refusals), email-otp (memory)${TEMPLATES ? ', email-otp (memory, templates)' : ''}, bare route, Express peer, better-auth (memory, Redis)\n`)
   const sesPort = await freePort()
   const ses = await startNodeChild({
     name: 'SES emulator', args: [join(ROOT, 'node_modules', 'aws-ses-v2-local', 'dist', 'cli.js'), '--host', '127.0.0.1', '--port', String(sesPort)], cwd: ROOT, env: BASE_ENV, port: sesPort, stdout: 'ignore', readyPath: '/health-check'
@@ -434,37 +443,7 @@ async function main (resources: Resources): Promise<void> {
   const withRedis = await startService(resources, { name: 'email-otp (Redis)', dir, env: { ...tenant.env, REDIS_URL: redis.url } })
   const withSes = await startService(resources, { name: 'email-otp (Redis, SES)', dir, env: { ...tenant.env, ...sesEnv, REDIS_URL: redis.url } })
   const withSmtp = await startService(resources, { name: 'email-otp (Redis, SMTP)', dir, env: { ...tenant.env, ...smtpEnv, REDIS_URL: redis.url } })
-  const refusing = await startService(resources, { name: 'email-otp (Redis, refusals)', dir, env: { ...tenant.env, REDIS_URL: redis.url, TENANTS_FILE: refusalTenants, IP_BLOCKLISTS: blockList } })
-  const inMemory = await startService(resources, { name: 'email-otp (memory)', dir, env: tenant.env })
-  const withTemplates = TEMPLATES ? await startService(resources, { name: 'email-otp (memory, templates)', dir, env: { ...tenant.env, TENANTS_FILE: tenant.templatesFile } }) : null
   const bareChild = await startScript('bare route', './bare.js', {})
-  const peer = await startScript('Express peer', './peers/express-otp.js', { REDIS_URL: redis.url, PEER_KEY_SHA256: hashKey(peerKey), PEER_HMAC_SECRET })
-  const betterAuthTargets: OtpTarget[] = []
-  for (const storage of ['memory', 'redis'] as const) {
-    const name = `better-auth (${storage === 'redis' ? 'Redis' : 'memory'})`
-    const port = await freePort()
-    const log = join(dir, `better-auth-${storage}.out`)
-    const fd = openSync(log, 'a')
-    const child = await startNodeChild({
-      name, args: [join(ROOT, 'bench', 'peers', 'better-auth', 'server.mjs')], cwd: ROOT, env: { ...BASE_ENV, PORT: String(port), PEER_STORAGE: storage, REDIS_URL: redis.url }, port, stdout: fd, readyPath: '/'
-    }).finally(() => { closeSync(fd) })
-    resources.add(child.stop)
-    const dispatch = { path: '/api/auth/email-otp/send-verification-otp', body: (email: string) => JSON.stringify({ email, type: 'sign-in' }) }
-    betterAuthTargets.push({
-      name,
-      url: child.url,
-      headers: {},
-      pid: child.pid,
-      onRedis: storage === 'redis',
-      dispatch,
-      verify: { path: '/api/auth/sign-in/email-otp', body: (token, guess) => JSON.stringify({ email: token.requestId, otp: guess }) },
-      // Its memory adapter copies the whole store on every sign-in: a pool sized from a fast
-      // moment would take minutes once the store holds the dispatch run's codes.
-      verifyPools: { warmup: 200, measured: 1000 },
-      issue: codesFromPeerLog(child, log, dispatch)
-    })
-  }
-
   const otpTarget = (name: string, service: Service, onRedis: boolean): OtpTarget => ({
     name, url: service.child.url, headers: { authorization: `Bearer ${tenant.liveKey}` }, pid: service.child.pid, onRedis, issue: codesFromMailLog(service, tenant.liveKey)
   })
@@ -472,10 +451,81 @@ async function main (resources: Resources): Promise<void> {
   const redisTarget = otpTarget('email-otp (Redis)', withRedis, true)
   const sesTarget = otpTarget('email-otp (Redis, SES)', withSes, true)
   const smtpTarget = otpTarget('email-otp (Redis, SMTP)', withSmtp, true)
-  const refusalTarget = otpTarget('email-otp (Redis, refusals)', refusing, true)
-  const memoryTarget = otpTarget('email-otp (memory)', inMemory, false)
-  const templatesTargets = withTemplates === null ? [] : [otpTarget('email-otp (memory, templates)', withTemplates, false)]
-  const peerTarget: OtpTarget = { name: 'Express peer', url: peer.url, headers: { authorization: `Bearer ${peerKey}` }, pid: peer.pid, onRedis: true, issue: seededPeerCodes(client) }
+  const transportGroup = async (): Promise<GroupRun[]> => [
+    ...await dispatchOnly(redisTarget),
+    ...await dispatchOnly(sesTarget),
+    ...await dispatchOnly(smtpTarget)
+  ]
+  const dispatchOnly = async (target: Target): Promise<GroupRun[]> => [
+    { name: `${target.name} dispatch`, result: await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) }
+  ]
+
+  /** The other groups: verify, the refusal floods, the in-memory service and the peers. */
+  const comparisons = async (): Promise<{ groups: Array<() => Promise<GroupRun[]>>, peerGroups: number }> => {
+    const refusing = await startService(resources, { name: 'email-otp (Redis, refusals)', dir, env: { ...tenant.env, REDIS_URL: redis.url, TENANTS_FILE: refusalTenants, IP_BLOCKLISTS: blockList } })
+    const inMemory = await startService(resources, { name: 'email-otp (memory)', dir, env: tenant.env })
+    const withTemplates = TEMPLATES ? await startService(resources, { name: 'email-otp (memory, templates)', dir, env: { ...tenant.env, TENANTS_FILE: tenant.templatesFile } }) : null
+    const peer = await startScript('Express peer', './peers/express-otp.js', { REDIS_URL: redis.url, PEER_KEY_SHA256: hashKey(peerKey), PEER_HMAC_SECRET })
+    const betterAuthTargets: OtpTarget[] = []
+    for (const storage of ['memory', 'redis'] as const) {
+      const name = `better-auth (${storage === 'redis' ? 'Redis' : 'memory'})`
+      const port = await freePort()
+      const log = join(dir, `better-auth-${storage}.out`)
+      const fd = openSync(log, 'a')
+      const child = await startNodeChild({
+        name, args: [join(ROOT, 'bench', 'peers', 'better-auth', 'server.mjs')], cwd: ROOT, env: { ...BASE_ENV, PORT: String(port), PEER_STORAGE: storage, REDIS_URL: redis.url }, port, stdout: fd, readyPath: '/'
+      }).finally(() => { closeSync(fd) })
+      resources.add(child.stop)
+      const dispatch = { path: '/api/auth/email-otp/send-verification-otp', body: (email: string) => JSON.stringify({ email, type: 'sign-in' }) }
+      betterAuthTargets.push({
+        name,
+        url: child.url,
+        headers: {},
+        pid: child.pid,
+        onRedis: storage === 'redis',
+        dispatch,
+        verify: { path: '/api/auth/sign-in/email-otp', body: (token, guess) => JSON.stringify({ email: token.requestId, otp: guess }) },
+        // Its memory adapter copies the whole store on every sign-in: a pool sized from a fast
+        // moment would take minutes once the store holds the dispatch run's codes.
+        verifyPools: { warmup: 200, measured: 1000 },
+        issue: codesFromPeerLog(child, log, dispatch)
+      })
+    }
+
+    const refusalTarget = otpTarget('email-otp (Redis, refusals)', refusing, true)
+    const memoryTarget = otpTarget('email-otp (memory)', inMemory, false)
+    const templatesTargets = withTemplates === null ? [] : [otpTarget('email-otp (memory, templates)', withTemplates, false)]
+    const peerTarget: OtpTarget = { name: 'Express peer', url: peer.url, headers: { authorization: `Bearer ${peerKey}` }, pid: peer.pid, onRedis: true, issue: seededPeerCodes(client) }
+    const both = async (target: OtpTarget): Promise<GroupRun[]> => [
+      { name: `${target.name} dispatch`, result: await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) },
+      { name: `${target.name} verify`, result: await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) }
+    ]
+    const unknownKey = generateKey('secret', 'live')
+    const validBody = (): string => JSON.stringify({ email: nextAddress() })
+    // Over BODY_LIMIT_BYTES (4 KiB by default) with a well-formed JSON body.
+    const oversized = JSON.stringify({ email: 'x'.repeat(5000) + '@example.com' })
+    const groups: Array<() => Promise<GroupRun[]>> = [
+      async () => [
+        { name: `${redisTarget.name} verify`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) },
+        { name: `${redisTarget.name} verify, right code`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS, 'right') },
+        { name: `${redisTarget.name} verify, wrong code`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS, 'wrong') }
+      ],
+      async () => [
+        { name: 'refused 401 unknown key', refusal: 401, result: await measureRefusal(meter, redisTarget, { expected: 401, headers: { authorization: `Bearer ${unknownKey}` }, body: validBody }) },
+        { name: 'refused 403 blocked source', refusal: 403, result: await measureRefusal(meter, refusalTarget, { expected: 403, body: validBody, localAddress: BLOCKED_SOURCE }) },
+        { name: 'refused 429 over the per-source limit', refusal: 429, result: await measureRefusal(meter, refusalTarget, { expected: 429, body: validBody, localAddress: LIMITED_SOURCE }) },
+        { name: 'refused 400 malformed JSON', refusal: 400, result: await measureRefusal(meter, redisTarget, { expected: 400, body: () => '{"email": "bench@example.com"' }) },
+        { name: 'refused 413 body over the limit', refusal: 413, result: await measureRefusal(meter, redisTarget, { expected: 413, body: () => oversized }) }
+      ],
+      async () => await both(memoryTarget),
+      ...templatesTargets.map((target) => async () => await both(target)),
+      async () => await both(peerTarget),
+      ...betterAuthTargets.map((target) => async () => await both(target))
+    ]
+    return { groups, peerGroups: betterAuthTargets.length }
+  }
+  const others = TRANSPORTS ? { groups: [], peerGroups: 0 } : await comparisons()
+  const groups = [transportGroup, ...others.groups]
 
   const rows: Row[] = []
   const record = (row: Row): Measured => {
@@ -496,40 +546,6 @@ async function main (resources: Resources): Promise<void> {
   const recordBare = (result: Measured): void => {
     record({ group: 'main', target: `bare route (${bareRuns.indexOf(result) + 1})`, connections: MAIN_CONNECTIONS, result, reference: bareReference([result]) })
   }
-  const both = async (target: OtpTarget): Promise<GroupRun[]> => [
-    { name: `${target.name} dispatch`, result: await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) },
-    { name: `${target.name} verify`, result: await measureVerify(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) }
-  ]
-  const dispatchOnly = async (target: Target): Promise<GroupRun[]> => [
-    { name: `${target.name} dispatch`, result: await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) }
-  ]
-  const unknownKey = generateKey('secret', 'live')
-  const validBody = (): string => JSON.stringify({ email: nextAddress() })
-  // Over BODY_LIMIT_BYTES (4 KiB by default) with a well-formed JSON body.
-  const oversized = JSON.stringify({ email: 'x'.repeat(5000) + '@example.com' })
-  const groups: Array<() => Promise<GroupRun[]>> = [
-    async () => [
-      ...await dispatchOnly(redisTarget),
-      ...await dispatchOnly(sesTarget),
-      ...await dispatchOnly(smtpTarget)
-    ],
-    async () => [
-      { name: `${redisTarget.name} verify`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS) },
-      { name: `${redisTarget.name} verify, right code`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS, 'right') },
-      { name: `${redisTarget.name} verify, wrong code`, result: await measureVerify(meter, redisTarget, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS, 'wrong') }
-    ],
-    async () => [
-      { name: 'refused 401 unknown key', refusal: 401, result: await measureRefusal(meter, redisTarget, { expected: 401, headers: { authorization: `Bearer ${unknownKey}` }, body: validBody }) },
-      { name: 'refused 403 blocked source', refusal: 403, result: await measureRefusal(meter, refusalTarget, { expected: 403, body: validBody, localAddress: BLOCKED_SOURCE }) },
-      { name: 'refused 429 over the per-source limit', refusal: 429, result: await measureRefusal(meter, refusalTarget, { expected: 429, body: validBody, localAddress: LIMITED_SOURCE }) },
-      { name: 'refused 400 malformed JSON', refusal: 400, result: await measureRefusal(meter, redisTarget, { expected: 400, body: () => '{"email": "bench@example.com"' }) },
-      { name: 'refused 413 body over the limit', refusal: 413, result: await measureRefusal(meter, redisTarget, { expected: 413, body: () => oversized }) }
-    ],
-    async () => await both(memoryTarget),
-    ...templatesTargets.map((target) => async () => await both(target)),
-    async () => await both(peerTarget),
-    ...betterAuthTargets.map((target) => async () => await both(target))
-  ]
   let bareBefore = await measureBare()
   recordBare(bareBefore)
   const failedGroups: string[] = []
@@ -539,7 +555,7 @@ async function main (resources: Resources): Promise<void> {
       runs = await group()
     } catch (error) {
       // better-auth failing (or timing out) costs its own rows, not the run.
-      if (index < groups.length - betterAuthTargets.length) throw error
+      if (index < groups.length - others.peerGroups) throw error
       failedGroups.push(error instanceof Error ? error.message : String(error))
       continue
     }
@@ -555,7 +571,7 @@ async function main (resources: Resources): Promise<void> {
   }
   const bare = bareReference(bareRuns)
 
-  if (!QUICK) {
+  if (!QUICK && !TRANSPORTS) {
     process.stderr.write(`\nemail-otp (Redis) by connections, ${CURVE_WARMUP_SECONDS} s warm-up, ${CURVE_SECONDS} s measured\n`)
     for (const connections of CURVE_CONNECTIONS) {
       record({ group: 'connections', target: 'email-otp (Redis) dispatch', connections, reference: bare, result: await measureDispatch(meter, redisTarget, connections, CURVE_SECONDS, CURVE_WARMUP_SECONDS) })
@@ -577,7 +593,9 @@ async function main (resources: Resources): Promise<void> {
     if (found === undefined) throw new Error(`no run named ${name}`)
     return found
   }
-  const vsExpress = (['Redis', 'memory'] as const).flatMap((store) => (['dispatch', 'verify'] as const).map((endpoint) => {
+  // With --transports only the transport rows were run: the comparisons below are left out.
+  const stores = TRANSPORTS ? [] : ['Redis', 'memory'] as const
+  const vsExpress = stores.flatMap((store) => (['dispatch', 'verify'] as const).map((endpoint) => {
     const ours = result(`email-otp (${store}) ${endpoint}`).result
     const theirs = result(`Express peer ${endpoint}`).result
     return { store, endpoint, throughput: ours.rps / theirs.rps, p99: { ours: ours.p99, express: theirs.p99 }, cpuMicros: { ours: totalCpu(ours), express: totalCpu(theirs) } }
@@ -590,7 +608,7 @@ async function main (resources: Resources): Promise<void> {
       pass: ratio.throughput >= TARGETS.vsExpress && ratio.p99.ours < ratio.p99.express
     })
   }
-  for (const store of ['Redis', 'memory']) {
+  for (const store of stores) {
     for (const endpoint of ['dispatch', 'verify'] as const) {
       const row = result(`email-otp (${store}) ${endpoint}`)
       const bareCpu = row.reference.cpuMicros
@@ -606,11 +624,25 @@ async function main (resources: Resources): Promise<void> {
     'email-otp (Redis) dispatch', 'email-otp (Redis, SES) dispatch', 'email-otp (Redis, SMTP) dispatch',
     'email-otp (Redis) verify, right code', 'email-otp (Redis) verify, wrong code',
     'refused 401 unknown key', 'refused 403 blocked source', 'refused 429 over the per-source limit', 'refused 400 malformed JSON', 'refused 413 body over the limit'
-  ].map((name) => {
+  ].filter((name) => main.has(name)).map((name) => {
     const row = result(name)
     const ratio = (to: number | null): number | null => row.result.cpuMicros === null || to === null || to === 0 ? null : row.result.cpuMicros / to
     return { path: name, cpuMicros: row.result.cpuMicros, redisCpuMicros: row.result.redisCpuMicros, cpuVsBare: ratio(row.reference.cpuMicros), cpuVsLog: ratio(logDispatch.result.cpuMicros), rps: row.result.rps, p99: row.result.p99 }
   })
+  // The three dispatch paths again at one rate all of them sustain: at saturation each runs at
+  // its own rate, and the work they share (Redis pipelines, socket wake-ups) costs more per
+  // request where fewer requests share it.
+  const fixedRate = TRANSPORTS ? Math.floor(FIXED_RATE_SHARE * Math.min(...[redisTarget, sesTarget, smtpTarget].map((target) => result(`${target.name} dispatch`).result.rps))) : null
+  const fixed: Array<{ path: string, rps: number, cpuMicros: number | null, cpuVsLog: number | null, p99: number }> = []
+  if (fixedRate !== null) {
+    process.stderr.write(`\nthe three dispatch paths at ${number(fixedRate)} req/s\n`)
+    for (const target of [redisTarget, sesTarget, smtpTarget]) {
+      const measured = await measureDispatch(meter, target, MAIN_CONNECTIONS, MAIN_SECONDS, WARMUP_SECONDS, fixedRate)
+      record({ group: 'main', target: `${target.name} dispatch at ${number(fixedRate)} req/s`, connections: MAIN_CONNECTIONS, result: measured, reference: bare })
+      const log = fixed[0]?.cpuMicros ?? measured.cpuMicros
+      fixed.push({ path: `${target.name} dispatch`, rps: measured.rps, cpuMicros: measured.cpuMicros, cpuVsLog: measured.cpuMicros === null || log === null || log === 0 ? null : measured.cpuMicros / log, p99: measured.p99 })
+    }
+  }
   const real = (name: string): (typeof realPaths)[number] => realPaths.find((path) => path.path === name) as (typeof realPaths)[number]
   const ratioText = (value: number | null): string => value === null ? 'not measured' : `${value.toFixed(2)}×`
   const atMost = (value: number | null, limit: number): boolean => value !== null && value <= limit
@@ -619,19 +651,21 @@ async function main (resources: Resources): Promise<void> {
     targets.push({ target: `${name} service CPU ≤ ${limit}× log dispatch`, value: ratioText(path.cpuVsLog), pass: atMost(path.cpuVsLog, limit) })
     targets.push({ target: `${name} p99 ≤ ${TARGETS.realP99Ms} ms`, value: `${number(path.p99, 2)} ms`, pass: path.p99 <= TARGETS.realP99Ms })
   }
-  for (const [name, limit] of [['refused 401 unknown key', TARGETS.refusalVsBare.auth], ['refused 403 blocked source', TARGETS.refusalVsBare.auth], ['refused 429 over the per-source limit', TARGETS.refusalVsBare.limit]] as const) {
-    const path = real(name)
-    targets.push({ target: `${name}: service CPU ≤ ${limit}× bare`, value: ratioText(path.cpuVsBare), pass: atMost(path.cpuVsBare, limit) })
+  if (!TRANSPORTS) {
+    for (const [name, limit] of [['refused 401 unknown key', TARGETS.refusalVsBare.auth], ['refused 403 blocked source', TARGETS.refusalVsBare.auth], ['refused 429 over the per-source limit', TARGETS.refusalVsBare.limit]] as const) {
+      const path = real(name)
+      targets.push({ target: `${name}: service CPU ≤ ${limit}× bare`, value: ratioText(path.cpuVsBare), pass: atMost(path.cpuVsBare, limit) })
+    }
+    for (const name of ['refused 400 malformed JSON', 'refused 413 body over the limit']) {
+      const path = real(name)
+      targets.push({ target: `${name}: p99 ≤ ${TARGETS.refusalP99Ms} ms`, value: `${number(path.p99, 2)} ms`, pass: path.p99 <= TARGETS.refusalP99Ms })
+    }
+    const right = real('email-otp (Redis) verify, right code').cpuMicros
+    const wrong = real('email-otp (Redis) verify, wrong code').cpuMicros
+    const rightVsWrong = right === null || wrong === null || wrong === 0 ? null : right / wrong
+    targets.push({ target: `verify, right code: service CPU ≤ ${TARGETS.rightVsWrong}× wrong code`, value: ratioText(rightVsWrong), pass: atMost(rightVsWrong, TARGETS.rightVsWrong) })
   }
-  for (const name of ['refused 400 malformed JSON', 'refused 413 body over the limit']) {
-    const path = real(name)
-    targets.push({ target: `${name}: p99 ≤ ${TARGETS.refusalP99Ms} ms`, value: `${number(path.p99, 2)} ms`, pass: path.p99 <= TARGETS.refusalP99Ms })
-  }
-  const right = real('email-otp (Redis) verify, right code').cpuMicros
-  const wrong = real('email-otp (Redis) verify, wrong code').cpuMicros
-  const rightVsWrong = right === null || wrong === null || wrong === 0 ? null : right / wrong
-  targets.push({ target: `verify, right code: service CPU ≤ ${TARGETS.rightVsWrong}× wrong code`, value: ratioText(rightVsWrong), pass: atMost(rightVsWrong, TARGETS.rightVsWrong) })
-  const vsBetterAuth = (['Redis', 'memory'] as const).flatMap((store) => (['dispatch', 'verify'] as const).filter((endpoint) => main.has(`better-auth (${store}) ${endpoint}`)).map((endpoint) => {
+  const vsBetterAuth = stores.flatMap((store) => (['dispatch', 'verify'] as const).filter((endpoint) => main.has(`better-auth (${store}) ${endpoint}`)).map((endpoint) => {
     const ours = result(`email-otp (${store}) ${endpoint}`).result
     const theirs = result(`better-auth (${store}) ${endpoint}`).result
     return { store, endpoint, throughput: ours.rps / theirs.rps, p99: { ours: ours.p99, betterAuth: theirs.p99 }, cpuMicros: { ours: totalCpu(ours), betterAuth: totalCpu(theirs) } }
@@ -661,17 +695,17 @@ async function main (resources: Resources): Promise<void> {
   const out = [
     '',
     ...table(rows),
-    '',
-    'email-otp (Redis) / Express peer',
+    ...(vsExpress.length === 0 ? [] : ['', 'email-otp (Redis) / Express peer']),
     ...vsExpress.map(({ store, endpoint, throughput, p99, cpuMicros }) =>
       `  ${`${endpoint} (${store})`.padEnd(18)}  ${throughput.toFixed(2)}× throughput, p99 ${number(p99.ours, 2)} ms vs ${number(p99.express, 2)} ms, CPU with Redis ${micros(cpuMicros.ours)} µs vs ${micros(cpuMicros.express)} µs per request`),
-    '',
-    'email-otp / better-auth (same store)',
+    ...(vsBetterAuth.length === 0 ? [] : ['', 'email-otp / better-auth (same store)']),
     ...vsBetterAuth.map(({ store, endpoint, throughput, p99, cpuMicros }) =>
       `  ${`${endpoint} (${store})`.padEnd(18)}  ${throughput.toFixed(2)}× throughput, p99 ${number(p99.ours, 2)} ms vs ${number(p99.betterAuth, 2)} ms, CPU with Redis ${micros(cpuMicros.ours)} µs vs ${micros(cpuMicros.betterAuth)} µs per request`),
     '',
     'real paths (the service\'s own CPU per answer; Redis apart)',
     ...realPaths.map((path) => `  ${path.path.padEnd(40)}  ${micros(path.cpuMicros).padStart(6)} µs  ${ratioText(path.cpuVsBare).padStart(7)} bare  ${ratioText(path.cpuVsLog).padStart(7)} log  p99 ${number(path.p99, 2).padStart(9)} ms`),
+    ...(fixedRate === null ? [] : ['', `the same paths at one rate, ${number(fixedRate)} req/s (the service's own CPU per answer)`]),
+    ...fixed.map((path) => `  ${path.path.padEnd(40)}  ${micros(path.cpuMicros).padStart(6)} µs  ${ratioText(path.cpuVsLog).padStart(7)} log  ${number(path.rps).padStart(6)} req/s  p99 ${number(path.p99, 2).padStart(9)} ms`),
     '',
     `targets (${MAIN_CONNECTIONS} connections)`,
     ...targets.map(({ target, value, pass }) => `  ${pass ? 'PASS' : 'MISS'}  ${target.padEnd(targetWidth)}  ${value}`),
@@ -685,11 +719,12 @@ async function main (resources: Resources): Promise<void> {
   writeFileSync(join(ROOT, 'bench', 'results.json'), JSON.stringify({
     date: new Date(started).toISOString(),
     machine,
-    settings: { quick: QUICK, templates: TEMPLATES, mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
+    settings: { quick: QUICK, transports: TRANSPORTS, templates: TEMPLATES, mainConnections: MAIN_CONNECTIONS, mainSeconds: MAIN_SECONDS, warmupSeconds: WARMUP_SECONDS, curveConnections: CURVE_CONNECTIONS, curveSeconds: CURVE_SECONDS, curveWarmupSeconds: CURVE_WARMUP_SECONDS, preloads: PRELOADS },
     runs: rows.map((row) => ({ group: row.group, target: row.target, connections: row.connections, ...(row.keys === undefined ? {} : { keys: row.keys }), ...row.result, ratioToBare: row.result.rps / row.reference.rps, bareReference: row.reference })),
     vsExpress,
     vsBetterAuth,
     realPaths,
+    ...(fixedRate === null ? {} : { fixedRate: { rate: fixedRate, paths: fixed } }),
     targets,
     warnings
   }, null, 2) + '\n')

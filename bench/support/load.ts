@@ -13,6 +13,8 @@ export type LoadSpec = {
   path: string
   headers: Record<string, string>
   connections: number
+  /** Requests per second over all connections; as fast as answers come when not given. */
+  rate?: number
   /** Called once per request, just before it is sent. */
   next: () => NextRequest
   onResponse?: (status: number, body: string, tag: string | undefined) => void
@@ -50,6 +52,7 @@ export async function runLoad (spec: LoadSpec): Promise<LoadResult> {
     const instance = autocannon({
       url: spec.url,
       connections: spec.connections,
+      ...(spec.rate === undefined ? {} : { overallRate: spec.rate }),
       ...('amount' in spec ? { amount: spec.amount } : { duration: spec.seconds }),
       requests: [{
         method: 'POST',

@@ -1,4 +1,7 @@
+import { randomUUID } from 'node:crypto'
 import { createTransport, type SMTPTransportOptions, type Transporter } from 'nodemailer'
+import MimeNode from 'nodemailer/lib/mime-node'
+import { encode as quotedPrintable, wrap as wrapQuotedPrintable } from 'nodemailer/lib/qp'
 import { DeliveryError, errorIdentifier, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface SmtpTransportOptions {
@@ -65,6 +68,47 @@ function parseSmtpUrl (raw: string): SMTPTransportOptions {
     options.auth = { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }
   }
   return options
+}
+
+/** RFC 2045's limit for a quoted-printable line. */
+const QP_LINE_LENGTH = 76
+/** Senders seen (a tenant's `From`): a few per tenant; the oldest goes first past the bound. */
+const SENDER_CACHE_SIZE = 1000
+const senders = new Map<string, string>()
+
+/** The address of a `From` header, as nodemailer parses it for the envelope; parsed once per sender. */
+function senderAddress (from: string): string {
+  let address = senders.get(from)
+  if (address === undefined) {
+    const parsed = new MimeNode().setHeader('From', from).getEnvelope().from
+    address = typeof parsed === 'string' ? parsed : ''
+    if (senders.size >= SENDER_CACHE_SIZE) senders.delete(senders.keys().next().value as string)
+    senders.set(from, address)
+  }
+  return address
+}
+
+/**
+ * The message as one buffer and its envelope. nodemailer's own composition builds a tree of
+ * MIME nodes and streams each header, boundary and encoded chunk through a pipeline to the
+ * socket: one socket write each, and most of what a message cost (docs/performance.md). Here
+ * nodemailer still writes the headers (addresses, encoded words, Date, Message-ID, the
+ * boundary: `buildHeaders`, no stream), the two parts are quoted-printable as nodemailer would
+ * encode them, and the message leaves as one raw buffer: one chunk through the SMTP data stream
+ * (dot-stuffing, line ends), one socket write.
+ */
+function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] } } {
+  const from = senderAddress(message.from)
+  const root = new MimeNode('multipart/alternative')
+  // nodemailer's own Message-ID draws five random buffers and parses the sender again.
+  root.setHeader({ From: message.from, To: message.to, Subject: message.subject, 'Message-ID': `<${randomUUID()}@${from.includes('@') ? from.slice(from.lastIndexOf('@') + 1) : 'localhost'}>` })
+  if (message.replyTo !== undefined) root.setHeader('Reply-To', message.replyTo)
+  const headers = root.buildHeaders()
+  const boundary = String(root.boundary)
+  const part = (type: string, body: string): string =>
+    `--${boundary}\r\nContent-Type: ${type}; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n${wrapQuotedPrintable(quotedPrintable(body), QP_LINE_LENGTH)}\r\n`
+  const raw = Buffer.from(`${headers}\r\n\r\n${part('text/plain', message.text)}${part('text/html', message.html)}--${boundary}--\r\n`)
+  return { raw, envelope: { from, to: [message.to] } }
 }
 
 /** The fields of a nodemailer error this module looks at; all of them optional. */
@@ -143,15 +187,7 @@ export class SmtpTransport implements MailTransport {
     // equivalent and are not sent.
     const deadline = AbortSignal.timeout(this.#timeoutMs)
     try {
-      await this.#transporter.sendMail({
-        from: message.from,
-        to: message.to,
-        replyTo: message.replyTo,
-        subject: message.subject,
-        text: message.text,
-        html: message.html,
-        signal: deadline
-      })
+      await this.#transporter.sendMail({ ...composeRaw(message), signal: deadline })
     } catch (error) {
       throw toDeliveryError(error, deadline.aborted)
     }

@@ -1,7 +1,8 @@
 import t from 'tap'
 import { Redis } from 'ioredis'
 import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
-import { sesStore, startSesLocal, startSilentPeer, startSmtp } from '../support/mail-peers.js'
+import { sesStore, startSesLocal, startSesProxy, startSilentPeer, startSmtp } from '../support/mail-peers.js'
+import { until } from '../support/wait.js'
 import { freePort, redisTestOptions, startRedis } from '../support/redis.js'
 
 // The SDK reads credentials from its standard chain; the emulator accepts any.
@@ -39,6 +40,39 @@ t.test('SES: a live key delivers through SES v2; the code from the mail verifies
   await app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(keys.acmeLive), 'accept-language': 'de-CH;q=0.9, en;q=0.5' }, payload: { email: 'lu@example.com' } })
   const german = (await sesStore(ses)).find((email) => email.destination.to[0] === 'lu@example.com')
   t.match(german?.body.html, /lang="de"/, 'Accept-Language picks the locale when the body does not')
+})
+
+t.test('SES: dispatches sent while a call is in flight each answer for their own destination', async (t) => {
+  const ses = await startSesLocal(t)
+  const proxy = await startSesProxy(t, ses)
+  proxy.refuse.add('refused@example.com')
+  const { path, keys } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, MAIL_TRANSPORT: 'ses', AWS_REGION: 'eu-west-1', AWS_ENDPOINT_URL_SESV2: proxy.endpoint, MAIL_FROM: 'no-reply@otp.test' })
+  const dispatch = async (email: string): Promise<{ statusCode: number, json: () => any }> =>
+    await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email } })
+
+  // The first call stays in flight while the others arrive: they wait for their batch. Which
+  // of them share a SendBulkEmail depends on when each arrives; the transport's tests pin that.
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = dispatch('first@example.com')
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  const names = ['one@example.com', 'refused@example.com', 'two@example.com']
+  const answers = await Promise.all(names.map(dispatch))
+  proxy.release()
+  t.equal((await first).statusCode, 200)
+  t.same(answers.map((answer) => answer.statusCode), [200, 502, 200], 'the refused destination answers 502, its batch-mates 200')
+  t.equal(answers[1]?.json().code, 'DELIVERY_FAILED')
+  t.comment(`calls after the first: ${JSON.stringify(proxy.requests.slice(1))}`)
+  const usage = await app.inject({ method: 'GET', url: '/usage', headers: bearer(keys.acmeLive) })
+  t.equal(usage.json().data.live.used, 3, 'the three delivered dispatches are charged, the refused one is not')
+  const stored = await sesStore(ses)
+  for (const [index, email] of names.entries()) {
+    if (index === 1) continue
+    const mail = stored.find((candidate) => candidate.destination.to[0] === email)
+    const code = codeIn(mail?.body.text)
+    const verified = await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: answers[index]?.json().data.requestId, userGuess: code } })
+    t.equal(verified.statusCode, 200, `${email}: the code in its own mail verifies its own request`)
+  }
 })
 
 t.test('SES: sandbox keys never reach the provider; the sandbox inbox has the code', async (t) => {

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { createServer as createHttpServer, request as httpRequest } from 'node:http'
 import { createServer as createTcpServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
@@ -58,6 +59,117 @@ export async function startSesProcess (t: Test): Promise<{ base: string, kill: (
     await sleep(50)
   }
   throw new Error(`aws-ses-v2-local did not start on ${port}: ${stderr}`)
+}
+
+/** A request as the SES proxy saw it: which operation, to whom. */
+export interface ProxiedRequest {
+  bulk: boolean
+  /** Each destination's first To address, in the request's order. */
+  to: string[]
+}
+
+/** What a bulk request's answer holds per destination. */
+interface BulkAnswer { BulkEmailEntryResults?: Array<{ Status?: string, MessageId?: string }> }
+
+export interface SesProxy {
+  endpoint: string
+  /** Every request, in arrival order. */
+  requests: ProxiedRequest[]
+  /** Requests for which `match` holds wait, unanswered, until release(). */
+  hold: (match: (request: ProxiedRequest) => boolean) => void
+  release: () => void
+  /**
+   * Destinations SES refuses: their entry of a SendBulkEmail answer says MESSAGE_REJECTED and a
+   * SendEmail to them is answered MessageRejected, as SES answers a message it refuses.
+   */
+  refuse: Set<string>
+  /** When set, every SendBulkEmail is answered with this SES error (its HTTP status and type) instead. */
+  failBulk: { status: number, type: string } | null
+}
+
+/**
+ * An HTTP proxy in front of aws-ses-v2-local that records each SES v2 send, can hold requests
+ * (a call in flight for as long as a test needs) and answers for SES what the emulator cannot
+ * produce: the emulator refuses no address the service accepts, and never fails.
+ */
+export async function startSesProxy (t: Test, target: string): Promise<SesProxy> {
+  const upstream = new URL(target)
+  let held: ((request: ProxiedRequest) => boolean) | null = null
+  const waiting: Array<() => void> = []
+  const proxy: SesProxy = {
+    endpoint: '',
+    requests: [],
+    hold (match) { held = match },
+    release () {
+      held = null
+      for (const go of waiting.splice(0)) go()
+    },
+    refuse: new Set(),
+    failBulk: null
+  }
+  const server = createHttpServer((incoming, outgoing) => {
+    const chunks: Buffer[] = []
+    incoming.on('data', (chunk: Buffer) => chunks.push(chunk))
+    incoming.on('end', () => {
+      const raw = Buffer.concat(chunks)
+      const body = JSON.parse(raw.toString()) as { Destination?: { ToAddresses?: string[] }, BulkEmailEntries?: Array<{ Destination: { ToAddresses: string[] } }> }
+      const bulk = incoming.url === '/v2/email/outbound-bulk-emails'
+      const request: ProxiedRequest = {
+        bulk,
+        to: bulk ? (body.BulkEmailEntries ?? []).map((entry) => entry.Destination.ToAddresses[0] ?? '') : [body.Destination?.ToAddresses?.[0] ?? '']
+      }
+      proxy.requests.push(request)
+      const answer = (status: number, headers: Record<string, string>, payload: unknown): void => {
+        if (outgoing.destroyed) return
+        outgoing.writeHead(status, { 'content-type': 'application/json', ...headers })
+        outgoing.end(JSON.stringify(payload))
+      }
+      const forward = (): void => {
+        if (bulk && proxy.failBulk !== null) {
+          answer(proxy.failBulk.status, { 'x-amzn-errortype': proxy.failBulk.type, 'x-amzn-requestid': 'req-bulk' }, { message: 'failed' })
+          return
+        }
+        if (!bulk && proxy.refuse.has(request.to[0] ?? '')) {
+          answer(400, { 'x-amzn-errortype': 'MessageRejected', 'x-amzn-requestid': 'req-refused' }, { message: 'refused' })
+          return
+        }
+        const onward = httpRequest({ host: upstream.hostname, port: upstream.port, method: incoming.method, path: incoming.url, headers: incoming.headers }, (response) => {
+          const parts: Buffer[] = []
+          response.on('data', (chunk: Buffer) => parts.push(chunk))
+          response.on('end', () => {
+            let text = Buffer.concat(parts).toString()
+            if (bulk && response.statusCode === 200) {
+              const parsed = JSON.parse(text) as BulkAnswer
+              for (const [index, result] of (parsed.BulkEmailEntryResults ?? []).entries()) {
+                if (proxy.refuse.has(request.to[index] ?? '')) result.Status = 'MESSAGE_REJECTED'
+              }
+              text = JSON.stringify(parsed)
+            }
+            // The emulator's own headers, but the length, which the rewrite may change.
+            const headers = Object.fromEntries(Object.entries(response.headers).filter((entry): entry is [string, string] =>
+              typeof entry[1] === 'string' && !['content-length', 'transfer-encoding', 'connection'].includes(entry[0])))
+            answer(response.statusCode ?? 502, headers, JSON.parse(text))
+          })
+        })
+        onward.on('error', () => { outgoing.destroy() })
+        onward.end(raw)
+      }
+      if (held?.(request) === true) waiting.push(forward)
+      else forward()
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(async () => {
+    proxy.release()
+    server.closeAllConnections()
+    server.close()
+    await once(server, 'close')
+  })
+  const address = server.address()
+  if (address === null || typeof address === 'string') throw new Error('no address')
+  proxy.endpoint = `http://127.0.0.1:${address.port}`
+  return proxy
 }
 
 export interface SmtpPeer {

@@ -1,13 +1,16 @@
-import t from 'tap'
+import t, { type Test } from 'tap'
 import * as sesModel from '@aws-sdk/client-sesv2'
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { createServer as createNetServer } from 'node:net'
 import { freePort } from '../../support/redis.js'
-import { deliveryFailure, startSesLocal, startSilentPeer, type StoredEmail } from '../../support/mail-peers.js'
+import { deliveryFailure, sesStore, startSesLocal, startSesProxy, startSilentPeer, startSmtp, type StoredEmail } from '../../support/mail-peers.js'
+import { until } from '../../support/wait.js'
+import { FailoverTransport } from '../../../lib/mail/failover.js'
+import { SmtpTransport } from '../../../lib/mail/smtp-transport.js'
 import { SesTransport } from '../../../lib/mail/ses-transport.js'
 import { composeVerificationMessage } from '../../../lib/mail/compose.js'
-import type { DeliveryFailureKind, OutgoingMessage } from '../../../lib/mail/transport.js'
+import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../../../lib/mail/transport.js'
 
 const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' }
 const TIMEOUT_MS = 1000
@@ -30,10 +33,11 @@ function message (overrides: Partial<OutgoingMessage> = {}): OutgoingMessage {
   }
 }
 
-function transportFor (endpoint: string, options: { timeoutMs?: number, configurationSet?: string } = {}): SesTransport {
+function transportFor (endpoint: string, options: { timeoutMs?: number, configurationSet?: string, batchWaitMs?: number } = {}): SesTransport {
   return new SesTransport({
     timeoutMs: options.timeoutMs ?? TIMEOUT_MS,
     configurationSet: options.configurationSet,
+    ...(options.batchWaitMs === undefined ? {} : { batchWaitMs: options.batchWaitMs }),
     region: 'us-east-1',
     endpoint,
     credentials: CREDENTIALS
@@ -294,4 +298,175 @@ t.test('retries share one deadline', async (t) => {
   t.equal(error.kind, 'timeout')
   t.equal(peer.requests.length, 2, 'the SDK retried once (maxAttempts 2)')
   t.ok(elapsed < timeoutMs + SLACK_MS, `failed in ${Math.round(elapsed)} ms`)
+})
+
+/** A message of the Acme tenant to `to`, in `locale`, tagged with its own requestId. */
+function mate (to: string, locale: 'en' | 'de' | 'fr' | 'es', overrides: Partial<OutgoingMessage> = {}): OutgoingMessage {
+  return {
+    ...composeVerificationMessage({
+      to,
+      from: 'Acme <no-reply@acme.test>',
+      replyTo: 'support@acme.test',
+      brand: 'Acme',
+      code: String(100000 + to.length * 7919 % 900000),
+      ttlSeconds: 600,
+      locale,
+      tags: { tenant: 'acme', mode: 'live', requestId: `r-${to}` }
+    }),
+    ...overrides
+  }
+}
+
+/** Settles a send as 'sent' or its DeliveryError's kind, and the error's message. */
+async function settle (send: Promise<void>): Promise<{ kind: string, message: string }> {
+  try {
+    await send
+    return { kind: 'sent', message: '' }
+  } catch (error) {
+    return error instanceof DeliveryError ? { kind: error.kind, message: error.message } : { kind: 'thrown', message: String(error) }
+  }
+}
+
+async function outcome (send: Promise<void>): Promise<string> {
+  return (await settle(send)).kind
+}
+
+t.test('batching: messages that arrive while a call is in flight leave in one SendBulkEmail, each exactly as SendEmail sends it', async (t) => {
+  const base = await startSesLocal(t)
+  const proxy = await startSesProxy(t, base)
+  // A wait longer than the test: the batch leaves when the call in flight returns.
+  const transport = transportFor(proxy.endpoint, { batchWaitMs: 60_000 })
+  t.teardown(() => transport.close())
+
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = transport.send(mate('first@example.com', 'en'))
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  const mates = [
+    mate('de@example.com', 'de'),
+    mate('fr@example.com', 'fr'),
+    // What looks like template syntax, markup and non-ASCII is the message's, not SES's to render.
+    mate('es@example.com', 'es', { subject: 'Código {{subject}} & <b>', html: '<p>{{html}} {{{text}}} &amp; ñ</p>', text: 'Texto {{text}} ñ' })
+  ]
+  const sends = mates.map((message) => transport.send(message))
+  // Another sender shares no call with Acme's messages, and finds none of its own in flight.
+  const other = transport.send(mate('globex@example.com', 'en', { from: 'Globex <no-reply@globex.test>', replyTo: undefined }))
+  await other
+  proxy.release()
+  await first
+  await Promise.all(sends)
+
+  t.same(proxy.requests, [
+    { bulk: false, to: ['first@example.com'] },
+    { bulk: false, to: ['globex@example.com'] },
+    { bulk: true, to: ['de@example.com', 'fr@example.com', 'es@example.com'] }
+  ], 'one SendEmail each for the lone messages, one SendBulkEmail for those that waited')
+  const stored = await sesStore(base)
+  for (const message of mates) {
+    const email = stored.find((candidate) => candidate.destination.to[0] === message.to)
+    t.same(email?.destination.to, [message.to], `${message.to}: its own destination`)
+    t.equal(email?.from, message.from, `${message.to}: sender`)
+    t.same(email?.replyTo, [message.replyTo], `${message.to}: reply-to`)
+    t.equal(email?.subject, message.subject, `${message.to}: subject as composed`)
+    t.equal(email?.body.text, message.text, `${message.to}: text as composed`)
+    t.equal(email?.body.html, message.html, `${message.to}: html as composed`)
+  }
+})
+
+t.test('batching: each message is answered by its own destination\'s status', async (t) => {
+  const base = await startSesLocal(t)
+  const proxy = await startSesProxy(t, base)
+  const transport = transportFor(proxy.endpoint, { batchWaitMs: 60_000 })
+  t.teardown(() => transport.close())
+  proxy.refuse.add('refused@example.com')
+
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = transport.send(mate('first@example.com', 'en'))
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  const names = ['one@example.com', 'refused@example.com', 'not an address', 'two@example.com']
+  const sends = names.map(async (to) => await settle(transport.send(mate(to, 'en'))))
+  proxy.release()
+  await first
+  const settled = await Promise.all(sends)
+  t.same(settled.map(({ kind }) => kind), ['sent', 'rejected', 'unknown', 'sent'],
+    'SES refused one destination (MESSAGE_REJECTED) and the emulator failed another (FAILED); their batch-mates were sent')
+  t.same(proxy.requests.slice(1), [{ bulk: true, to: names }], 'all four in one call')
+  t.match(settled[1]?.message, /MESSAGE_REJECTED/, 'the error names the destination\'s status')
+  t.match(settled[2]?.message, /FAILED/)
+  t.notMatch(settled[1]?.message, 'refused@example.com', 'never the address')
+})
+
+t.test('batching: a message waits for its batch at most batchWaitMs, never for the call in flight', async (t) => {
+  const base = await startSesLocal(t)
+  const proxy = await startSesProxy(t, base)
+  const transport = transportFor(proxy.endpoint, { timeoutMs: 30_000 })
+  t.teardown(() => transport.close())
+
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = transport.send(mate('first@example.com', 'en'))
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  let second = 'waiting'
+  const sending = transport.send(mate('second@example.com', 'en')).then(() => { second = 'sent' })
+  // The first call stays in flight throughout: the second leaves when its own wait ends.
+  await until('the second message is accepted while the first call is still held', () => second === 'sent')
+  t.same(proxy.requests, [{ bulk: false, to: ['first@example.com'] }, { bulk: false, to: ['second@example.com'] }], 'alone in its batch, it left as SendEmail')
+  proxy.release()
+  await first
+  await sending
+})
+
+t.test('batching: a SendBulkEmail refused as a whole sends each message again on its own', async (t) => {
+  // A malformed request, and credentials that allow SendEmail only (IAM's answer, outside the SES model).
+  for (const failBulk of [{ status: 400, type: 'BadRequestException' }, { status: 403, type: 'AccessDeniedException' }]) {
+    await t.test(failBulk.type, async (t) => {
+      await refusedAsAWhole(t, failBulk)
+    })
+  }
+})
+
+async function refusedAsAWhole (t: Test, failBulk: { status: number, type: string }): Promise<void> {
+  const base = await startSesLocal(t)
+  const proxy = await startSesProxy(t, base)
+  const transport = transportFor(proxy.endpoint, { batchWaitMs: 60_000 })
+  t.teardown(() => transport.close())
+  proxy.failBulk = failBulk
+  proxy.refuse.add('refused@example.com')
+
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = transport.send(mate('first@example.com', 'en'))
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  const names = ['one@example.com', 'refused@example.com', 'two@example.com']
+  const sends = names.map((to) => outcome(transport.send(mate(to, 'en'))))
+  proxy.release()
+  await first
+  t.same(await Promise.all(sends), ['sent', 'rejected', 'sent'], 'only the refused address answers for itself')
+  t.same(proxy.requests.slice(1, 2), [{ bulk: true, to: names }], 'the batch went first')
+  t.same(proxy.requests.slice(2).map((request) => request.to[0]).sort(), [...names].sort(), 'then each message alone')
+  t.ok(proxy.requests.slice(2).every((request) => !request.bulk))
+}
+
+t.test('batching: a failing SendBulkEmail fails over message by message, as a failing SendEmail does', async (t) => {
+  const base = await startSesLocal(t)
+  const proxy = await startSesProxy(t, base)
+  const smtp = await startSmtp(t)
+  // Room for the SDK's retry of a server fault before the deadline.
+  const ses = transportFor(proxy.endpoint, { timeoutMs: 10_000, batchWaitMs: 60_000 })
+  const relay = new SmtpTransport({ url: `smtp://127.0.0.1:${smtp.port}?tls=off`, timeoutMs: 10_000 })
+  const failedOver: string[] = []
+  const mail = new FailoverTransport([ses, relay], { failures: 2, openMs: 60_000 }, {
+    failedOver (from, kind) { failedOver.push(`${from}:${kind}`) },
+    skipped () {}
+  })
+  t.teardown(() => mail.close())
+  proxy.failBulk = { status: 500, type: 'InternalServiceErrorException' }
+
+  proxy.hold((request) => request.to[0] === 'first@example.com')
+  const first = mail.send(mate('first@example.com', 'en'))
+  await until('the first call reaches SES', () => proxy.requests.length === 1)
+  const sends = ['one@example.com', 'two@example.com'].map(async (to) => await mail.send(mate(to, 'en')))
+  proxy.release()
+  t.equal(await first, 'ses', 'the lone message went through SES')
+  t.same(await Promise.all(sends), ['smtp', 'smtp'], 'each message of the failed call went on to SMTP')
+  t.same(failedOver, ['ses:provider', 'ses:provider'], 'one failover per message')
+  t.same(smtp.received.map((received) => received.to !== undefined && !Array.isArray(received.to) ? received.to.text : '').sort(), ['one@example.com', 'two@example.com'])
+  t.equal(mail.circuits().ses, 'open', 'the breaker counted each message\'s failure')
 })

@@ -86,6 +86,34 @@ t.test('delivers the composed message, reusing the pooled connection', async (t)
   t.equal(closed.error.kind, 'connection', 'send after close fails')
 })
 
+t.test('the message leaves whole: envelope, headers, and parts that survive dots, equals signs and long lines', async (t) => {
+  const envelope: { from: string[], to: string[] } = { from: [], to: [] }
+  const peer = await startSmtp(t, {
+    onMailFrom (address, _session, callback) { envelope.from.push(address.address); callback() },
+    onRcptTo (address, _session, callback) { envelope.to.push(address.address); callback() }
+  })
+  const smtp = transport(t, `smtp://127.0.0.1:${peer.port}?tls=off`)
+  const outgoing: OutgoingMessage = {
+    ...message(),
+    // A line that is a lone dot would end the data; '=' starts a quoted-printable escape.
+    text: `Code ${CODE}\n.\n..leading dots\n2 + 2 = 4 =3D\n${'long line é '.repeat(40)}\nfin`,
+    html: `<p>${CODE}</p>\n.\n<p style="a=b">${'x'.repeat(300)}</p>`,
+    // A line break in a subject is never a second header.
+    subject: 'Votre code\r\nBcc: intruder@evil.test'
+  }
+  await smtp.send(outgoing)
+  t.same(envelope, { from: ['no-reply@acme.test'], to: ['person@example.com'] }, 'the envelope names the sender\'s and the recipient\'s addresses')
+  const [mail] = peer.received
+  if (mail === undefined) return
+  t.equal(mail.text, outgoing.text, 'text part, byte for byte')
+  t.equal(typeof mail.html === 'string' ? mail.html.trim() : mail.html, outgoing.html.trim(), 'html part')
+  t.equal(mail.subject, 'Votre code Bcc: intruder@evil.test', 'the line break became a space')
+  t.equal(mail.bcc, undefined, 'no Bcc header')
+  t.ok(mail.headers.has('message-id'), 'Message-ID')
+  t.ok(mail.headers.has('date'), 'Date')
+  t.equal(mail.headers.get('mime-version'), '1.0')
+})
+
 t.test('delivers without a pool too', async (t) => {
   const peer = await startSmtp(t)
   const smtp = transport(t, `smtp://127.0.0.1:${peer.port}?tls=off`, false)
