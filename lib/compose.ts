@@ -1,9 +1,10 @@
 import type { Writable } from 'node:stream'
 import type { Logger } from 'pino'
+import { AdmissionGate } from './admission/gate.js'
 import { admissionPolicy } from './admission/plan.js'
 import { ConfigError } from './config/from-env.js'
 import type { Config } from './config/types.js'
-import { SesFeedback } from './feedback/ses-feedback.js'
+import { DEDUPE_TTL_MS, SesFeedback } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
 import { TemplatePreviews } from './previews/template-previews.js'
@@ -18,8 +19,7 @@ import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
 import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
-import { createState, type State } from './state/index.js'
-import { createRedisClient, type RedisClient } from './state/redis/client.js'
+import { connectRedis, createState, type RedisClient, type State } from './state/index.js'
 import type { Backlog } from './state/webhook-queue.js'
 import type { TenantRegistry } from './tenants/registry.js'
 import { TenantTurns } from './tenants/turns.js'
@@ -102,42 +102,6 @@ function redisConnectTimeoutMs (config: Config): number {
 }
 
 /**
- * The one Redis connection of the process (lib/state/redis/client.ts builds it for the configured
- * topology), shared by every store. The client reconnects forever in the background (and
- * follows failovers), so the service recovers by itself. This waits one connect timeout at
- * most: a process started during an outage serves 503 and reports not-ready until Redis
- * answers (which is why the service does not use @fastify/redis, whose registration waits for
- * the first connection and fails boot while Redis is down).
- */
-async function connectRedis (config: Config, log: LogLines): Promise<RedisClient | null> {
-  const { redis: topology, redisCommandTimeoutMs } = config
-  if (topology === null) return null
-  const connectTimeoutMs = redisConnectTimeoutMs(config)
-  const client = createRedisClient(topology, { commandTimeoutMs: redisCommandTimeoutMs, connectTimeoutMs })
-  let healthy = true
-  client.on('ready', () => {
-    if (!healthy) log.info('redis connection restored')
-    healthy = true
-  })
-  // Without a listener, ioredis would turn every reconnect failure into an uncaught error.
-  client.on('error', (error: NodeJS.ErrnoException) => {
-    if (healthy) log.error({ err: { code: error.code, message: error.message }, topology: topology.kind }, 'redis connection lost')
-    healthy = false
-  })
-  // A healthy Redis is connected before the first request (commands are not queued while
-  // connecting); an unreachable one delays start-up by one connect timeout, no more.
-  // (events.once would reject on the first connection error; only 'ready' matters here.)
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, connectTimeoutMs)
-    client.once('ready', () => {
-      clearTimeout(timer)
-      resolve()
-    })
-  })
-  return client
-}
-
-/**
  * Verification receipts' issuer: signing keys from RECEIPT_SIGNING_KEYS, else derived from
  * OTP_HMAC_KEYS so that every instance publishes and signs with the same keys.
  */
@@ -183,7 +147,7 @@ export async function createServices (config: Config, options: ServicesOptions):
   try {
     let redis: RedisClient | null
     if (options.redis === undefined) {
-      redis = await connectRedis(config, log)
+      redis = config.redis === null ? null : await connectRedis(config.redis, { commandTimeoutMs: config.redisCommandTimeoutMs, connectTimeoutMs: redisConnectTimeoutMs(config) }, log)
       const owned = redis
       if (owned !== null) stops.push(() => { owned.disconnect() })
     } else {
@@ -192,6 +156,7 @@ export async function createServices (config: Config, options: ServicesOptions):
 
     const backend = createState(redis, {
       memoryStoreMaxTokens: config.memoryStoreMaxTokens,
+      feedbackDedupeTtlMs: DEDUPE_TTL_MS,
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
       log,
@@ -269,7 +234,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       policy: admissionPolicy(config),
       signer: new CodeSigner(config.hmacKeys),
       tagger: new RecipientTagger(config.recipientTagKey.secret),
-      backend,
+      gate: AdmissionGate.over(backend),
+      stores: backend,
       mailer,
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       suppressionMs: config.suppressionMs,

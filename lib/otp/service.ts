@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { RefusalPlan } from '../state/admission.js'
+import type { AdmissionGate } from '../admission/gate.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -77,7 +78,10 @@ export interface OtpServiceOptions {
   signer: CodeSigner
   /** The mailboxes' tags that suppressions, lockouts and recipient buckets are kept under. */
   tagger: RecipientTagger
-  backend: Pick<State, 'admission' | 'tokens' | 'quota'>
+  /** Velocity, lockout, quota reservation and the token write: decides over the admission store. */
+  gate: AdmissionGate
+  /** The stores a failed delivery's clean-up and refund write to. */
+  stores: Pick<State, 'tokens' | 'quota'>
   mailer: Pick<Mailer, 'send' | 'withhold'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }
@@ -137,7 +141,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, tagger, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
+    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -164,7 +168,7 @@ export class OtpService {
         token: { requestId: minted.requestId, record: minted.record, ttlMs: ttlSeconds * 1000 },
         nowMs
       })
-      const decision = await backend.admission.dispatch(plan)
+      const decision = await gate.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
       // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
@@ -227,7 +231,7 @@ export class OtpService {
   }
 
   async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
-    const { policy, signer, backend, observer, receipts, events } = this.#options
+    const { policy, signer, gate, observer, receipts, events } = this.#options
     const { key, log } = caller
     const own = refusalPlan(policy, this.#requester(caller))
     this.#refuseAtOnce(own)
@@ -236,7 +240,7 @@ export class OtpService {
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
     if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
-    const decision = await backend.admission.verify(verifyPlan(policy, {
+    const decision = await gate.verify(verifyPlan(policy, {
       key,
       ownLimits: own.limits,
       requestId,
@@ -272,7 +276,7 @@ export class OtpService {
    * `refusal` once that puts the caller past a limit.
    */
   async countRefused (caller: Caller, refusal: ApiError): Promise<ApiError> {
-    const limited = await this.#options.backend.admission.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
+    const limited = await this.#options.gate.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
     return limited === null ? refusal : apiError(limited.code, limited.message, limited.headers)
   }
 
@@ -283,7 +287,7 @@ export class OtpService {
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const cleared = await this.#options.backend.admission.clearLockout(bothLanes(key.tenant.id, key.mode, this.mailboxTag(address)))
+    const cleared = await this.#options.gate.clearLockout(bothLanes(key.tenant.id, key.mode, this.mailboxTag(address)))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
   }
@@ -301,14 +305,14 @@ export class OtpService {
   /** Lifts a mailbox's suppression in the key's tenant and mode; true when there was one. */
   async unsuppress (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const lifted = await this.#options.backend.admission.unsuppress({ tenantId: key.tenant.id, mode: key.mode, recipientTag: this.mailboxTag(address) })
+    const lifted = await this.#options.gate.unsuppress({ tenantId: key.tenant.id, mode: key.mode, recipientTag: this.mailboxTag(address) })
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, lifted }, 'recipient suppression lifted')
     return lifted
   }
 
   /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
   async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
-    await this.#options.backend.admission.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
+    await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
   }
 
   /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
@@ -320,7 +324,7 @@ export class OtpService {
 
   /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */
   #refuseAtOnce (own: RefusalPlan): void {
-    const refusal = this.#options.backend.admission.refusedAtOnce(own)
+    const refusal = this.#options.gate.refusedAtOnce(own)
     if (refusal !== null) throw apiError(refusal.code, refusal.message, refusal.headers)
   }
 
@@ -340,13 +344,13 @@ export class OtpService {
    * logged, counted and sent as `review.used`, so that a leaked review code shows.
    */
   async #reviewed (caller: Caller, requestId: string, addressHash: string, quota: QuotaDecision, shared: boolean, browserHeaders: Record<string, string> | null, limit: number): Promise<Dispatched> {
-    const { backend, observer, events } = this.#options
+    const { stores, observer, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const scope = tenantScope(tenant.id, mode)
     const [refunded] = await Promise.allSettled([
-      backend.quota.refund(scope, quota.windowId),
-      shared ? backend.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
+      stores.quota.refund(scope, quota.windowId),
+      shared ? stores.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
     ])
     const source = caller.endUserAddress ?? caller.address
     observer.reviewed(key)
@@ -380,13 +384,13 @@ export class OtpService {
    * the unit is given back so the tenant pays only for mail that left. True when refunded.
    */
   async #undo (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
-    const { backend } = this.#options
+    const { stores } = this.#options
     const { tenant, mode, id } = caller.key
     const scope = tenantScope(tenant.id, mode)
     const [deleted, refunded, shareRefunded] = await Promise.allSettled([
-      backend.tokens.delete({ tenantId: tenant.id, mode, requestId }),
-      backend.quota.refund(scope, quota.windowId),
-      shared ? backend.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+      stores.tokens.delete({ tenantId: tenant.id, mode, requestId }),
+      stores.quota.refund(scope, quota.windowId),
+      shared ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve()
     ])
     for (const outcome of [deleted, refunded, shareRefunded]) {
       if (outcome.status === 'rejected') caller.log.error({ err: outcome.reason, requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')

@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis'
-import type { RedisNode, RedisTopology } from '../../config/redis-topology.js'
+import type { RedisNode, RedisTopology } from './topology.js'
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
 

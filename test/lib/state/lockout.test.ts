@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { lockDurationMs } from '../../../lib/admission/lockout.js'
-import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
+import { lockDurationMs, type LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
 import { lockoutKey, lockoutShare, MemoryLockout } from '../../../lib/state/memory/lockout.js'
 import { LOCKOUT_LUA } from '../../../lib/state/redis/scripts.js'
 import { bothLanes } from '../../../lib/admission/plan.js'
