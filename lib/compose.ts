@@ -4,6 +4,7 @@ import { AdmissionGate } from './admission/gate.js'
 import { admissionPolicy } from './admission/plan.js'
 import { ConfigError } from './config/from-env.js'
 import type { Config } from './config/types.js'
+import { applyFeedback } from './feedback/apply.js'
 import { DEDUPE_TTL_MS, SesFeedback } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
@@ -21,13 +22,12 @@ import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { connectRedis, createState, type RedisClient, type State } from './state/index.js'
 import type { Backlog } from './state/webhook-queue.js'
-import type { TenantRegistry } from './tenants/registry.js'
 import { TenantTurns } from './tenants/turns.js'
 import { openTenantDirectory, type TenantDirectory } from './tenants-file/directory.js'
 import { AddressPolicy } from './webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from './webhooks/events.js'
 import { sendWebhook } from './webhooks/sender.js'
-import { WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
+import { anyEndpoint, WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
 
 type LogLines = Pick<Logger, 'info' | 'warn' | 'error'>
 
@@ -94,8 +94,6 @@ const WEBHOOK_STUCK_MARGIN_MS = 30_000
  * to fill in), so another tenant's waits for one of them, not for a queue.
  */
 const COMPOSE_QUANTUM_MS = 1
-
-const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
 
 function redisConnectTimeoutMs (config: Config): number {
   return Math.max(1000, config.redisCommandTimeoutMs * 2)
@@ -174,15 +172,20 @@ export async function createServices (config: Config, options: ServicesOptions):
     const blocklists = await loadBlocklists(config.blocklists, log)
     stops.push(() => { blocklists.stop() })
 
-    const mailer = new Mailer(config, backend.sandboxInbox, options.mailLog ?? process.stdout, {
-      failedOver (from, kind) {
-        observers.mailFailover?.failedOver(from, kind)
-        log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+    const mailer = new Mailer(config, {
+      sandboxInbox: backend.sandboxInbox,
+      logOutput: options.mailLog ?? process.stdout,
+      failover: {
+        failedOver (from, kind) {
+          observers.mailFailover?.failedOver(from, kind)
+          log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+        },
+        skipped (transport) {
+          observers.mailFailover?.skipped(transport)
+        }
       },
-      skipped (transport) {
-        observers.mailFailover?.skipped(transport)
-      }
-    }, observers.mailSend)
+      ...(observers.mailSend === undefined ? {} : { sent: observers.mailSend })
+    })
     stops.push(async () => { await mailer.close() })
     const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
 
@@ -196,15 +199,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     const worker = new WebhookWorker({
       queue,
       endpoint: (tenantId, url) => tenants.current.tenants.get(tenantId)?.webhooks.find((endpoint) => endpoint.url === url) ?? null,
-      active () {
-        const registry = tenants.current
-        let active = hasEndpoints.get(registry)
-        if (active === undefined) {
-          active = [...registry.tenants.values()].some((tenant) => tenant.webhooks.length > 0)
-          hasEndpoints.set(registry, active)
-        }
-        return active
-      },
+      active: () => anyEndpoint(tenants.current),
       send: async (endpoint, delivery, signal) => await sendWebhook(endpoint, delivery, { policy, timeoutMs: config.webhooks.timeoutMs, userAgent: 'email-otp-webhooks' }, signal),
       schedule: config.webhooks.retry,
       perEndpoint: config.webhooks.concurrencyPerEndpoint,
@@ -246,35 +241,14 @@ export async function createServices (config: Config, options: ServicesOptions):
       turns: new TenantTurns(COMPOSE_QUANTUM_MS)
     })
 
-    // SES feedback: events become the tenant's `delivery.*` webhooks, permanent bounces and
-    // complaints suppress the mailbox. MessageIds are remembered in Redis when there is one,
-    // so every instance handles a message once.
+    // SES feedback (lib/feedback/apply.ts). MessageIds are remembered in Redis when there is
+    // one, so every instance handles a message once.
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
       dedupe: backend.feedbackDedupe,
       tenant: (id) => tenants.current.tenants.get(id),
-      async apply ({ tenant, mode, requestId, address, type, bounceType, suppress }) {
-        const addressHash = receipts.addressHash(tenant, address)
-        if (suppress) {
-          let tag: string | null = null
-          try {
-            tag = otp.mailboxTag(address)
-          } catch {
-            // An address SES reports that our own validation refuses: nothing we would send to.
-          }
-          if (tag !== null) {
-            await otp.suppressMailbox(tenant.id, mode, tag)
-            log.info({ tenant: tenant.id, mode, requestId, type }, 'recipient suppressed by provider feedback')
-          }
-        }
-        switch (type) {
-          case 'delivered': webhooks.emit(tenant, mode, 'delivery.delivered', { requestId, addressHash }); break
-          case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break
-          case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
-          case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
-        }
-      }
+      apply: applyFeedback({ receipts, mailboxes: otp, webhooks, log })
     })
 
     let started = false

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
-import type { RefusalPlan } from '../state/admission.js'
-import type { AdmissionGate } from '../admission/gate.js'
+import type { DispatchPlan, RefusalPlan } from '../state/admission.js'
+import type { AdmissionGate, Headers } from '../admission/gate.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/compose.js'
@@ -171,6 +171,7 @@ export class OtpService {
       const decision = await gate.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+      const admitted: Admitted = { plan, quota: decision.quota, headers: decision.headers }
       // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
       const compose = async (): Promise<OutgoingMessage> => await turns.run(tenant.id, () => composeVerificationMessage({
         to: email.address,
@@ -188,10 +189,10 @@ export class OtpService {
       }))
       if (decision.kind === 'withheld') {
         // Only a page's plan withholds: its headers are a failed delivery's as they stand.
-        await this.#withhold(caller, minted.requestId, decision.quota, plan.quota.share !== null, compose)
+        await this.#withhold(caller, minted.requestId, admitted, compose)
         throw apiError('DELIVERY_FAILED', undefined, decision.headers)
       }
-      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
+      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted)
 
       let deliveredBy: string
       let sendStarted: number | null = null
@@ -205,15 +206,14 @@ export class OtpService {
         if (plan.audience === 'browser' && sendStarted !== null && error instanceof DeliveryError) {
           await mailer.withhold({ mode, tenantId: tenant.id }, performance.now() - sendStarted)
         }
-        const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
+        const refunded = await this.#undo(caller, minted.requestId, admitted)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
         events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
         log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
         if (plan.audience === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
-        const state = refunded ? { remaining: Math.min(plan.quota.tenant.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
-        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
+        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
       observer.dispatched(key, { sentBy: deliveredBy })
       // Once the mail left, so that a refunded unit never reports a threshold.
@@ -343,22 +343,17 @@ export class OtpService {
    * A dispatch to a review address: nothing is sent, the unit is given back, and the use is
    * logged, counted and sent as `review.used`, so that a leaked review code shows.
    */
-  async #reviewed (caller: Caller, requestId: string, addressHash: string, quota: QuotaDecision, shared: boolean, browserHeaders: Record<string, string> | null, limit: number): Promise<Dispatched> {
-    const { stores, observer, events } = this.#options
+  async #reviewed (caller: Caller, requestId: string, addressHash: string, admitted: Admitted): Promise<Dispatched> {
+    const { observer, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
-    const scope = tenantScope(tenant.id, mode)
-    const [refunded] = await Promise.allSettled([
-      stores.quota.refund(scope, quota.windowId),
-      shared ? stores.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
-    ])
+    const { refunded } = await this.#refund(caller, admitted)
     const source = caller.endUserAddress ?? caller.address
     observer.reviewed(key)
     log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
     events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })
-    if (browserHeaders !== null) return { requestId, headers: browserHeaders }
-    const state = refunded.status === 'fulfilled' ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
-    return { requestId, headers: quotaHeaders(limit, state, Date.now()) }
+    if (admitted.plan.audience === 'browser') return { requestId, headers: admitted.headers }
+    return { requestId, headers: quotaAfterRefund(admitted, refunded.status === 'fulfilled') }
   }
 
   /**
@@ -368,13 +363,13 @@ export class OtpService {
    * its timing and what the next requests meet are a failed delivery's: a page, which anyone can
    * type an address into, never learns that the address bounced or complained here.
    */
-  async #withhold (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean, compose: () => Promise<OutgoingMessage>): Promise<void> {
+  async #withhold (caller: Caller, requestId: string, admitted: Admitted, compose: () => Promise<OutgoingMessage>): Promise<void> {
     const { key, log } = caller
     try {
       await compose()
       await this.#options.mailer.withhold({ mode: key.mode, tenantId: key.tenant.id })
     } finally {
-      await this.#undo(caller, requestId, quota, shared)
+      await this.#undo(caller, requestId, admitted)
     }
     log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId }, 'mailbox suppressed: nothing sent, answered as a failed delivery')
   }
@@ -383,18 +378,41 @@ export class OtpService {
    * After a failed send: the code is destroyed before the answer so it can never verify, and
    * the unit is given back so the tenant pays only for mail that left. True when refunded.
    */
-  async #undo (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
-    const { stores } = this.#options
-    const { tenant, mode, id } = caller.key
-    const scope = tenantScope(tenant.id, mode)
-    const [deleted, refunded, shareRefunded] = await Promise.allSettled([
-      stores.tokens.delete({ tenantId: tenant.id, mode, requestId }),
-      stores.quota.refund(scope, quota.windowId),
-      shared ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+  async #undo (caller: Caller, requestId: string, admitted: Admitted): Promise<boolean> {
+    const { tenant, mode } = caller.key
+    const [[deleted], { refunded, shareRefunded }] = await Promise.all([
+      Promise.allSettled([this.#options.stores.tokens.delete({ tenantId: tenant.id, mode, requestId })]),
+      this.#refund(caller, admitted)
     ])
     for (const outcome of [deleted, refunded, shareRefunded]) {
       if (outcome.status === 'rejected') caller.log.error({ err: outcome.reason, requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
     }
     return refunded.status === 'fulfilled'
   }
+
+  /** Gives back the unit an admitted dispatch took: from the tenant's allowance, and from the key's share if it has one. */
+  async #refund (caller: Caller, { plan, quota }: Admitted): Promise<{ refunded: PromiseSettledResult<void>, shareRefunded: PromiseSettledResult<void> }> {
+    const { stores } = this.#options
+    const { tenant, mode, id } = caller.key
+    const scope = tenantScope(tenant.id, mode)
+    const [refunded, shareRefunded] = await Promise.allSettled([
+      stores.quota.refund(scope, quota.windowId),
+      plan.quota.share !== null ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+    ])
+    return { refunded, shareRefunded }
+  }
+}
+
+/** A dispatch the gate admitted: its plan, the unit it took and the headers it answers with. */
+interface Admitted {
+  plan: DispatchPlan
+  quota: QuotaDecision
+  headers: Headers
+}
+
+/** The tenant's quota headers once the unit is given back (as they stand when the refund failed). */
+function quotaAfterRefund ({ plan, quota }: Admitted, refunded: boolean): Headers {
+  const { limit } = plan.quota.tenant
+  const state = refunded ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
+  return quotaHeaders(limit, state, Date.now())
 }

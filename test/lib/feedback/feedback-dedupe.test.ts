@@ -5,7 +5,7 @@ import type { FeedbackDedupe } from '../../../lib/state/feedback-dedupe.js'
 import { MEMORY_DEDUPE_ENTRIES, MemoryFeedbackDedupe } from '../../../lib/state/memory/feedback-dedupe.js'
 import { RedisFeedbackDedupe } from '../../../lib/state/redis/feedback-dedupe.js'
 import { feedbackKey } from '../../../lib/state/redis/keys.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 let messages = 0
 function freshMessageId (): string {
@@ -70,15 +70,10 @@ t.test('in memory', async (t) => {
 })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  const client = await connectFailFast(redis.url)
-  t.teardown(() => { client.disconnect() })
+  const { client, other } = await redisWithClients(t)
   dedupeSuite(t, () => new RedisFeedbackDedupe(client, DEDUPE_TTL_MS))
 
   t.test('every instance shares the MessageIds handled, for the replay window', async (t) => {
-    const other = await connectFailFast(redis.url)
-    t.teardown(() => { other.disconnect() })
     const id = freshMessageId()
     t.equal(await new RedisFeedbackDedupe(client, DEDUPE_TTL_MS).claim(id), true, 'one instance handles it')
     t.equal(await new RedisFeedbackDedupe(other, DEDUPE_TTL_MS).claim(id), false, 'another instance, on its own connection, sees a duplicate')
