@@ -22,7 +22,7 @@ import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { connectRedis, createState, type RedisClient, type State } from './state/index.js'
 import type { Backlog } from './state/webhook-queue.js'
-import { TenantTurns } from './tenants/turns.js'
+import { TenantTurns } from './fairness/turns.js'
 import { openTenantDirectory, type TenantDirectory } from './tenants-file/directory.js'
 import { AddressPolicy } from './webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from './webhooks/events.js'
@@ -90,7 +90,7 @@ const WEBHOOK_MAX_IN_FLIGHT = 64
 const WEBHOOK_STUCK_MARGIN_MS = 30_000
 /**
  * The event loop's time per turn for composing messages when tenants wait for it
- * (lib/tenants/turns.ts): about one costly message (a tenant's largest templates take 0.3–1 ms
+ * (lib/fairness/turns.ts): about one costly message (a tenant's largest templates take 0.3–1 ms
  * to fill in), so another tenant's waits for one of them, not for a queue.
  */
 const COMPOSE_QUANTUM_MS = 1
