@@ -20,7 +20,7 @@
  * built above it, in lib/compose.ts.
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry'],
   ['lib/state/*.ts'],
   ['lib/state/memory', 'lib/state/redis'],
