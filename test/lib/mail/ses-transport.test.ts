@@ -6,7 +6,7 @@ import { createServer as createNetServer } from 'node:net'
 import { freePort } from '../../support/redis.js'
 import { deliveryFailure, startSesLocal, startSilentPeer, type StoredEmail } from '../../support/mail-peers.js'
 import { SesTransport } from '../../../lib/mail/ses-transport.js'
-import { composeVerificationMessage } from '../../../lib/mail/compose.js'
+import { composeVerificationMessage } from '../../../lib/mail/message.js'
 import type { DeliveryFailureKind, OutgoingMessage } from '../../../lib/mail/transport.js'
 
 const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' }
