@@ -62,7 +62,7 @@ export interface Services {
   /** The shared Redis connection, or null on the in-memory default. */
   readonly redis: RedisClient | null
   /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox, webhook queue. */
-  readonly backend: State
+  readonly state: State
   readonly tenants: TenantDirectory
   readonly blocklists: Blocklists
   readonly mailer: Mailer
@@ -152,7 +152,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       redis = options.redis
     }
 
-    const backend = createState(redis, {
+    const state = createState(redis, {
       memoryStoreMaxTokens: config.memoryStoreMaxTokens,
       feedbackDedupeTtlMs: DEDUPE_TTL_MS,
       replicaAcks: config.redisReplicaAcks,
@@ -166,14 +166,14 @@ export async function createServices (config: Config, options: ServicesOptions):
             tagKey: { fingerprint: tagKeyFingerprint(config.recipientTagKey.secret), accept: config.recipientTagKey.accept }
           })
     })
-    stops.push(async () => { await backend.close() })
+    stops.push(async () => { await state.close() })
     const tenants = await openTenantDirectory(config, log)
     stops.push(() => { tenants.close() })
     const blocklists = await loadBlocklists(config.blocklists, log)
     stops.push(() => { blocklists.stop() })
 
     const mailer = new Mailer(config, {
-      sandboxInbox: backend.sandboxInbox,
+      sandboxInbox: state.sandboxInbox,
       logOutput: options.mailLog ?? process.stdout,
       failover: {
         failedOver (from, kind) {
@@ -187,9 +187,9 @@ export async function createServices (config: Config, options: ServicesOptions):
       ...(observers.mailSend === undefined ? {} : { sent: observers.mailSend })
     })
     stops.push(async () => { await mailer.close() })
-    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
+    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), state.redemptions)
 
-    const queue = backend.webhookQueue
+    const queue = state.webhookQueue
     const policy = new AddressPolicy({
       allowLoopback: config.webhooks.allowHttpLoopback,
       allowedNetworks: config.webhooks.allowedNetworks.length === 0 ? null : IpRangeSet.fromEntries(config.webhooks.allowedNetworks).set
@@ -213,7 +213,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     })
     // Stopped before the stores its queue lives in, its attempts settled.
     stops.push(async () => { await worker.close() })
-    if (backend.kind === 'memory') {
+    if (state.kind === 'memory') {
       webhookLog.info('webhook queue in memory: deliveries waiting or dead are lost when the process stops (set REDIS_URL for a durable queue)')
     }
     const webhooks = new EventSink(queue, { log: webhookLog, queued: () => { worker.wake() }, overflowed: overflow.report })
@@ -229,8 +229,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       policy: admissionPolicy(config),
       signer: new CodeSigner(config.hmacKeys),
       tagger: new RecipientTagger(config.recipientTagKey.secret),
-      gate: AdmissionGate.over(backend),
-      stores: backend,
+      gate: AdmissionGate.over(state),
+      stores: state,
       mailer,
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       suppressionMs: config.suppressionMs,
@@ -246,7 +246,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
-      dedupe: backend.feedbackDedupe,
+      dedupe: state.feedbackDedupe,
       tenant: (id) => tenants.current.tenants.get(id),
       apply: applyFeedback({ receipts, mailboxes: otp, webhooks, log })
     })
@@ -255,7 +255,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     let closing: Promise<void> | null = null
     return {
       redis,
-      backend,
+      state,
       tenants,
       blocklists,
       mailer,
@@ -263,8 +263,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       webhooks,
       otp,
       feedback,
-      usage: new UsageService(backend.quota),
-      sandbox: new SandboxMessages(backend.sandboxInbox),
+      usage: new UsageService(state.quota),
+      sandbox: new SandboxMessages(state.sandboxInbox),
       previews: new TemplatePreviews(config.otpTtlSeconds),
       async webhookBacklogs () {
         return await Promise.all(
@@ -276,7 +276,7 @@ export async function createServices (config: Config, options: ServicesOptions):
         started = true
         // A Redis that does not answer yet is waited for (not ready, 503s); one that answers as
         // the wrong kind of server (a replica, a Cluster node behind REDIS_URL) never will serve.
-        const { refused } = await backend.ready()
+        const { refused } = await state.ready()
         if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
       },

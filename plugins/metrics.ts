@@ -154,9 +154,9 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
  * The services' state as gauges: the Redis connection, the block lists, the tenants file, the
  * webhook queues. Gauges read their value at scrape time, so the request path pays nothing for them.
  */
-export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
+export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'state' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
   const { registry } = metrics
-  const { redis, backend, blocklists, tenants } = services
+  const { redis, state, blocklists, tenants } = services
   if (redis !== null) {
     registry.registerMetric(new Gauge({
       name: 'email_otp_redis_up',
@@ -170,7 +170,7 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       registers: [],
       collect () {
         this.reset()
-        this.inc(backend.unacknowledgedWrites())
+        this.inc(state.unacknowledgedWrites())
       }
     }))
   }

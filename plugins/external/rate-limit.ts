@@ -18,8 +18,8 @@ export default fp(async function rateLimitPlugin (fastify) {
   await fastify.register(rateLimit, {
     global: false,
     // Its Redis store with the service's connection when the stores are in Redis, its in-memory one otherwise.
-    redis: fastify.backend.routeLimits.redis ?? undefined,
-    nameSpace: fastify.backend.routeLimits.nameSpace,
+    redis: fastify.state.routeLimits.redis ?? undefined,
+    nameSpace: fastify.state.routeLimits.nameSpace,
     skipOnError: true,
     // RateLimit-* and Retry-After, as the OTP routes answer them.
     enableDraftSpec: true,
