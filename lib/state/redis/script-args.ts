@@ -68,8 +68,14 @@ type Intersection<U> = (U extends unknown ? (value: U) => void : never) extends 
 /** The named values a script's call packs: a string per key and text, a number, a boolean per flag, an array per list. */
 export type ArgValues<S> = S extends ScriptArgs<infer K, infer A> ? Intersection<ValueOf<K[number] | A[number]>> : never
 
+/** A call's KEYS and ARGV. */
+export interface PackedArgs {
+  keys: string[]
+  args: string[]
+}
+
 /** KEYS and ARGV of a call, in the script's order; numbers go as strings (ioredis encodes a number argument slower). */
-export function packArgs<K extends readonly AnyKey[], A extends readonly AnyArg[]> (definition: ScriptArgs<K, A>, values: ArgValues<ScriptArgs<K, A>>): { keys: string[], args: string[] } {
+export function packArgs<K extends readonly AnyKey[], A extends readonly AnyArg[]> (definition: ScriptArgs<K, A>, values: ArgValues<ScriptArgs<K, A>>): PackedArgs {
   const named = values as Record<string, unknown>
   const list = (name: string): readonly unknown[] => named[name] as readonly unknown[]
   const packedKeys: string[] = []

@@ -328,66 +328,78 @@ return reply
  * only fingerprint and response, and read as an attempt that never marked sending.
  */
 
-/** KEYS record, lock; ARGV fingerprint, attempt, ttlMs, lockMs. Returns { state, response? }. */
-export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response', 'sending')
+/** A key's record and its claim's lock; the request's fingerprint, the attempt, how long the record and the claim live. */
+export const IDEMPOTENCY_BEGIN_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('fingerprint'), text('attempt'), number('ttlMs'), number('lockMs')] })
+/** IDEMPOTENCY_BEGIN_ARGS. Returns { state, response? }. */
+export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(IDEMPOTENCY_BEGIN_ARGS)}local stored = redis.call('HMGET', record, 'fingerprint', 'response', 'sending')
 if stored[1] then
-  if stored[1] ~= ARGV[1] then return { 'mismatch' } end
+  if stored[1] ~= fingerprint then return { 'mismatch' } end
   if stored[2] then return { 'replay', stored[2] } end
-  if redis.call('EXISTS', KEYS[2]) == 1 then return { 'in_flight' } end
+  if redis.call('EXISTS', lock) == 1 then return { 'in_flight' } end
   -- An attempt that may have sent is never run again: its answer is unknown until it is recorded.
   if stored[3] then return { 'unknown' } end
   -- The claim lapsed before its owner could send: its owner died, this retry takes over.
 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+redis.call('HSET', record, 'fingerprint', fingerprint, 'attempt', attempt)
+redis.call('PEXPIRE', record, ttlMs)
+redis.call('SET', lock, '1', 'PX', lockMs)
 return { 'started' }
 `
-/** KEYS record; ARGV attempt. 1 once marked, 0 when the key is not the attempt's (nothing marked). */
-export const IDEMPOTENCY_SENDING_LUA = `${WRITES_SHEBANG}${FENCE_LUA}if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'sending', '1')
+/** A key's record; the attempt that may now send. */
+export const IDEMPOTENCY_SENDING_ARGS = scriptArgs({ keys: [key('record')], argv: [text('attempt')] })
+/** IDEMPOTENCY_SENDING_ARGS. 1 once marked, 0 when the key is not the attempt's (nothing marked). */
+export const IDEMPOTENCY_SENDING_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(IDEMPOTENCY_SENDING_ARGS)}if redis.call('HGET', record, 'attempt') ~= attempt then return 0 end
+redis.call('HSET', record, 'sending', '1')
 return 1
 `
+/** A key's record and lock; the fingerprint, the attempt, its answer (JSON) and how long it is kept. */
+export const IDEMPOTENCY_COMPLETE_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('fingerprint'), text('attempt'), text('response'), number('ttlMs')] })
 /**
- * KEYS record, lock; ARGV fingerprint, attempt, response JSON, ttlMs. First completion wins.
+ * IDEMPOTENCY_COMPLETE_ARGS. First completion wins.
  * Not fenced: it records the answer the attempt gave, which is true however late it lands, and
  * the attempt check keeps it off a key another attempt took over meanwhile.
  */
-export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
-if stored[2] or (stored[1] and stored[1] ~= ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2], 'response', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('DEL', KEYS[2])
+export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}${luaPrologue(IDEMPOTENCY_COMPLETE_ARGS)}local stored = redis.call('HMGET', record, 'attempt', 'response')
+if stored[2] or (stored[1] and stored[1] ~= attempt) then return 0 end
+redis.call('HSET', record, 'fingerprint', fingerprint, 'attempt', attempt, 'response', response)
+redis.call('PEXPIRE', record, ttlMs)
+redis.call('DEL', lock)
 return 1
 `
-/** KEYS record, lock; ARGV attempt. Only the attempt's own claim is released; a completed response is kept. */
-export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
-if stored[2] or stored[1] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
+/** A key's record and lock; the attempt letting go of its claim. */
+export const IDEMPOTENCY_ABANDON_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('attempt')] })
+/** IDEMPOTENCY_ABANDON_ARGS. Only the attempt's own claim is released; a completed response is kept. */
+export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}${luaPrologue(IDEMPOTENCY_ABANDON_ARGS)}local stored = redis.call('HMGET', record, 'attempt', 'response')
+if stored[2] or stored[1] ~= attempt then return 0 end
+redis.call('DEL', record, lock)
 return 1
 `
 
 /* Receipt redemptions and epochs (lib/state/redis/redemption-store.ts). */
 
-/** The scope's epoch, made once (SET NX, by whoever asks first) and read back. KEYS epoch. ARGV a new epoch. */
+/** A scope's epoch key; the epoch to make when there is none. */
+export const RECEIPT_EPOCH_ARGS = scriptArgs({ keys: [key('epochKey')], argv: [text('newEpoch')] })
+/** RECEIPT_EPOCH_ARGS. The scope's epoch, made once (by whoever asks first) and read back. */
 export const RECEIPT_EPOCH_LUA = `
-local current = redis.call('GET', KEYS[1])
+${luaPrologue(RECEIPT_EPOCH_ARGS)}local current = redis.call('GET', epochKey)
 if current then return current end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
+redis.call('SET', epochKey, newEpoch)
+return newEpoch
 `
+/** A scope's epoch key and the receipt's redemption; the receipt's epoch, how long its mark lives, the epoch to make if the key is gone. */
+export const RECEIPT_REDEEM_ARGS = scriptArgs({ keys: [key('epochKey'), key('redemptionKey')], argv: [text('epoch'), number('ttlMs'), text('newEpoch')] })
 /**
- * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone),
- * the fence's deadline (lib/state/redis/fence.ts): a redemption answered 503 never marks the receipt
- * later. Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
+ * RECEIPT_REDEEM_ARGS, then the fence's deadline (lib/state/redis/fence.ts): a redemption
+ * answered 503 never marks the receipt later. Reply { 1 redeemed | 2 already redeemed | 0
+ * another epoch, the current epoch }.
  */
-export const RECEIPT_REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local current = redis.call('GET', KEYS[1])
+export const RECEIPT_REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(RECEIPT_REDEEM_ARGS)}local current = redis.call('GET', epochKey)
 if not current then
-  redis.call('SET', KEYS[1], ARGV[3])
-  current = ARGV[3]
+  redis.call('SET', epochKey, newEpoch)
+  current = newEpoch
 end
-if current ~= ARGV[1] then return { 0, current } end
-if redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return { 1, current } end
+if current ~= epoch then return { 0, current } end
+if redis.call('SET', redemptionKey, '1', 'PX', ttlMs, 'NX') then return { 1, current } end
 return { 2, current }
 `
 

@@ -1,12 +1,12 @@
 /*
- * The admission scripts' arguments are named once (lib/state/redis/script-args.ts): the
+ * The scripts' arguments are named once (lib/state/redis/script-args.ts): the
  * arrays packed from the names are the ones deployed instances send (the wire format predates
  * the names), and the Lua locals the scripts read name the same positions, on a real
  * redis-server.
  */
 import t from 'tap'
 import { luaPrologue, packArgs, type ArgValues } from '../../../../lib/state/redis/script-args.js'
-import { COUNT_ARGS, DISPATCH_ARGS, MAILBOX_ARGS, RESTORE_TOKEN_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS } from '../../../../lib/state/redis/scripts.js'
+import { COUNT_ARGS, DISPATCH_ARGS, IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_SENDING_ARGS, MAILBOX_ARGS, RECEIPT_EPOCH_ARGS, RECEIPT_REDEEM_ARGS, RESTORE_TOKEN_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS } from '../../../../lib/state/redis/scripts.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../../support/redis.js'
 
 const own = { max: 5, windowMs: 60_000 }
@@ -55,6 +55,12 @@ t.test('the packed arrays are the wire format deployed instances send', async (t
   t.same(packArgs(MAILBOX_ARGS, { bucketKey: 'm', max: 20, windowMs: 1000 }), { keys: ['m'], args: ['20', '1000'] })
   t.same(packArgs(UNDO_DISPATCH_ARGS, { tokenKey: 'otp', quotas: ['q1', 'q2'] }), { keys: ['otp', 'q1', 'q2'], args: [] })
   t.same(packArgs(RESTORE_TOKEN_ARGS, { tokenKey: 'otp', attempt: 'p1' }), { keys: ['otp'], args: ['p1'] })
+  t.same(packArgs(IDEMPOTENCY_BEGIN_ARGS, { record: 'r', lock: 'l', fingerprint: 'f', attempt: 'a', ttlMs: 86_400_000, lockMs: 30_000 }), { keys: ['r', 'l'], args: ['f', 'a', '86400000', '30000'] })
+  t.same(packArgs(IDEMPOTENCY_SENDING_ARGS, { record: 'r', attempt: 'a' }), { keys: ['r'], args: ['a'] })
+  t.same(packArgs(IDEMPOTENCY_COMPLETE_ARGS, { record: 'r', lock: 'l', fingerprint: 'f', attempt: 'a', response: '{}', ttlMs: 1000 }), { keys: ['r', 'l'], args: ['f', 'a', '{}', '1000'] })
+  t.same(packArgs(IDEMPOTENCY_ABANDON_ARGS, { record: 'r', lock: 'l', attempt: 'a' }), { keys: ['r', 'l'], args: ['a'] })
+  t.same(packArgs(RECEIPT_EPOCH_ARGS, { epochKey: 'e', newEpoch: 'n' }), { keys: ['e'], args: ['n'] })
+  t.same(packArgs(RECEIPT_REDEEM_ARGS, { epochKey: 'e', redemptionKey: 'r', epoch: 'x', ttlMs: 300_000, newEpoch: 'n' }), { keys: ['e', 'r'], args: ['x', '300000', 'n'] })
 })
 
 t.test('a list of tuples must have an entry per entry of its list', async (t) => {
