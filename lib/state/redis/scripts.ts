@@ -406,11 +406,18 @@ return { 2, current }
 /* The sandbox inbox (lib/state/redis/sandbox-inbox.ts). */
 
 /**
- * KEYS the address's box (its list), the tenant's share (sandboxShareKeys: boxes by last
- * write, bytes per box, their total), then the pieces the entry names (sandboxPiecesKey, none
- * to two); ARGV the entry, the address, the prefix of the tenant's boxes, messages per address,
- * the retention ms, addresses and bytes per tenant, for each pieces key its value or '' (kept
- * already, as far as the caller knows), the fence's deadline (lib/state/redis/fence.ts).
+ * The address's box (its list), the tenant's share (sandboxShareKeys: boxes by last write,
+ * bytes per box, their total), then the pieces the entry names (sandboxPiecesKey, none to two);
+ * the entry, the address, the prefix of the tenant's boxes, messages per address, the retention
+ * ms, addresses and bytes per tenant, and for each pieces key its value or '' (kept already, as
+ * far as the caller knows). Then the fence's deadline (lib/state/redis/fence.ts).
+ */
+export const SANDBOX_ADD_ARGS = scriptArgs({
+  keys: [key('box'), key('boxes'), key('bytes'), key('total'), keys('pieces')],
+  argv: [text('entry'), text('address'), text('boxPrefix'), number('perAddress'), number('retentionMs'), number('maxAddresses'), number('maxBytes'), tuples('pieceValues', ['value'], 'pieces')]
+})
+/**
+ * SANDBOX_ADD_ARGS.
  * Replies 0 once written, or the positions (from 1) of the pieces to send, with nothing
  * written. Each pieces key lives a retention after the last entry that names it, so it
  * outlives every entry a list shows; the pieces are outside the tenant's share, since a
@@ -421,24 +428,19 @@ return { 2, current }
  * first, never the one just written. A box's bytes are recorded when it is written, since an
  * evicted or expired box's entries are not read again to know what they took.
  */
-export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}
-local box, boxes, bytes, total = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local entry, address, boxPrefix = ARGV[1], ARGV[2], ARGV[3]
-local perAddress, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5])
-local maxAddresses, maxBytes = tonumber(ARGV[6]), tonumber(ARGV[7])
--- The pieces the entry names: each kept, or sent now; otherwise nothing is written and the
+export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(SANDBOX_ADD_ARGS)}-- The pieces the entry names: each kept, or sent now; otherwise nothing is written and the
 -- caller is told which to send.
 local missing = {}
-for piece = 5, #KEYS do
-  if ARGV[piece + 3] == '' and redis.call('EXISTS', KEYS[piece]) == 0 then missing[#missing + 1] = piece - 4 end
+for piece = 0, piecesCount - 1 do
+  if ARGV[pieceValuesAt + piece] == '' and redis.call('EXISTS', KEYS[piecesAt + piece]) == 0 then missing[#missing + 1] = piece + 1 end
 end
 if #missing > 0 then return missing end
-for piece = 5, #KEYS do
-  local value = ARGV[piece + 3]
+for piece = 0, piecesCount - 1 do
+  local value = ARGV[pieceValuesAt + piece]
   if value == '' then
-    redis.call('PEXPIRE', KEYS[piece], retentionMs)
+    redis.call('PEXPIRE', KEYS[piecesAt + piece], retentionMs)
   else
-    redis.call('SET', KEYS[piece], value, 'PX', retentionMs)
+    redis.call('SET', KEYS[piecesAt + piece], value, 'PX', retentionMs)
   end
 end
 local time = redis.call('TIME')

@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { luaPrologue, packArgs, type ArgValues } from '../../../../lib/state/redis/script-args.js'
-import { COUNT_ARGS, DISPATCH_ARGS, IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_SENDING_ARGS, MAILBOX_ARGS, RECEIPT_EPOCH_ARGS, RECEIPT_REDEEM_ARGS, RESTORE_TOKEN_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS } from '../../../../lib/state/redis/scripts.js'
+import { COUNT_ARGS, DISPATCH_ARGS, IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_SENDING_ARGS, MAILBOX_ARGS, RECEIPT_EPOCH_ARGS, RECEIPT_REDEEM_ARGS, RESTORE_TOKEN_ARGS, SANDBOX_ADD_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS } from '../../../../lib/state/redis/scripts.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../../support/redis.js'
 
 const own = { max: 5, windowMs: 60_000 }
@@ -60,6 +60,9 @@ t.test('the packed arrays are the wire format deployed instances send', async (t
   t.same(packArgs(IDEMPOTENCY_COMPLETE_ARGS, { record: 'r', lock: 'l', fingerprint: 'f', attempt: 'a', response: '{}', ttlMs: 1000 }), { keys: ['r', 'l'], args: ['f', 'a', '{}', '1000'] })
   t.same(packArgs(IDEMPOTENCY_ABANDON_ARGS, { record: 'r', lock: 'l', attempt: 'a' }), { keys: ['r', 'l'], args: ['a'] })
   t.same(packArgs(RECEIPT_EPOCH_ARGS, { epochKey: 'e', newEpoch: 'n' }), { keys: ['e'], args: ['n'] })
+  t.same(packArgs(SANDBOX_ADD_ARGS, {
+    box: 'b', boxes: 'bs', bytes: 'by', total: 't', pieces: ['p1', 'p2'], entry: 'e', address: 'a', boxPrefix: 'x', perAddress: 20, retentionMs: 3_600_000, maxAddresses: 1000, maxBytes: 33_554_432, pieceValues: [{ value: 'v1' }, { value: '' }]
+  }), { keys: ['b', 'bs', 'by', 't', 'p1', 'p2'], args: ['e', 'a', 'x', '20', '3600000', '1000', '33554432', 'v1', ''] }, 'sandbox add: the box, the share, the pieces; the entry, its bounds, each piece\'s value')
   t.same(packArgs(RECEIPT_REDEEM_ARGS, { epochKey: 'e', redemptionKey: 'r', epoch: 'x', ttlMs: 300_000, newEpoch: 'n' }), { keys: ['e', 'r'], args: ['x', '300000', 'n'] })
 })
 
