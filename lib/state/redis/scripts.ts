@@ -115,15 +115,17 @@ local function reserveQuotas (first, count, firstArg)
   return 1, firstUsed
 end
 `
+/** A quota counter. */
+export const QUOTA_REFUND_ARGS = scriptArgs({ keys: [key('counter')], argv: [] })
 /**
- * KEYS[1] counter. A missing key means the window is over (or never counted anything), and
+ * QUOTA_REFUND_ARGS. A missing key means the window is over (or never counted anything), and
  * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
  * Not fenced, and run at Redis's memory limit too: a refund that lands late, or on a full
  * Redis, only brings the count closer to the mail that left.
  */
-export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}${luaPrologue(QUOTA_REFUND_ARGS)}local used = tonumber(redis.call('GET', counter) or '0')
 if used > 0 then
-  redis.call('DECR', KEYS[1])
+  redis.call('DECR', counter)
 end
 return 0
 `
