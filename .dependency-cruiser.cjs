@@ -102,11 +102,18 @@ module.exports = {
       to: { path: '^lib/state/redis/keys\\.ts$' }
     },
     {
-      name: 'state-adapters-behind-the-index',
+      name: 'stores-chosen-in-state',
       severity: 'error',
-      comment: 'the domain uses the ports (lib/state/*.ts); only lib/state/index.ts and lib/compose.ts pick an adapter',
-      from: { path: '^lib/', pathNot: '^lib/state/(memory|redis)/|^lib/state/index\\.ts$|^lib/compose\\.ts$' },
+      comment: 'the service uses the ports (lib/state/*.ts) and the factory (lib/state/index.ts); only lib/state/ picks an adapter',
+      from: { pathNot: '^lib/state/|^(test|bench)/' },
       to: { path: '^lib/state/(memory|redis)/' }
+    },
+    {
+      name: 'ioredis-in-the-redis-adapter',
+      severity: 'error',
+      comment: 'Redis is spoken in lib/state/redis/ only: its clients, commands and scripts (the tests and benchmarks start and inspect Redis of their own)',
+      from: { pathNot: '^lib/state/redis/|^(test|bench)/' },
+      to: { path: '(^|/)node_modules/ioredis/' }
     }
   ],
   options: {

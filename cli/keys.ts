@@ -111,6 +111,13 @@ const originsOf = (values: Record<string, unknown>): string[] => ((values.origin
 const workloadsOf = (values: Record<string, unknown>): string[] => ((values.workload ?? []) as string[])
   .map((workload) => accepted('workload', workload, KeySchema.properties.workloads.items, 'a workload identity (a SPIFFE ID or Linkerd identity, or a prefix ending in /*)'))
 
+/** A tenant's key entry in the file, to change in place. */
+function keyEntry (file: TenantsFile, path: string, tenantId: string, keyId: string): KeyEntry {
+  const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
+  if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+  return key
+}
+
 function oneOf<T extends string> (values: Record<string, unknown>, name: string, allowed: readonly T[]): T {
   const value = required(values, name)
   if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}`)
@@ -161,8 +168,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     const tenantId = tenantOption(values)
     const keyId = keyIdOf(required(values, 'id'))
     const file = await readTenantsFile(path)
-    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
-    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+    const key = keyEntry(file, path, tenantId, keyId)
     const workloads = workloadsOf(values)
     if (values.any === true && workloads.length > 0) throw new UsageError('--any and --workload exclude each other')
     if (values.any === true) {
@@ -182,8 +188,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
     const tenantId = tenantOption(values)
     const keyId = keyIdOf(required(values, 'id'))
     const file = await readTenantsFile(path)
-    const key = file.tenants.find((tenant) => tenant.id === tenantId)?.keys.find((entry) => entry.id === keyId)
-    if (key === undefined) throw new CommandError(`no key ${keyId} for tenant ${tenantId} in ${path} (keys list shows them)`)
+    const key = keyEntry(file, path, tenantId, keyId)
     key.revoked = true
     await writeTenantsFile(path, file, templatesDir)
     out(`revoked ${tenantId}/${keyId}`)

@@ -1,4 +1,4 @@
-import { renderVerificationParts } from '../lib/mail/compose.js'
+import { renderVerificationParts } from '../lib/mail/message.js'
 import { PARTS, type Part } from '../lib/mail/liquid.js'
 import { TemplateFolders } from '../lib/mail/template-files.js'
 import { loadTenantsFile } from './tenants.js'

@@ -1,9 +1,11 @@
 import type { Writable } from 'node:stream'
 import type { Logger } from 'pino'
+import { AdmissionGate } from './admission/gate.js'
 import { admissionPolicy } from './admission/plan.js'
 import { ConfigError } from './config/from-env.js'
 import type { Config } from './config/types.js'
-import { SesFeedback, type FeedbackEventType } from './feedback/ses-feedback.js'
+import { applyFeedback } from './feedback/apply.js'
+import { DEDUPE_TTL_MS, SesFeedback, type FeedbackEventType } from './feedback/ses-feedback.js'
 import type { FailoverObserver } from './mail/failover.js'
 import { Mailer, type MailSendObserver } from './mail/mailer.js'
 import { TemplatePreviews } from './previews/template-previews.js'
@@ -18,16 +20,14 @@ import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
 import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
 import { SandboxMessages } from './sandbox/messages.js'
-import { createState, type State } from './state/index.js'
-import { createRedisClient, type RedisClient } from './state/redis/client.js'
+import { connectRedis, createState, type RedisClient, type State } from './state/index.js'
 import type { Backlog } from './state/webhook-queue.js'
-import type { TenantRegistry } from './tenants/registry.js'
-import { TenantTurns } from './tenants/turns.js'
+import { TenantTurns } from './fairness/turns.js'
 import { openTenantDirectory, type TenantDirectory } from './tenants-file/directory.js'
 import { AddressPolicy } from './webhooks/address-policy.js'
 import { EventSink, OverflowReporter } from './webhooks/events.js'
 import { sendWebhook } from './webhooks/sender.js'
-import { WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
+import { anyEndpoint, WebhookWorker, type AttemptOutcome } from './webhooks/worker.js'
 
 type LogLines = Pick<Logger, 'info' | 'warn' | 'error'>
 
@@ -64,7 +64,7 @@ export interface Services {
   /** The shared Redis connection, or null on the in-memory default. */
   readonly redis: RedisClient | null
   /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox, webhook queue. */
-  readonly backend: State
+  readonly state: State
   readonly tenants: TenantDirectory
   readonly blocklists: Blocklists
   readonly mailer: Mailer
@@ -92,51 +92,13 @@ const WEBHOOK_MAX_IN_FLIGHT = 64
 const WEBHOOK_STUCK_MARGIN_MS = 30_000
 /**
  * The event loop's time per turn for composing messages when tenants wait for it
- * (lib/tenants/turns.ts): about one costly message (a tenant's largest templates take 0.3–1 ms
+ * (lib/fairness/turns.ts): about one costly message (a tenant's largest templates take 0.3–1 ms
  * to fill in), so another tenant's waits for one of them, not for a queue.
  */
 const COMPOSE_QUANTUM_MS = 1
 
-const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
-
 function redisConnectTimeoutMs (config: Config): number {
   return Math.max(1000, config.redisCommandTimeoutMs * 2)
-}
-
-/**
- * The one Redis connection of the process (lib/state/redis/client.ts builds it for the configured
- * topology), shared by every store. The client reconnects forever in the background (and
- * follows failovers), so the service recovers by itself. This waits one connect timeout at
- * most: a process started during an outage serves 503 and reports not-ready until Redis
- * answers (which is why the service does not use @fastify/redis, whose registration waits for
- * the first connection and fails boot while Redis is down).
- */
-async function connectRedis (config: Config, log: LogLines): Promise<RedisClient | null> {
-  const { redis: topology, redisCommandTimeoutMs } = config
-  if (topology === null) return null
-  const connectTimeoutMs = redisConnectTimeoutMs(config)
-  const client = createRedisClient(topology, { commandTimeoutMs: redisCommandTimeoutMs, connectTimeoutMs })
-  let healthy = true
-  client.on('ready', () => {
-    if (!healthy) log.info('redis connection restored')
-    healthy = true
-  })
-  // Without a listener, ioredis would turn every reconnect failure into an uncaught error.
-  client.on('error', (error: NodeJS.ErrnoException) => {
-    if (healthy) log.error({ err: { code: error.code, message: error.message }, topology: topology.kind }, 'redis connection lost')
-    healthy = false
-  })
-  // A healthy Redis is connected before the first request (commands are not queued while
-  // connecting); an unreachable one delays start-up by one connect timeout, no more.
-  // (events.once would reject on the first connection error; only 'ready' matters here.)
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, connectTimeoutMs)
-    client.once('ready', () => {
-      clearTimeout(timer)
-      resolve()
-    })
-  })
-  return client
 }
 
 /**
@@ -185,15 +147,16 @@ export async function createServices (config: Config, options: ServicesOptions):
   try {
     let redis: RedisClient | null
     if (options.redis === undefined) {
-      redis = await connectRedis(config, log)
+      redis = config.redis === null ? null : await connectRedis(config.redis, { commandTimeoutMs: config.redisCommandTimeoutMs, connectTimeoutMs: redisConnectTimeoutMs(config) }, log)
       const owned = redis
       if (owned !== null) stops.push(() => { owned.disconnect() })
     } else {
       redis = options.redis
     }
 
-    const backend = createState(redis, {
+    const state = createState(redis, {
       memoryStoreMaxTokens: config.memoryStoreMaxTokens,
+      feedbackDedupeTtlMs: DEDUPE_TTL_MS,
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
       log,
@@ -205,25 +168,30 @@ export async function createServices (config: Config, options: ServicesOptions):
             tagKey: { fingerprint: tagKeyFingerprint(config.recipientTagKey.secret), accept: config.recipientTagKey.accept }
           })
     })
-    stops.push(async () => { await backend.close() })
+    stops.push(async () => { await state.close() })
     const tenants = await openTenantDirectory(config, log)
     stops.push(() => { tenants.close() })
     const blocklists = await loadBlocklists(config.blocklists, log)
     stops.push(() => { blocklists.stop() })
 
-    const mailer = new Mailer(config, backend.sandboxInbox, options.mailLog ?? process.stdout, {
-      failedOver (from, kind) {
-        observers.mailFailover?.failedOver(from, kind)
-        log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+    const mailer = new Mailer(config, {
+      sandboxInbox: state.sandboxInbox,
+      logOutput: options.mailLog ?? process.stdout,
+      failover: {
+        failedOver (from, kind) {
+          observers.mailFailover?.failedOver(from, kind)
+          log.warn({ transport: from, kind }, 'mail provider failed; trying the next one')
+        },
+        skipped (transport) {
+          observers.mailFailover?.skipped(transport)
+        }
       },
-      skipped (transport) {
-        observers.mailFailover?.skipped(transport)
-      }
-    }, observers.mailSend)
+      ...(observers.mailSend === undefined ? {} : { sent: observers.mailSend })
+    })
     stops.push(async () => { await mailer.close() })
-    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
+    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), state.redemptions)
 
-    const queue = backend.webhookQueue
+    const queue = state.webhookQueue
     const policy = new AddressPolicy({
       allowLoopback: config.webhooks.allowHttpLoopback,
       allowedNetworks: config.webhooks.allowedNetworks.length === 0 ? null : IpRangeSet.fromEntries(config.webhooks.allowedNetworks).set
@@ -233,15 +201,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     const worker = new WebhookWorker({
       queue,
       endpoint: (tenantId, url) => tenants.current.tenants.get(tenantId)?.webhooks.find((endpoint) => endpoint.url === url) ?? null,
-      active () {
-        const registry = tenants.current
-        let active = hasEndpoints.get(registry)
-        if (active === undefined) {
-          active = [...registry.tenants.values()].some((tenant) => tenant.webhooks.length > 0)
-          hasEndpoints.set(registry, active)
-        }
-        return active
-      },
+      active: () => anyEndpoint(tenants.current),
       send: async (endpoint, delivery, signal) => await sendWebhook(endpoint, delivery, { policy, timeoutMs: config.webhooks.timeoutMs, userAgent: 'email-otp-webhooks' }, signal),
       schedule: config.webhooks.retry,
       perEndpoint: config.webhooks.concurrencyPerEndpoint,
@@ -255,7 +215,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     })
     // Stopped before the stores its queue lives in, its attempts settled.
     stops.push(async () => { await worker.close() })
-    if (backend.kind === 'memory') {
+    if (state.kind === 'memory') {
       webhookLog.info('webhook queue in memory: deliveries waiting or dead are lost when the process stops (set REDIS_URL for a durable queue)')
     }
     const webhooks = new EventSink(queue, { log: webhookLog, queued: () => { worker.wake() }, overflowed: overflow.report })
@@ -271,7 +231,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       policy: admissionPolicy(config),
       signer: new CodeSigner(config.hmacKeys),
       tagger: new RecipientTagger(config.recipientTagKey.secret),
-      backend,
+      gate: AdmissionGate.over(state),
+      stores: state,
       mailer,
       defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
       suppressionMs: config.suppressionMs,
@@ -282,36 +243,18 @@ export async function createServices (config: Config, options: ServicesOptions):
       turns: new TenantTurns(COMPOSE_QUANTUM_MS)
     })
 
-    // SES feedback: events become the tenant's `delivery.*` webhooks, permanent bounces and
-    // complaints suppress the mailbox. MessageIds are remembered in Redis when there is one,
-    // so every instance handles a message once.
+    // SES feedback (lib/feedback/apply.ts). MessageIds are remembered in Redis when there is
+    // one, so every instance handles a message once.
+    const applyEffects = applyFeedback({ receipts, mailboxes: otp, webhooks, log })
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
-      dedupe: backend.feedbackDedupe,
+      dedupe: state.feedbackDedupe,
       tenant: (id) => tenants.current.tenants.get(id),
-      async apply ({ tenant, mode, requestId, address, type, bounceType, suppress }) {
-        const addressHash = receipts.addressHash(tenant, address)
-        if (suppress) {
-          let tag: string | null = null
-          try {
-            tag = otp.mailboxTag(address)
-          } catch {
-            // An address SES reports that our own validation refuses: nothing we would send to.
-          }
-          if (tag !== null) {
-            await otp.suppressMailbox(tenant.id, mode, tag)
-            log.info({ tenant: tenant.id, mode, requestId, type }, 'recipient suppressed by provider feedback')
-          }
-        }
-        switch (type) {
-          case 'delivered': webhooks.emit(tenant, mode, 'delivery.delivered', { requestId, addressHash }); break
-          case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break
-          case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
-          case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
-        }
+      async apply (feedback) {
+        await applyEffects(feedback)
         // Counted once handled: a message that failed half-way is sent again by SNS.
-        observers.feedback?.(tenant.id, type, bounceType)
+        observers.feedback?.(feedback.tenant.id, feedback.type, feedback.bounceType)
       }
     })
 
@@ -319,7 +262,7 @@ export async function createServices (config: Config, options: ServicesOptions):
     let closing: Promise<void> | null = null
     return {
       redis,
-      backend,
+      state,
       tenants,
       blocklists,
       mailer,
@@ -327,8 +270,8 @@ export async function createServices (config: Config, options: ServicesOptions):
       webhooks,
       otp,
       feedback,
-      usage: new UsageService(backend.quota),
-      sandbox: new SandboxMessages(backend.sandboxInbox),
+      usage: new UsageService(state.quota),
+      sandbox: new SandboxMessages(state.sandboxInbox),
       previews: new TemplatePreviews(config.otpTtlSeconds),
       async webhookBacklogs () {
         return await Promise.all(
@@ -340,7 +283,7 @@ export async function createServices (config: Config, options: ServicesOptions):
         started = true
         // A Redis that does not answer yet is waited for (not ready, 503s); one that answers as
         // the wrong kind of server (a replica, a Cluster node behind REDIS_URL) never will serve.
-        const { refused } = await backend.ready()
+        const { refused } = await state.ready()
         if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
       },

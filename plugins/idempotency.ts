@@ -77,7 +77,7 @@ function canonicalJson (value: unknown): string {
  * pre-empt them), and a restricted key's also by end client; stored answers never hold a code (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
-  const store = fastify.backend.idempotency
+  const store = fastify.state.idempotency
   const { ipv6BucketPrefix } = fastify.config
 
   /** The caller as the per-source limits count it: its workload behind a sidecar, else its address's bucket. */

@@ -213,9 +213,9 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
  * The services' state as gauges: the Redis connection, the block lists, the tenants file, the
  * webhook queues. Gauges read their value at scrape time, so the request path pays nothing for them.
  */
-export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'backend' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
+export function observeServices (metrics: Metrics, services: Pick<Services, 'redis' | 'state' | 'blocklists' | 'tenants' | 'webhookBacklogs'>): void {
   const { registry } = metrics
-  const { redis, backend, blocklists, tenants } = services
+  const { redis, state, blocklists, tenants } = services
   metrics.countTenants(() => tenants.current.tenants.keys())
   if (redis !== null) {
     registry.registerMetric(new Gauge({
@@ -248,7 +248,7 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       registers: [],
       collect () {
         this.reset()
-        this.inc(backend.unacknowledgedWrites())
+        this.inc(state.unacknowledgedWrites())
       }
     }))
   }
@@ -319,7 +319,7 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
   let allowances: Promise<Array<[string, UsageReport]>> | null = null
   const latestAllowances = async (): Promise<Array<[string, UsageReport]>> => {
     const now = Date.now()
-    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, UsageReport]> => [tenant.id, await usageReport(backend.quota, tenant, 'live', now)]))
+    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, UsageReport]> => [tenant.id, await usageReport(state.quota, tenant, 'live', now)]))
       .finally(() => { allowances = null })
     return await allowances.catch(() => [])
   }

@@ -11,7 +11,7 @@ import type { Blocklists } from '../lib/net/blocklist.js'
 import type { Caller, OtpService } from '../lib/otp/service.js'
 import type { UsageService } from '../lib/quota/usage.js'
 import type { Receipts } from '../lib/receipts/receipts.js'
-import type { RedisClient } from '../lib/state/redis/client.js'
+import type { RedisClient } from '../lib/state/index.js'
 import type { SandboxMessages } from '../lib/sandbox/messages.js'
 import type { TenantDirectory } from '../lib/tenants-file/directory.js'
 import type { EventSink } from '../lib/webhooks/events.js'
@@ -22,7 +22,7 @@ declare module 'fastify' {
     /** The shared Redis connection, or null on the embedded (in-memory) default. */
     redis: RedisClient | null
     /** Every store: tokens, admission counters, quota, idempotency, sandbox inbox. */
-    backend: State
+    state: State
     tenants: TenantDirectory
     blocklists: Blocklists
     mailer: Mailer
@@ -67,7 +67,7 @@ export default fp<ServicesPluginOptions>(async function servicesPlugin (fastify,
   fastify.addHook('onClose', async () => { await services.close() })
   // Typed explicitly: inferred through decorate's conditional type, the union collapses to Redis.
   fastify.decorate<RedisClient | null>('redis', services.redis)
-  fastify.decorate('backend', services.backend)
+  fastify.decorate('state', services.state)
   fastify.decorate('tenants', services.tenants)
   fastify.decorate('blocklists', services.blocklists)
   fastify.decorate('mailer', services.mailer)

@@ -1,9 +1,9 @@
 import fp from 'fastify-plugin'
 import { Gauge } from 'prom-client'
-import { TenantRequestTurns, type RequestTurnsOptions } from '../lib/tenants/request-turns.js'
+import { TenantRequestTurns, type RequestTurnsOptions } from '../lib/fairness/request-turns.js'
 
 /**
- * How tenants share the event loop once it is busy (lib/tenants/request-turns.ts):
+ * How tenants share the event loop once it is busy (lib/fairness/request-turns.ts):
  * - quantumMs: a turn's work before heavy tenants' requests wait. Long enough that an
  *   unsaturated service never queues (a request's own work is 0.1 to 0.5 ms), short enough
  *   that a calm tenant's request meets a few milliseconds of another's at most.
@@ -20,7 +20,7 @@ const REQUEST_TURNS: RequestTurnsOptions = { quantumMs: 2, busyShare: 0.5, busyW
 
 /**
  * Lets each authenticated request go on in its tenant's turn once the event loop is busy
- * (lib/tenants/request-turns.ts), after authentication, before the handler: a tenant with
+ * (lib/fairness/request-turns.ts), after authentication, before the handler: a tenant with
  * many requests in the service no longer puts them all in front of another tenant's.
  */
 export default fp(async function tenantTurnsPlugin (fastify) {

@@ -27,7 +27,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
   // at most one check is in flight per listener, whatever the request rate.
   let running: Promise<StoreChecks> | null = null
   const check = async (): Promise<StoreChecks> => {
-    running ??= Promise.all([service.backend.ready(), service.mailer.ready()])
+    running ??= Promise.all([service.state.ready(), service.mailer.ready()])
       .then(([tokenStore, mailerOk]) => ({ tokenStore, mailerOk }))
       .finally(() => { running = null })
     return await running
@@ -62,7 +62,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       }
     }
   }, async (request, reply) => {
-    const { backend, mailer, blocklists, metrics, drain, tenants } = service
+    const { state, mailer, blocklists, metrics, drain, tenants } = service
     const details = options.details === 'everyone' || metrics.presentsToken(request)
     reply.header('cache-control', 'no-store')
     // A draining instance is not ready whatever its stores say: no need to wait for them.
@@ -77,7 +77,7 @@ const healthRoutes: FastifyPluginAsyncTypebox<HealthRoutesOptions> = async funct
       checks: {
         tokenStore: {
           ok: tokenStore.ok,
-          kind: backend.kind,
+          kind: state.kind,
           ...(tokenStore.reason === null ? {} : { reason: tokenStore.reason }),
           ...(tokenStore.replicas === null ? {} : { replicas: tokenStore.replicas }),
           ...(tokenStore.warnings.length === 0 ? {} : { warnings: tokenStore.warnings })

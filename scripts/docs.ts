@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { EnvSchema } from '../schemas/env.js'
+import { importReport } from './deps-report.js'
 import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 import { prometheusRule, prometheusRulePath } from './prometheus-rule.js'
 
@@ -9,6 +10,12 @@ export const configurationPath = fileURLToPath(new URL('../docs/configuration.md
 
 export const TABLE_START = '<!-- The table below is written by `npm run docs` from schemas/env.ts: edit the schema, not the table. -->'
 export const TABLE_END = '<!-- End of the table written by `npm run docs`. -->'
+
+/** The page whose report of lib/'s imports is written from the code. */
+export const architecturePath = fileURLToPath(new URL('../docs/architecture.md', import.meta.url))
+
+export const REPORT_START = '<!-- The report below is written by `npm run docs` from lib/\'s imports and scripts/lib-layers.cjs: change those, not the report. -->'
+export const REPORT_END = '<!-- End of the report written by `npm run docs`. -->'
 
 /** The part of a variable's schema the table shows. */
 interface VariableSchema {
@@ -74,12 +81,22 @@ export function configurationTable (properties: Record<string, unknown> = EnvSch
   return ['| Variable | Default | Allowed values | Meaning |', '|---|---|---|---|', ...rows].join('\n')
 }
 
+/** The page with what stands between two markers replaced. */
+function between (page: string, path: string, [startMarker, endMarker]: [string, string], content: string): string {
+  const start = page.indexOf(startMarker)
+  const end = page.indexOf(endMarker)
+  if (start === -1 || end < start) throw new Error(`${path} has lost the markers around its ${startMarker === TABLE_START ? 'table' : 'report'}`)
+  return `${page.slice(0, start + startMarker.length)}\n\n${content}\n\n${page.slice(end)}`
+}
+
 /** The page with its table (between the markers) replaced by the given one. */
 export function withTable (page: string, table: string = configurationTable()): string {
-  const start = page.indexOf(TABLE_START)
-  const end = page.indexOf(TABLE_END)
-  if (start === -1 || end < start) throw new Error(`${configurationPath} has lost the markers around its table`)
-  return `${page.slice(0, start + TABLE_START.length)}\n\n${table}\n\n${page.slice(end)}`
+  return between(page, configurationPath, [TABLE_START, TABLE_END], table)
+}
+
+/** The architecture page with its import report (between the markers) replaced by the given one. */
+export function withReport (page: string, report: string): string {
+  return between(page, architecturePath, [REPORT_START, REPORT_END], `\`\`\`\n${report}\`\`\``)
 }
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
@@ -87,4 +104,6 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.
   process.stdout.write(`wrote ${configurationPath}\n`)
   writeFileSync(prometheusRulePath, prometheusRule())
   process.stdout.write(`wrote ${prometheusRulePath}\n`)
+  writeFileSync(architecturePath, withReport(readFileSync(architecturePath, 'utf8'), await importReport()))
+  process.stdout.write(`wrote ${architecturePath}\n`)
 }

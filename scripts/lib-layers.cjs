@@ -12,23 +12,25 @@
  * each other and no import runs back up. A new folder has to be placed here before it imports
  * or is imported (lib-unplaced in .dependency-cruiser.cjs).
  *
- * lib/state/ is the storage behind the domain: its ports (lib/state/*.ts) are interfaces
- * the domain uses, its adapters (lib/state/memory/, lib/state/redis/) implement them on top
- * of the domain, and lib/state/index.ts chooses the adapters. Only lib/state/index.ts and
- * lib/compose.ts import an adapter, and nothing outside the Redis adapter imports its key
- * names (lib/state/redis/keys.ts).
+ * lib/state/ is the storage the domain builds on, and a layer below it: its ports (lib/state/*.ts)
+ * are the interfaces the domain uses, its adapters (lib/state/memory/, lib/state/redis/)
+ * implement them, and lib/state/index.ts chooses the adapters. Nothing outside lib/state/
+ * imports an adapter, nothing outside lib/state/redis/ imports ioredis or the key names
+ * (lib/state/redis/keys.ts), and the domain objects over the stores (the admission gate) are
+ * built above it, in lib/compose.ts.
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/memory', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry'],
   ['lib/state/*.ts'],
-  ['lib/mail'],
-  ['lib/tenants'],
-  ['lib/quota', 'lib/receipts', 'lib/webhooks', 'lib/feedback', 'lib/sandbox', 'lib/previews'],
-  ['lib/admission', 'lib/tenants-file'],
-  ['lib/config'],
   ['lib/state/memory', 'lib/state/redis'],
   ['lib/state/index.ts'],
+  ['lib/mail'],
+  ['lib/tenants'],
+  ['lib/quota', 'lib/receipts', 'lib/webhooks', 'lib/sandbox', 'lib/previews'],
+  ['lib/feedback'],
+  ['lib/admission', 'lib/tenants-file'],
+  ['lib/config'],
   ['lib/otp'],
   ['lib/compose.ts']
 ]

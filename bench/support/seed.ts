@@ -5,7 +5,7 @@ import { Writable } from 'node:stream'
 import { createServices, type Services } from '../../lib/compose.js'
 import { parseConfig } from '../../lib/config/from-env.js'
 import type { Caller } from '../../lib/otp/service.js'
-import type { RedisClient } from '../../lib/state/redis/client.js'
+import type { RedisClient } from '../../lib/state/index.js'
 import { NO_LIMIT, benchTenantsDocument, type Token } from './service.js'
 
 const quiet = { info () {}, warn () {}, error () {}, child () { return quiet } }

@@ -2,7 +2,7 @@ import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
 import type { AdmissionStore, Audience, DispatchPlan, Exceeded, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
 import type { QuotaDecision } from '../state/quota.js'
-import type { OverLimitMemory } from './over-limit.js'
+import { OverLimitMemory } from './over-limit.js'
 
 /*
  * The admission gate: runs a request's plan as one atomic step on whatever holds the
@@ -124,6 +124,15 @@ export class AdmissionGate {
   constructor (store: AdmissionStore, overLimit: OverLimitMemory | null = null) {
     this.#store = store
     this.#overLimit = overLimit
+  }
+
+  /**
+   * The gate over the stores' admission counters. On Redis, sources just seen past their own
+   * limit are refused in process for a moment, sparing a round trip per flood request; in
+   * process the store answers as fast itself.
+   */
+  static over (stores: { kind: 'memory' | 'redis', admission: AdmissionStore }): AdmissionGate {
+    return new AdmissionGate(stores.admission, stores.kind === 'redis' ? new OverLimitMemory() : null)
   }
 
   /** The store's 429, remembered for the caller's next requests. */

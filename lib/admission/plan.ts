@@ -2,7 +2,7 @@ import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
-import type { Audience, DispatchPlan, LimitHit, MailboxLanes, QuotaClaim, RefusalPlan, TenantLimitName, VerifyPlan } from '../state/admission.js'
+import type { Audience, DispatchPlan, LimitHit, MailboxLanes, RefusalPlan, TenantLimitName, VerifyPlan } from '../state/admission.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 
 /*
@@ -86,11 +86,6 @@ export function bothLanes (tenantId: string, mode: KeyMode, recipientTag: string
 function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): DispatchPlan['mailbox'] {
   if (policy.mailbox === null) return null
   return { name: 'mailbox', mode, bucket: subject, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs }
-}
-
-/** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */
-export function quotaClaims (quota: DispatchPlan['quota']): QuotaClaim[] {
-  return quota.share === null ? [quota.tenant] : [quota.tenant, quota.share]
 }
 
 export interface DispatchRequest {

@@ -5,7 +5,7 @@ import type { MacKey } from '../keys/mac-key.js'
 import type { MailerConfig } from '../mail/mailer.js'
 import type { MeshGateways, MeshIdentityHeader } from '../net/workload-identity.js'
 import type { ReceiptKeyMaterial } from '../receipts/signing-keys.js'
-import type { RedisTopology } from './redis-topology.js'
+import type { RedisTopology } from '../state/index.js'
 import type { TracingConfig } from '../telemetry/config.js'
 
 /**

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { Context, Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
+import { spliceCode } from '../state/sandbox-inbox.js'
 import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, LOAD_WORK_LIMIT, MARKUP_WORK_UNITS, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
@@ -196,18 +197,6 @@ const LATIN_1 = /^[\u0000-\u00ff]*$/
  */
 function oneBytePerCharacter (piece: string): string {
   return LATIN_1.test(piece) ? Buffer.from(piece, 'latin1').toString('latin1') : piece
-}
-
-/**
- * The rendered pieces with the code between them, without copying the pieces: V8 keeps the
- * concatenation of long strings as references to them until something reads it flat, so a
- * dispatch allocates a few dozen bytes instead of its part again. (A tenant's 320 KiB parts,
- * joined afresh on every dispatch, made the garbage collections every other tenant waits for:
- * bench/noisy-neighbour.md.)
- */
-export function spliceCode (pieces: readonly string[], code: string): string {
-  const [before, after] = pieces
-  return pieces.length === 2 && before !== undefined && after !== undefined ? before + code + after : pieces.join(code)
 }
 
 export class CompiledPart {

@@ -42,6 +42,19 @@ export type DeliveredBy = string
 
 const NO_OBSERVER: FailoverObserver = { failedOver () {}, skipped () {} }
 
+export interface MailerOptions {
+  /** Where sandbox mail lands. */
+  sandboxInbox: SandboxInbox
+  /** Where the log transport prints. */
+  logOutput: Writable
+  /** Told when a provider fails over to the next one or is skipped. */
+  failover?: FailoverObserver
+  /** Told how long each live message took to leave. */
+  sent?: MailSendObserver
+  /** The recent round trips a withheld send waits for (a fresh record when not given). */
+  roundTrips?: RoundTrips
+}
+
 /**
  * Sends a verification message. Live mail goes through the configured transport. Sandbox
  * mail never leaves the service: it plays the simulator's reserved recipients, then lands in
@@ -56,10 +69,10 @@ export class Mailer {
   readonly #observe: MailSendObserver | undefined
   readonly #roundTrips: RoundTrips
 
-  constructor (config: MailerConfig, sandboxInbox: SandboxInbox, logOutput: Writable, observer: FailoverObserver = NO_OBSERVER, observe?: MailSendObserver, roundTrips = new RoundTrips()) {
+  constructor (config: MailerConfig, { sandboxInbox, logOutput, failover = NO_OBSERVER, sent: observe, roundTrips = new RoundTrips() }: MailerOptions) {
     this.#log = new LogTransport(logOutput)
     this.#logsLive = config.mailTransports[0] === 'log'
-    this.#live = new FailoverTransport(config.mailTransports.map((name) => liveTransport(name, config, this.#log)), config.mailBreaker, observer)
+    this.#live = new FailoverTransport(config.mailTransports.map((name) => liveTransport(name, config, this.#log)), config.mailBreaker, failover)
     this.#sandboxInbox = sandboxInbox
     this.#timeoutMs = config.mailTimeoutMs
     this.#observe = observe

@@ -19,7 +19,7 @@ export function escapeHtml (value: string): string {
  * template files so nothing is read from disk at runtime: the same code works from the sources
  * and from the compiled dist/ tree.
  *
- * Every function returns plain text. compose.ts escapes whatever ends up in the HTML part, so
+ * Every function returns plain text. message.ts escapes whatever ends up in the HTML part, so
  * a phrase here may contain any character (apostrophes, « », ¿ …) without breaking markup.
  */
 export interface LocaleTemplate {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
-import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, spliceCode, type Part, type PartValues } from './liquid.js'
-import type { BodyPieces } from '../state/sandbox-inbox.js'
+import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
+import { spliceCode, type BodyPieces } from '../state/sandbox-inbox.js'
 import { TENANT_TEMPLATE_WORK_LIMIT } from './liquid-bounds.js'
 import { renderInPreviewThread } from './preview-renderer.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto'
 import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
-import type { RefusalPlan } from '../state/admission.js'
+import type { DispatchPlan, RefusalPlan } from '../state/admission.js'
+import type { AdmissionGate, Headers } from '../admission/gate.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
-import { composeVerificationMessage } from '../mail/compose.js'
+import { composeVerificationMessage } from '../mail/message.js'
 import type { Mailer } from '../mail/mailer.js'
 import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../mail/transport.js'
 import { sourceBucket } from '../net/source-address.js'
@@ -16,7 +17,7 @@ import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { Receipts } from '../receipts/receipts.js'
-import type { TenantTurns } from '../tenants/turns.js'
+import type { TenantTurns } from '../fairness/turns.js'
 import { reachedQuotaThresholds, type EventSink } from '../webhooks/events.js'
 import { GUESS_FORMAT, MINT_ATTEMPTS, mintCode } from './codes.js'
 import type { CodeSigner } from './signer.js'
@@ -77,7 +78,10 @@ export interface OtpServiceOptions {
   signer: CodeSigner
   /** The mailboxes' tags that suppressions, lockouts and recipient buckets are kept under. */
   tagger: RecipientTagger
-  backend: Pick<State, 'admission' | 'tokens' | 'quota'>
+  /** Velocity, lockout, quota reservation and the token write: decides over the admission store. */
+  gate: AdmissionGate
+  /** The stores a failed delivery's clean-up and refund write to. */
+  stores: Pick<State, 'tokens' | 'quota'>
   mailer: Pick<Mailer, 'send' | 'withhold'>
   /** What a tenant does not set itself: the code's lifetime and the sender. */
   defaults: { ttlSeconds: number, mailFrom: string }
@@ -137,7 +141,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, tagger, backend, mailer, defaults, observer, receipts, events, turns } = this.#options
+    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -164,9 +168,10 @@ export class OtpService {
         token: { requestId: minted.requestId, record: minted.record, ttlMs: ttlSeconds * 1000 },
         nowMs
       })
-      const decision = await backend.admission.dispatch(plan)
+      const decision = await gate.dispatch(plan)
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
+      const admitted: Admitted = { plan, quota: decision.quota, headers: decision.headers }
       // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
       const compose = async (): Promise<OutgoingMessage> => await turns.run(tenant.id, () => composeVerificationMessage({
         to: email.address,
@@ -184,10 +189,10 @@ export class OtpService {
       }))
       if (decision.kind === 'withheld') {
         // Only a page's plan withholds: its headers are a failed delivery's as they stand.
-        await this.#withhold(caller, minted.requestId, decision.quota, plan.quota.share !== null, compose)
+        await this.#withhold(caller, minted.requestId, admitted, compose)
         throw apiError('DELIVERY_FAILED', undefined, decision.headers)
       }
-      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, decision.quota, plan.quota.share !== null, plan.audience === 'browser' ? decision.headers : null, plan.quota.tenant.limit)
+      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted)
 
       let deliveredBy: string
       let sendStarted: number | null = null
@@ -201,15 +206,14 @@ export class OtpService {
         if (plan.audience === 'browser' && sendStarted !== null && error instanceof DeliveryError) {
           await mailer.withhold({ mode, tenantId: tenant.id }, performance.now() - sendStarted)
         }
-        const refunded = await this.#undo(caller, minted.requestId, decision.quota, plan.quota.share !== null)
+        const refunded = await this.#undo(caller, minted.requestId, admitted)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
         events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
         log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
         if (plan.audience === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
-        const state = refunded ? { remaining: Math.min(plan.quota.tenant.limit, decision.quota.remaining + 1), resetMs: decision.quota.resetMs } : decision.quota
-        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaHeaders(plan.quota.tenant.limit, state, Date.now()) })
+        throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
       observer.dispatched(key, { sentBy: deliveredBy })
       // Once the mail left, so that a refunded unit never reports a threshold.
@@ -227,7 +231,7 @@ export class OtpService {
   }
 
   async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
-    const { policy, signer, backend, observer, receipts, events } = this.#options
+    const { policy, signer, gate, observer, receipts, events } = this.#options
     const { key, log } = caller
     const own = refusalPlan(policy, this.#requester(caller))
     this.#refuseAtOnce(own)
@@ -236,7 +240,7 @@ export class OtpService {
     // The same hashing for every guess, well-formed or not, stored or not: timing tells nothing.
     const storedForms = signer.storedForms({ tenantId: key.tenant.id, mode: key.mode, requestId }, guess)
     if (key.tenant.reviewAddresses.size > 0) storedForms.push(reviewForm(createHash('sha256').update(guess).digest('hex')))
-    const decision = await backend.admission.verify(verifyPlan(policy, {
+    const decision = await gate.verify(verifyPlan(policy, {
       key,
       ownLimits: own.limits,
       requestId,
@@ -272,7 +276,7 @@ export class OtpService {
    * `refusal` once that puts the caller past a limit.
    */
   async countRefused (caller: Caller, refusal: ApiError): Promise<ApiError> {
-    const limited = await this.#options.backend.admission.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
+    const limited = await this.#options.gate.countRefused(refusalPlan(this.#options.policy, this.#requester(caller)))
     return limited === null ? refusal : apiError(limited.code, limited.message, limited.headers)
   }
 
@@ -283,7 +287,7 @@ export class OtpService {
    */
   async clearLockout (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const cleared = await this.#options.backend.admission.clearLockout(bothLanes(key.tenant.id, key.mode, this.mailboxTag(address)))
+    const cleared = await this.#options.gate.clearLockout(bothLanes(key.tenant.id, key.mode, this.mailboxTag(address)))
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, cleared }, 'recipient lockout cleared')
     return cleared
   }
@@ -301,14 +305,14 @@ export class OtpService {
   /** Lifts a mailbox's suppression in the key's tenant and mode; true when there was one. */
   async unsuppress (caller: Caller, address: string): Promise<boolean> {
     const { key } = caller
-    const lifted = await this.#options.backend.admission.unsuppress({ tenantId: key.tenant.id, mode: key.mode, recipientTag: this.mailboxTag(address) })
+    const lifted = await this.#options.gate.unsuppress({ tenantId: key.tenant.id, mode: key.mode, recipientTag: this.mailboxTag(address) })
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, lifted }, 'recipient suppression lifted')
     return lifted
   }
 
   /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
   async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
-    await this.#options.backend.admission.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
+    await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
   }
 
   /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
@@ -320,7 +324,7 @@ export class OtpService {
 
   /** A caller remembered past a limit of its own gets its 429 before any keyed hash is computed for it. */
   #refuseAtOnce (own: RefusalPlan): void {
-    const refusal = this.#options.backend.admission.refusedAtOnce(own)
+    const refusal = this.#options.gate.refusedAtOnce(own)
     if (refusal !== null) throw apiError(refusal.code, refusal.message, refusal.headers)
   }
 
@@ -339,22 +343,17 @@ export class OtpService {
    * A dispatch to a review address: nothing is sent, the unit is given back, and the use is
    * logged, counted and sent as `review.used`, so that a leaked review code shows.
    */
-  async #reviewed (caller: Caller, requestId: string, addressHash: string, quota: QuotaDecision, shared: boolean, browserHeaders: Record<string, string> | null, limit: number): Promise<Dispatched> {
-    const { backend, observer, events } = this.#options
+  async #reviewed (caller: Caller, requestId: string, addressHash: string, admitted: Admitted): Promise<Dispatched> {
+    const { observer, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
-    const scope = tenantScope(tenant.id, mode)
-    const [refunded] = await Promise.allSettled([
-      backend.quota.refund(scope, quota.windowId),
-      shared ? backend.quota.refund(scope, quota.windowId, key.id) : Promise.resolve()
-    ])
+    const { refunded } = await this.#refund(caller, admitted)
     const source = caller.endUserAddress ?? caller.address
     observer.reviewed(key)
     log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
     events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })
-    if (browserHeaders !== null) return { requestId, headers: browserHeaders }
-    const state = refunded.status === 'fulfilled' ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
-    return { requestId, headers: quotaHeaders(limit, state, Date.now()) }
+    if (admitted.plan.audience === 'browser') return { requestId, headers: admitted.headers }
+    return { requestId, headers: quotaAfterRefund(admitted, refunded.status === 'fulfilled') }
   }
 
   /**
@@ -364,13 +363,13 @@ export class OtpService {
    * its timing and what the next requests meet are a failed delivery's: a page, which anyone can
    * type an address into, never learns that the address bounced or complained here.
    */
-  async #withhold (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean, compose: () => Promise<OutgoingMessage>): Promise<void> {
+  async #withhold (caller: Caller, requestId: string, admitted: Admitted, compose: () => Promise<OutgoingMessage>): Promise<void> {
     const { key, log } = caller
     try {
       await compose()
       await this.#options.mailer.withhold({ mode: key.mode, tenantId: key.tenant.id })
     } finally {
-      await this.#undo(caller, requestId, quota, shared)
+      await this.#undo(caller, requestId, admitted)
     }
     log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId }, 'mailbox suppressed: nothing sent, answered as a failed delivery')
   }
@@ -379,18 +378,41 @@ export class OtpService {
    * After a failed send: the code is destroyed before the answer so it can never verify, and
    * the unit is given back so the tenant pays only for mail that left. True when refunded.
    */
-  async #undo (caller: Caller, requestId: string, quota: QuotaDecision, shared: boolean): Promise<boolean> {
-    const { backend } = this.#options
-    const { tenant, mode, id } = caller.key
-    const scope = tenantScope(tenant.id, mode)
-    const [deleted, refunded, shareRefunded] = await Promise.allSettled([
-      backend.tokens.delete({ tenantId: tenant.id, mode, requestId }),
-      backend.quota.refund(scope, quota.windowId),
-      shared ? backend.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+  async #undo (caller: Caller, requestId: string, admitted: Admitted): Promise<boolean> {
+    const { tenant, mode } = caller.key
+    const [[deleted], { refunded, shareRefunded }] = await Promise.all([
+      Promise.allSettled([this.#options.stores.tokens.delete({ tenantId: tenant.id, mode, requestId })]),
+      this.#refund(caller, admitted)
     ])
     for (const outcome of [deleted, refunded, shareRefunded]) {
       if (outcome.status === 'rejected') caller.log.error({ err: outcome.reason, requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
     }
     return refunded.status === 'fulfilled'
   }
+
+  /** Gives back the unit an admitted dispatch took: from the tenant's allowance, and from the key's share if it has one. */
+  async #refund (caller: Caller, { plan, quota }: Admitted): Promise<{ refunded: PromiseSettledResult<void>, shareRefunded: PromiseSettledResult<void> }> {
+    const { stores } = this.#options
+    const { tenant, mode, id } = caller.key
+    const scope = tenantScope(tenant.id, mode)
+    const [refunded, shareRefunded] = await Promise.allSettled([
+      stores.quota.refund(scope, quota.windowId),
+      plan.quota.share !== null ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+    ])
+    return { refunded, shareRefunded }
+  }
+}
+
+/** A dispatch the gate admitted: its plan, the unit it took and the headers it answers with. */
+interface Admitted {
+  plan: DispatchPlan
+  quota: QuotaDecision
+  headers: Headers
+}
+
+/** The tenant's quota headers once the unit is given back (as they stand when the refund failed). */
+function quotaAfterRefund ({ plan, quota }: Admitted, refunded: boolean): Headers {
+  const { limit } = plan.quota.tenant
+  const state = refunded ? { remaining: Math.min(limit, quota.remaining + 1), resetMs: quota.resetMs } : quota
+  return quotaHeaders(limit, state, Date.now())
 }

@@ -1,7 +1,7 @@
 import { apiError } from '../errors.js'
 import type { Tenant } from '../tenants/tenant.js'
-import { TenantTimeShare } from '../tenants/time-share.js'
-import { previewVerificationParts } from '../mail/compose.js'
+import { TenantTimeShare } from '../fairness/time-share.js'
+import { previewVerificationParts } from '../mail/message.js'
 import type { Part } from '../mail/liquid.js'
 import type { TemplateFallback } from '../mail/tenant-templates.js'
 

@@ -188,3 +188,8 @@ export interface AdmissionStore {
   /** Lifts a suppression; true when there was one. */
   unsuppress (mailbox: Mailbox): Promise<boolean>
 }
+
+/** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */
+export function quotaClaims (quota: DispatchPlan['quota']): QuotaClaim[] {
+  return quota.share === null ? [quota.tenant] : [quota.tenant, quota.share]
+}

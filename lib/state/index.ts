@@ -1,8 +1,7 @@
-import { AdmissionGate } from '../admission/gate.js'
-import { OverLimitMemory } from '../admission/over-limit.js'
 import type { FeedbackDedupe } from './feedback-dedupe.js'
 import { MemoryFeedbackDedupe } from './memory/feedback-dedupe.js'
 import { RedisFeedbackDedupe } from './redis/feedback-dedupe.js'
+import type { AdmissionStore } from './admission.js'
 import { MemoryAdmission } from './memory/admission.js'
 import { RedisAdmission } from './redis/admission.js'
 import type { IdempotencyStore } from './idempotency.js'
@@ -14,8 +13,10 @@ import { RedisQuotaStore } from './redis/quota-store.js'
 import { MemoryRedemptionStore } from './memory/redemption-store.js'
 import type { RedemptionStore } from './redemptions.js'
 import { RedisRedemptionStore } from './redis/redemption-store.js'
-import type { RedisTopology } from '../config/redis-topology.js'
+import type { RedisTopology } from './redis/topology.js'
 import { createToolRedisClient, type RedisClient } from './redis/client.js'
+import { withinRequestBudget } from './redis/route-limits.js'
+import { ROUTE_LIMIT_NAMESPACE, type RouteLimitStore } from './route-limits.js'
 import { EvictionPolicyWatch, type EvictionLog } from './redis/eviction-policy.js'
 import { ReplicaAcks } from './redis/replica-acks.js'
 import { RedisServerWatch, type MisnamedServer, type ServerCheckLog } from './redis/server-check.js'
@@ -30,6 +31,9 @@ import { MemoryWebhookQueue } from './memory/webhook-queue.js'
 import type { WebhookQueue, WebhookQueueLimits } from './webhook-queue.js'
 import { RedisWebhookQueue } from './redis/webhook-queue.js'
 
+export { connectRedis, type RedisClient } from './redis/client.js'
+export type { RedisAccess, RedisNode, RedisTopology } from './redis/topology.js'
+
 /**
  * Every store the service keeps state in, from one place: in this process (the embedded
  * default: one instance) or in Redis (any number of instances behave as one). This is the
@@ -38,8 +42,8 @@ import { RedisWebhookQueue } from './redis/webhook-queue.js'
 export interface State {
   readonly kind: 'memory' | 'redis'
   readonly tokens: TokenStore
-  /** Velocity, lockout, quota reservation and the token write, decided in one step. */
-  readonly admission: AdmissionGate
+  /** Velocity, lockout, quota reservation and the token write, counted in one step (lib/admission/gate.ts decides). */
+  readonly admission: AdmissionStore
   readonly quota: QuotaStore
   readonly idempotency: IdempotencyStore
   readonly sandboxInbox: SandboxInbox
@@ -53,6 +57,8 @@ export interface State {
   readonly webhookQueue: WebhookQueue
   /** Provider feedback messages already handled (SNS delivers at least once). */
   readonly feedbackDedupe: FeedbackDedupe
+  /** Where @fastify/rate-limit counts the routes outside admission: in Redis beside the other stores, or in its own memory. */
+  readonly routeLimits: RouteLimitStore
   /**
    * The stores can answer and keep what they are given: Redis reachable, a primary of the
    * kind the settings name, and not allowed to evict keys (`reason` says what is wrong, for
@@ -79,6 +85,8 @@ export interface StoresReadiness {
 export interface StateOptions {
   /** Cap on live codes per tenant and mode in the in-memory token store. */
   memoryStoreMaxTokens: number
+  /** How long a handled provider feedback message is remembered (its replay window). */
+  feedbackDedupeTtlMs: number
   /** Redis replicas that must acknowledge what a dispatch, a verify or a redemption wrote (none when not given). */
   replicaAcks?: { count: number, timeoutMs: number }
   /** Each tenant's share of the webhook queue (the default cap when not given). */
@@ -103,13 +111,14 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     return {
       kind: 'memory',
       tokens,
-      admission: new AdmissionGate(new MemoryAdmission(tokens, quota)),
+      admission: new MemoryAdmission(tokens, quota),
       quota,
       idempotency,
       sandboxInbox: new MemorySandboxInbox(),
       redemptions,
       webhookQueue,
-      feedbackDedupe: new MemoryFeedbackDedupe(),
+      feedbackDedupe: new MemoryFeedbackDedupe(options.feedbackDedupeTtlMs),
+      routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: null },
       ready: async () => ({ ok: await tokens.ready(), reason: null, refused: null, warnings: [], replicas: null }),
       unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
@@ -128,13 +137,14 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   return {
     kind: 'redis',
     tokens,
-    admission: new AdmissionGate(new RedisAdmission(redis, acks), new OverLimitMemory()),
+    admission: new RedisAdmission(redis, acks),
     quota: new RedisQuotaStore(redis),
     idempotency: new RedisIdempotencyStore(redis),
     sandboxInbox: new RedisSandboxInbox(redis),
     redemptions: new RedisRedemptionStore(redis, { acks }),
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
-    feedbackDedupe: new RedisFeedbackDedupe(redis),
+    feedbackDedupe: new RedisFeedbackDedupe(redis, options.feedbackDedupeTtlMs),
+    routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: withinRequestBudget(redis) },
     ready: async () => {
       // Side by side, each read of a node bounded (READINESS_READ_MS): a frozen primary delays
       // a check by that bound once, not once per kind of reading.

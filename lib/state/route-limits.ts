@@ -6,3 +6,10 @@
  * (test/lib/state/redis/key-names.test.ts).
  */
 export const ROUTE_LIMIT_NAMESPACE = 'rl:route:'
+
+/** What @fastify/rate-limit counts in, as the state factory chose it. */
+export interface RouteLimitStore {
+  readonly nameSpace: string
+  /** What the plugin's `redis` option takes (its Redis store over the service's connection); null: its own in-memory store. */
+  readonly redis: object | null
+}

@@ -2,11 +2,24 @@ import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import type { Logger } from 'pino'
 import type { ClaimedDelivery, Delivery, WebhookQueue } from '../state/webhook-queue.js'
+import type { TenantRegistry } from '../tenants/registry.js'
 import type { WebhookEndpoint } from '../tenants/tenant.js'
 import { givenUp, retryDelayMs, type RetrySchedule } from './retry.js'
 import type { AttemptResult } from './sender.js'
 
 export type AttemptOutcome = 'delivered' | 'retry' | 'dead' | 'dropped'
+
+const hasEndpoints = new WeakMap<TenantRegistry, boolean>()
+
+/** Whether any tenant of a tenants file has a webhook endpoint: worked out once per file in force. */
+export function anyEndpoint (registry: TenantRegistry): boolean {
+  let found = hasEndpoints.get(registry)
+  if (found === undefined) {
+    found = [...registry.tenants.values()].some((tenant) => tenant.webhooks.length > 0)
+    hasEndpoints.set(registry, found)
+  }
+  return found
+}
 
 export interface WorkerOptions {
   queue: WebhookQueue

@@ -2,9 +2,6 @@ import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
 import { apiError } from '../../lib/errors.js'
-import type { RedisClient } from '../../lib/state/redis/client.js'
-import { ROUTE_LIMIT_NAMESPACE } from '../../lib/state/route-limits.js'
-import { storeCall } from '../../lib/store-errors.js'
 
 /**
  * @fastify/rate-limit, for the routes outside the OTP admission step: account routes (usage,
@@ -20,9 +17,9 @@ import { storeCall } from '../../lib/store-errors.js'
 export default fp(async function rateLimitPlugin (fastify) {
   await fastify.register(rateLimit, {
     global: false,
-    // Its Redis store with the service's connection when there is one, its in-memory one otherwise.
-    redis: fastify.redis === null ? undefined : withinRequestBudget(fastify.redis),
-    nameSpace: ROUTE_LIMIT_NAMESPACE,
+    // Its Redis store with the service's connection when the stores are in Redis, its in-memory one otherwise.
+    redis: fastify.state.routeLimits.redis ?? undefined,
+    nameSpace: fastify.state.routeLimits.nameSpace,
     skipOnError: true,
     // RateLimit-* and Retry-After, as the OTP routes answer them.
     enableDraftSpec: true,
@@ -30,30 +27,6 @@ export default fp(async function rateLimitPlugin (fastify) {
     errorResponseBuilder: (_request, context) => apiError('RATE_LIMITED', `Too many requests; retry in ${Math.max(1, Math.ceil(context.ttl / 1000))} s`)
   })
 }, { name: 'rate-limit', dependencies: ['config', 'services', 'client-address', 'workload-identity'], fastify: '5.x' })
-
-type Callback = (error: Error | null, result: unknown) => void
-
-/**
- * The connection as the plugin's Redis store sees it: the commands it defines run as the
- * service's own store calls, within the request's one budget (lib/store-errors.ts), so that a
- * stalled Redis costs an account route one timeout in all (the plugin's count then lets it
- * through, and the route's own call fails at once), not one for the count and one more for
- * the route.
- */
-function withinRequestBudget (redis: RedisClient): RedisClient {
-  const commands = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>
-  const budgeted: Record<string, unknown> = {
-    defineCommand (name: string, definition: { numberOfKeys: number, lua: string }): void {
-      redis.defineCommand(name, definition)
-      const command = (commands[name] as (...args: unknown[]) => Promise<unknown>).bind(redis)
-      budgeted[name] = (...args: unknown[]): void => {
-        const callback = args.pop() as Callback
-        storeCall(`rate limit ${name}`, async () => await command(...args)).then((result) => { callback(null, result) }, (error: Error) => { callback(error, null) })
-      }
-    }
-  }
-  return budgeted as unknown as RedisClient
-}
 
 /** Per-source counts: per workload behind a mesh sidecar (and one for callers without an identity), per client address otherwise (a gateway's end clients included). */
 function sourceKey (request: FastifyRequest): string {

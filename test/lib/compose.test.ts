@@ -85,7 +85,7 @@ async function roundTrip (t: Test, env: Record<string, string>): Promise<Service
 
 t.test('in memory', async (t) => {
   const services = await roundTrip(t, {})
-  t.equal(services.backend.kind, 'memory')
+  t.equal(services.state.kind, 'memory')
   t.equal(services.redis, null, 'no Redis connection')
 })
 
@@ -95,7 +95,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
 
   t.test('the connection it opens, closed by close()', async (t) => {
     const services = await roundTrip(t, { REDIS_URL: server.url })
-    t.equal(services.backend.kind, 'redis')
+    t.equal(services.state.kind, 'redis')
     t.equal(services.redis?.status, 'end', 'the Redis client is closed')
   })
 
@@ -105,7 +105,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     const { path } = writeTenants(t)
     const services = await createServices(parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path, REDIS_URL: server.url }), { log: quiet, mailLog: new MailCapture(), redis: client })
     t.equal(services.redis, client, 'the caller\'s client is the one used')
-    t.equal(services.backend.kind, 'redis')
+    t.equal(services.state.kind, 'redis')
     await services.close()
     t.equal(client.status, 'ready', 'still connected')
     t.equal(await client.ping(), 'PONG')

@@ -217,7 +217,7 @@ t.test('every answer the service sends is the one the document describes', async
   const inFlight = { 'idempotency-key': 'slow-one' }
   const first = dispatch('slow delivery', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
   // The first holds its key from the moment it is admitted until its delivery times out.
-  const held = slow.app.backend.idempotency
+  const held = slow.app.state.idempotency
   await until('the first dispatch to hold its Idempotency-Key', () => held instanceof MemoryIdempotencyStore && held.size === 1)
   const duplicate = await dispatch('duplicate in flight', keys.acmeTest, 'slow@simulator.invalid', inFlight, slow.app)
   t.equal(duplicate.statusCode, 409, 'a duplicate while the first is in flight')

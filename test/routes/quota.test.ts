@@ -10,7 +10,7 @@ type Env = () => Record<string, string>
 
 /** Idempotency records held, wherever the backend keeps them. */
 async function storedRecords (app: Awaited<ReturnType<typeof buildApp>>['app']): Promise<number> {
-  const { idempotency } = app.backend
+  const { idempotency } = app.state
   if (idempotency instanceof MemoryIdempotencyStore) return idempotency.size
   return (await app.redis?.keys('idem:*'))?.length ?? 0
 }

@@ -43,7 +43,7 @@ const wrong = (code: string): string => code === '000000' ? '111111' : '000000'
 /** Waits until the tenant's queue holds nothing: every delivery settled (delivered or dead), none to come. */
 async function waitUntilDrained (app: App, tenant: string): Promise<void> {
   const started = Date.now()
-  while ((await app.backend.webhookQueue.backlog(tenant)).depth > 0) {
+  while ((await app.state.webhookQueue.backlog(tenant)).depth > 0) {
     if (Date.now() - started > 60_000) throw new Error(`the webhook queue of ${tenant} did not drain`)
     await sleep(25)
   }
@@ -152,12 +152,12 @@ t.test('a tenant whose 20 endpoints never answer does not delay another tenant\'
   }
   t.ok(refused.every((status) => status === 400), '100 wrong guesses: 100 verification.failed events for 20 endpoints each')
   await calm.waitFor(() => hanging.open >= 8, 'the noisy tenant\'s attempts hanging')
-  t.equal((await app.backend.webhookQueue.backlog('acme')).depth, 500, 'its backlog holds WEBHOOK_MAX_QUEUED_PER_TENANT deliveries')
+  t.equal((await app.state.webhookQueue.backlog('acme')).depth, 500, 'its backlog holds WEBHOOK_MAX_QUEUED_PER_TENANT deliveries')
   const metrics = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
   t.match(metrics.body, /^email_otp_webhook_overflow_total 1500$/m, 'the 1,500 pushed into its dead letters are counted')
   t.equal(logs.text.split('\n').filter((line) => line.includes('webhook queue of a tenant is full')).length, 1, 'and logged once for the burst')
   t.match(logs.text, /"tenant":"acme","overflowed":[0-9]+/, 'naming the tenant')
-  t.same((await app.backend.webhookQueue.deadLetters('globex', 10)), [], 'nothing of the calm tenant\'s')
+  t.same((await app.state.webhookQueue.deadLetters('globex', 10)), [], 'nothing of the calm tenant\'s')
 
   const latencies: number[] = []
   for (let i = 0; i < 3; i++) {

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { once } from 'node:events'
 import { Redis } from 'ioredis'
+import type { Test } from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { killOnExit } from './processes.js'
 
@@ -115,4 +116,20 @@ export async function connectFailFast (url: string): Promise<Redis> {
   client.on('error', () => {})
   if (client.status !== 'ready') await once(client, 'ready')
   return client
+}
+
+/**
+ * A redis-server of the test's own and two fail-fast clients on it, which stand for two
+ * instances, all stopped when the test ends.
+ */
+export async function redisWithClients (t: Test): Promise<{ server: RedisServer, client: Redis, other: Redis }> {
+  const server = await startRedis()
+  const clients: Redis[] = []
+  t.teardown(async () => {
+    for (const client of clients) client.disconnect()
+    await server.stop()
+  })
+  for (let index = 0; index < 2; index++) clients.push(await connectFailFast(server.url))
+  const [client, other] = clients as [Redis, Redis]
+  return { server, client, other }
 }

@@ -1,5 +1,4 @@
 import { LruMap } from 'toad-cache'
-import { DEDUPE_TTL_MS } from '../../feedback/ses-feedback.js'
 import type { FeedbackDedupe } from '../feedback-dedupe.js'
 
 /**
@@ -10,7 +9,12 @@ import type { FeedbackDedupe } from '../feedback-dedupe.js'
 export const MEMORY_DEDUPE_ENTRIES = 100_000
 
 export class MemoryFeedbackDedupe implements FeedbackDedupe {
-  readonly #seen = new LruMap<true>(MEMORY_DEDUPE_ENTRIES, DEDUPE_TTL_MS)
+  readonly #seen: LruMap<true>
+
+  /** `ttlMs`: how long an id is remembered (the feedback's replay window). */
+  constructor (ttlMs: number) {
+    this.#seen = new LruMap<true>(MEMORY_DEDUPE_ENTRIES, ttlMs)
+  }
 
   async claim (messageId: string): Promise<boolean> {
     if (this.#seen.get(messageId) === true) return false

@@ -1,5 +1,4 @@
-import { lockDurationMs, type LockoutState } from '../../admission/lockout.js'
-import type { LockoutPolicy } from '../../limits/lockout-policy.js'
+import { lockDurationMs, type LockoutPolicy, type LockoutState } from '../../limits/lockout-policy.js'
 import { StoreFullError } from '../../store-errors.js'
 import type { KeyMode } from '../../keys/api-keys.js'
 import { tenantScope } from '../../keys/scope.js'

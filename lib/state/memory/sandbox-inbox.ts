@@ -1,5 +1,4 @@
-import { spliceCode } from '../../mail/liquid.js'
-import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
+import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, spliceCode, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 
 function characters (message: SandboxMessage): number {
   return message.requestId.length + message.to.length + message.from.length + message.subject.length + message.text.length + message.html.length + message.code.length + message.createdAt.length

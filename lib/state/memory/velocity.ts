@@ -1,5 +1,5 @@
 import type { WindowCount } from '../admission.js'
-import { ShareLru } from '../../memory/share-lru.js'
+import { ShareLru } from '../../lru/share-lru.js'
 
 /*
  * Velocity is a fixed-window counter: the window starts with a bucket's first hit and lasts

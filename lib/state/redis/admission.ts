@@ -5,12 +5,12 @@ import type { RedisClient } from './client.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks, type TrackedWrite } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
-import type { AdmissionStore, DispatchCounts, Exceeded, VerifyCounts } from '../admission.js'
+import { quotaClaims, type AdmissionStore, type DispatchCounts, type Exceeded, type VerifyCounts } from '../admission.js'
 import { assertLimit } from '../quota.js'
-import { quotaClaims } from '../../admission/plan.js'
 import type { DispatchPlan, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
 import { limitKey, lockoutKey, lockoutKeyPrefix, suppressionKey, tokenKey } from './keys.js'
-import { COUNT_LUA, DISPATCH, DISPATCH_LUA, MAILBOX_LUA, RESTORE_TOKEN_LUA, UNDO_DISPATCH_LUA, VERIFY, VERIFY_LUA } from './scripts.js'
+import { packArgs } from './script-args.js'
+import { COUNT_ARGS, COUNT_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_ARGS, MAILBOX_LUA, RESTORE_TOKEN_ARGS, RESTORE_TOKEN_LUA, UNDO_DISPATCH_ARGS, UNDO_DISPATCH_LUA, VERIFY, VERIFY_ARGS, VERIFY_LUA } from './scripts.js'
 
 /*
  * The scripts (scripts.ts) are assembled from the Lua functions of the concerns they decide:
@@ -83,13 +83,6 @@ function exceededLimit (limits: readonly LimitHit[], hits: readonly WindowCount[
   return { limit, count }
 }
 
-function limitArgs (limits: readonly LimitHit[], keys: string[], args: string[]): void {
-  for (const limit of limits) {
-    keys.push(limitKey(limit))
-    args.push(String(limit.max), String(limit.windowMs))
-  }
-}
-
 /**
  * Admission in Redis: a dispatch or a verify is one EVALSHA (ioredis loads the script on
  * first use and after a restart or failover), atomic across every instance.
@@ -129,7 +122,7 @@ export class RedisAdmission implements AdmissionStore {
    * Runs a script; its reply is numbers, but for the one string at `textAt` when given (the
    * verify script's address hash), which comes back as `text` and reads as 0 in `reply`.
    */
-  async #run (command: keyof typeof COMMANDS, keys: readonly string[], args: readonly string[], textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
+  async #run (command: keyof typeof COMMANDS, { keys, args }: { keys: readonly string[], args: readonly string[] }, textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
     const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
     if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
     const { fenced } = COMMANDS[command]
@@ -157,21 +150,28 @@ export class RedisAdmission implements AdmissionStore {
     })
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
-    const keys = [tokenAt, lockoutKey(tenantId, mode, plan.laneSubject), ...slots.map((slot) => slot.key)]
-    const args = [token.record, String(token.ttlMs), String(counters.length), mailbox === null ? '0' : '1', String(plan.ownLimits.length), plan.suppression === 'withhold' ? '1' : '0']
-    for (const { limit, slot } of counters) args.push(String(limit), String(slot.expireAtMs))
-    if (mailbox !== null) {
-      keys.push(limitKey(mailbox))
-      args.push(String(mailbox.max), String(mailbox.windowMs))
-    }
-    limitArgs(limits, keys, args)
-    keys.push(suppressionKey(tenantId, mode, recipient.recipientTag))
+    const call = packArgs(DISPATCH_ARGS, {
+      tokenKey: tokenAt,
+      lockoutKey: lockoutKey(tenantId, mode, plan.laneSubject),
+      quotas: slots.map((slot) => slot.key),
+      mailbox: mailbox === null ? [] : [limitKey(mailbox)],
+      limits: limits.map(limitKey),
+      suppressionKey: suppressionKey(tenantId, mode, recipient.recipientTag),
+      record: token.record,
+      ttlMs: token.ttlMs,
+      ownLimits: plan.ownLimits.length,
+      withhold: plan.suppression === 'withhold',
+      quotaArgs: counters.map(({ limit, slot }) => ({ limit, expireAtMs: slot.expireAtMs })),
+      mailboxArgs: mailbox === null ? [] : [mailbox],
+      limitArgs: limits
+    })
+    const undo = packArgs(UNDO_DISPATCH_ARGS, { tokenKey: tokenAt, quotas: slots.map((slot) => slot.key) })
     const issued = this.#acks.write(tokenAt)
-    const { raw, reply } = await this.#run('dispatch', keys, args).then(issued.landed, async (error: unknown) => {
+    const { raw, reply } = await this.#run('dispatch', call).then(issued.landed, async (error: unknown) => {
       // No answer (or an unreadable one): the script may have run all the same, its reply
       // lost or late. The undo goes on the same connection, so Redis runs it after the
       // dispatch, and takes back whatever the dispatch did.
-      await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      await this.#run('undo', undo).catch(() => {})
       throw error
     })
     const verdict = reply[0]
@@ -202,7 +202,7 @@ export class RedisAdmission implements AdmissionStore {
     if (!await this.#acks.acknowledged(writes)) {
       // A code only the primary holds could vanish in a failover after its dispatch said 200
       // (on a Cluster, the mailbox's count on its own primary likewise).
-      await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []).catch(() => {})
+      await this.#run('undo', undo).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the new code')
     }
     return { kind: verdict === DISPATCH.withheld ? 'withheld' : 'issued', counts: hits, quota: decision }
@@ -213,10 +213,10 @@ export class RedisAdmission implements AdmissionStore {
    * not counted (the answer is then 503), the dispatch is undone. `write` tracks the count.
    */
   async #mailboxOverCap (mailbox: LimitHit, tokenAt: string, slots: readonly QuotaSlot[], write: TrackedWrite): Promise<Exceeded | null> {
-    const undo = async (): Promise<void> => { await this.#run('undo', [tokenAt, ...slots.map((slot) => slot.key)], []) }
+    const undo = async (): Promise<void> => { await this.#run('undo', packArgs(UNDO_DISPATCH_ARGS, { tokenKey: tokenAt, quotas: slots.map((slot) => slot.key) })) }
     let counted: { raw: unknown, reply: number[] }
     try {
-      counted = await this.#run('mailbox', [limitKey(mailbox)], [String(mailbox.max), String(mailbox.windowMs)]).then(write.landed)
+      counted = await this.#run('mailbox', packArgs(MAILBOX_ARGS, { bucketKey: limitKey(mailbox), max: mailbox.max, windowMs: mailbox.windowMs })).then(write.landed)
     } catch (error) {
       await undo().catch(() => {})
       throw error
@@ -232,16 +232,26 @@ export class RedisAdmission implements AdmissionStore {
     const { lockout: policy, token } = plan
     const tokenAt = tokenKey(token.tenantId, token.mode, token.requestId)
     const limits = [...plan.ownLimits, ...plan.sharedLimits]
-    const keys = [tokenAt]
-    const args = [lockoutKeyPrefix(token.tenantId, token.mode), String(policy.threshold), String(policy.baseMs), String(policy.maxMs), String(policy.resetAfterMs), String(plan.storedForms.length), String(plan.ownLimits.length), ...plan.storedForms]
-    limitArgs(limits, keys, args)
     const attempt = nextAttempt()
-    args.push(attempt)
+    const call = packArgs(VERIFY_ARGS, {
+      tokenKey: tokenAt,
+      limits: limits.map(limitKey),
+      lockoutPrefix: lockoutKeyPrefix(token.tenantId, token.mode),
+      threshold: policy.threshold,
+      baseMs: policy.baseMs,
+      maxMs: policy.maxMs,
+      resetAfterMs: policy.resetAfterMs,
+      ownLimits: plan.ownLimits.length,
+      forms: plan.storedForms,
+      limitArgs: limits,
+      attempt
+    })
+    const restore = packArgs(RESTORE_TOKEN_ARGS, { tokenKey: tokenAt, attempt })
     const used = this.#acks.write(tokenAt)
-    const { raw, reply, text } = await this.#run('verify', keys, args, 3).then(used.landed, async (error: unknown) => {
+    const { raw, reply, text } = await this.#run('verify', call, 3).then(used.landed, async (error: unknown) => {
       // As for a dispatch: whatever the verify did, the caller answers 503 and retries, so the
       // token it may have consumed is put back, by a command Redis runs after it.
-      await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
+      await this.#run('restore', restore).catch(() => {})
       throw error
     })
     const hits = counts(reply, 4)
@@ -250,7 +260,7 @@ export class RedisAdmission implements AdmissionStore {
     if (consumed && !await this.#acks.acknowledged([used])) {
       // A code used only on the primary would be back on a promoted replica: put it back here
       // too, and let the caller retry.
-      await this.#run('restore', [tokenAt], [attempt]).catch(() => {})
+      await this.#run('restore', restore).catch(() => {})
       throw new StoreUnavailableError('too few Redis replicas acknowledged the used code')
     }
     switch (reply[0]) {
@@ -264,10 +274,7 @@ export class RedisAdmission implements AdmissionStore {
   }
 
   async count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }> {
-    const keys: string[] = []
-    const args: string[] = []
-    limitArgs(plan.limits, keys, args)
-    const { raw, reply } = await this.#run('count', keys, args)
+    const { raw, reply } = await this.#run('count', packArgs(COUNT_ARGS, { limits: plan.limits.map(limitKey), limitArgs: plan.limits }))
     const hits = counts(reply, 1)
     const position = reply[0]
     return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }

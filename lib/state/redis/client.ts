@@ -1,5 +1,5 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
-import type { RedisTopology } from '../../config/redis-topology.js'
+import type { RedisTopology } from './topology.js'
 
 /**
  * The shared connection the Redis-backed stores take: one server (plain or found through
@@ -134,4 +134,44 @@ export function createToolRedisClient (topology: RedisTopology): RedisClient {
         redisOptions: { ...options, username: topology.username ?? undefined, password: topology.password ?? undefined, tls: topology.tls ? {} : undefined }
       })
   }
+}
+
+/** Where the connection's losses and recoveries are logged. */
+export interface ConnectionLog {
+  info (message: string): void
+  error (bindings: object, message: string): void
+}
+
+/**
+ * The one Redis connection of the process (createRedisClient for the configured topology),
+ * shared by every store. The client reconnects forever in the background (and follows
+ * failovers), so the service recovers by itself. This waits one connect timeout at most: a
+ * process started during an outage serves 503 and reports not-ready until Redis answers
+ * (which is why the service does not use @fastify/redis, whose registration waits for the
+ * first connection and fails boot while Redis is down).
+ */
+export async function connectRedis (topology: RedisTopology, timeouts: RedisTimeouts, log: ConnectionLog): Promise<RedisClient> {
+  const { connectTimeoutMs } = timeouts
+  const client = createRedisClient(topology, timeouts)
+  let healthy = true
+  client.on('ready', () => {
+    if (!healthy) log.info('redis connection restored')
+    healthy = true
+  })
+  // Without a listener, ioredis would turn every reconnect failure into an uncaught error.
+  client.on('error', (error: NodeJS.ErrnoException) => {
+    if (healthy) log.error({ err: { code: error.code, message: error.message }, topology: topology.kind }, 'redis connection lost')
+    healthy = false
+  })
+  // A healthy Redis is connected before the first request (commands are not queued while
+  // connecting); an unreachable one delays start-up by one connect timeout, no more.
+  // (events.once would reject on the first connection error; only 'ready' matters here.)
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, connectTimeoutMs)
+    client.once('ready', () => {
+      clearTimeout(timer)
+      resolve()
+    })
+  })
+  return client
 }

@@ -5,7 +5,8 @@ import { storeCall, storeUndo } from '../../store-errors.js'
 import {
   assertDurations, assertScope, type IdempotencyBegin, type IdempotencyStore, type StoredResponse
 } from '../idempotency.js'
-import { IDEMPOTENCY_ABANDON_LUA, IDEMPOTENCY_BEGIN_LUA, IDEMPOTENCY_COMPLETE_LUA, IDEMPOTENCY_SENDING_LUA } from './scripts.js'
+import { packArgs, type PackedArgs } from './script-args.js'
+import { IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_ABANDON_LUA, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_BEGIN_LUA, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_COMPLETE_LUA, IDEMPOTENCY_SENDING_ARGS, IDEMPOTENCY_SENDING_LUA } from './scripts.js'
 
 /*
  * Each key is two Redis keys sharing the scope as hash tag (one Cluster slot, so the scripts
@@ -29,13 +30,10 @@ const SENDING_COMMAND = 'emailOtpIdempotencySending'
 const COMPLETE_COMMAND = 'emailOtpIdempotencyComplete'
 const ABANDON_COMMAND = 'emailOtpIdempotencyAbandon'
 
-/** The methods defineCommand adds; ioredis cannot type them, so this describes them. */
-interface IdempotencyCommands {
-  [BEGIN_COMMAND](record: string, lock: string, fingerprint: string, attempt: string, ttlMs: string, lockMs: string, deadline: string): Promise<unknown>
-  [SENDING_COMMAND](record: string, attempt: string, deadline: string): Promise<unknown>
-  [COMPLETE_COMMAND](record: string, lock: string, fingerprint: string, attempt: string, response: string, ttlMs: string): Promise<unknown>
-  [ABANDON_COMMAND](record: string, lock: string, attempt: string): Promise<unknown>
-}
+/** The methods defineCommand adds: the script's keys, then its arguments (a fenced one's deadline last). */
+type IdempotencyCommands = Record<typeof BEGIN_COMMAND | typeof SENDING_COMMAND | typeof COMPLETE_COMMAND | typeof ABANDON_COMMAND, (...keysAndArgs: string[]) => Promise<unknown>>
+
+const call = ({ keys, args }: PackedArgs, ...deadline: string[]): string[] => [...keys, ...args, ...deadline]
 
 /**
  * Idempotency store shared by every instance through Redis; each operation is one script, so
@@ -49,10 +47,10 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.#clock = redisClock(client)
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so scripts are sent in full only when needed.
-    client.defineCommand(BEGIN_COMMAND, { lua: IDEMPOTENCY_BEGIN_LUA, numberOfKeys: 2 })
-    client.defineCommand(SENDING_COMMAND, { lua: IDEMPOTENCY_SENDING_LUA, numberOfKeys: 1 })
-    client.defineCommand(COMPLETE_COMMAND, { lua: IDEMPOTENCY_COMPLETE_LUA, numberOfKeys: 2 })
-    client.defineCommand(ABANDON_COMMAND, { lua: IDEMPOTENCY_ABANDON_LUA, numberOfKeys: 2 })
+    client.defineCommand(BEGIN_COMMAND, { lua: IDEMPOTENCY_BEGIN_LUA, numberOfKeys: IDEMPOTENCY_BEGIN_ARGS.keys.length })
+    client.defineCommand(SENDING_COMMAND, { lua: IDEMPOTENCY_SENDING_LUA, numberOfKeys: IDEMPOTENCY_SENDING_ARGS.keys.length })
+    client.defineCommand(COMPLETE_COMMAND, { lua: IDEMPOTENCY_COMPLETE_LUA, numberOfKeys: IDEMPOTENCY_COMPLETE_ARGS.keys.length })
+    client.defineCommand(ABANDON_COMMAND, { lua: IDEMPOTENCY_ABANDON_LUA, numberOfKeys: IDEMPOTENCY_ABANDON_ARGS.keys.length })
     this.#commands = client as unknown as IdempotencyCommands
   }
 
@@ -60,13 +58,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     assertScope(scope)
     assertDurations(ttlMs, lockMs)
     const [record, lock] = idempotencyKeys(scope, key)
+    const begin = packArgs(IDEMPOTENCY_BEGIN_ARGS, { record, lock, fingerprint, attempt, ttlMs, lockMs })
+    const abandon = packArgs(IDEMPOTENCY_ABANDON_ARGS, { record, lock, attempt })
     let reply: unknown
     try {
-      reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](record, lock, fingerprint, attempt, String(ttlMs), String(lockMs), await this.#clock.deadline()))
+      reply = await storeCall('idempotency begin', async () => await this.#commands[BEGIN_COMMAND](...call(begin, await this.#clock.deadline())))
     } catch (error) {
       // The script may have run just before Redis stalled: a claim nobody goes on with would
       // hold the key. Sent after it on the same connection, the abandon lands after it.
-      await storeUndo('idempotency abandon after a failed begin', async () => await this.#commands[ABANDON_COMMAND](record, lock, attempt)).catch(() => {})
+      await storeUndo('idempotency abandon after a failed begin', async () => await this.#commands[ABANDON_COMMAND](...call(abandon))).catch(() => {})
       throw error
     }
     const [state, stored] = Array.isArray(reply) ? reply as unknown[] : []
@@ -86,7 +86,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   async sending (scope: string, key: string, attempt: string): Promise<boolean> {
     assertScope(scope)
     const [record] = idempotencyKeys(scope, key)
-    return await storeCall('idempotency sending', async () => await this.#commands[SENDING_COMMAND](record, attempt, await this.#clock.deadline())) === 1
+    const sending = packArgs(IDEMPOTENCY_SENDING_ARGS, { record, attempt })
+    return await storeCall('idempotency sending', async () => await this.#commands[SENDING_COMMAND](...call(sending, await this.#clock.deadline()))) === 1
   }
 
   async complete (scope: string, key: string, fingerprint: string, attempt: string, response: StoredResponse, ttlMs: number): Promise<void> {
@@ -94,13 +95,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     assertDurations(ttlMs)
     const [record, lock] = idempotencyKeys(scope, key)
     const json = JSON.stringify({ statusCode: response.statusCode, body: response.body, headers: response.headers })
-    await storeUndo('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](record, lock, fingerprint, attempt, json, String(ttlMs)))
+    const complete = packArgs(IDEMPOTENCY_COMPLETE_ARGS, { record, lock, fingerprint, attempt, response: json, ttlMs })
+    await storeUndo('idempotency complete', async () => await this.#commands[COMPLETE_COMMAND](...call(complete)))
   }
 
   async abandon (scope: string, key: string, attempt: string): Promise<void> {
     assertScope(scope)
     const [record, lock] = idempotencyKeys(scope, key)
-    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](record, lock, attempt))
+    const abandon = packArgs(IDEMPOTENCY_ABANDON_ARGS, { record, lock, attempt })
+    await storeUndo('idempotency abandon', async () => await this.#commands[ABANDON_COMMAND](...call(abandon)))
   }
 }
 

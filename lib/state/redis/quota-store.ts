@@ -3,7 +3,8 @@ import { quotaKey } from './keys.js'
 import { storeCall, storeUndo } from '../../store-errors.js'
 import { assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
 import { currentWindow, type QuotaWindow } from '../../limits/window.js'
-import { QUOTA_REFUND_LUA } from './scripts.js'
+import { packArgs } from './script-args.js'
+import { QUOTA_REFUND_ARGS, QUOTA_REFUND_LUA } from './scripts.js'
 
 /**
  * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the
@@ -18,7 +19,7 @@ const REFUND_COMMAND = 'emailOtpQuotaRefund'
 
 /** The method defineCommand adds; ioredis cannot type it, so this describes it. */
 interface QuotaCommands {
-  [REFUND_COMMAND](key: string): Promise<unknown>
+  [REFUND_COMMAND](...keysAndArgs: string[]): Promise<unknown>
 }
 
 /** Where a reservation made at `nowMs` counts, and until when that counter lives. */
@@ -66,13 +67,14 @@ export class RedisQuotaStore implements QuotaStore {
     this.#client = client
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so the script is sent in full only when needed.
-    client.defineCommand(REFUND_COMMAND, { lua: QUOTA_REFUND_LUA, numberOfKeys: 1 })
+    client.defineCommand(REFUND_COMMAND, { lua: QUOTA_REFUND_LUA, numberOfKeys: QUOTA_REFUND_ARGS.keys.length })
     this.#commands = client as unknown as QuotaCommands
   }
 
   async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
     assertScope(scope)
-    await storeUndo('quota refund', async () => await this.#commands[REFUND_COMMAND](quotaKey(scope, share, windowId)))
+    const { keys } = packArgs(QUOTA_REFUND_ARGS, { counter: quotaKey(scope, share, windowId) })
+    await storeUndo('quota refund', async () => await this.#commands[REFUND_COMMAND](...keys))
   }
 
   async usage (scope: string, window: QuotaWindow, nowMs: number, share: string | null = null): Promise<QuotaUsage> {

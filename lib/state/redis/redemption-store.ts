@@ -4,7 +4,8 @@ import { ReplicaAcks } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import { assertRedemption, newEpoch, type Redemption, type RedemptionStore } from '../redemptions.js'
 import { epochKey, redemptionKey } from './keys.js'
-import { RECEIPT_EPOCH_LUA, RECEIPT_REDEEM_LUA } from './scripts.js'
+import { packArgs } from './script-args.js'
+import { RECEIPT_EPOCH_ARGS, RECEIPT_EPOCH_LUA, RECEIPT_REDEEM_ARGS, RECEIPT_REDEEM_LUA } from './scripts.js'
 
 /** How long an instance trusts the epoch it read (it only changes when Redis lost its data). */
 const EPOCH_CACHE_MS = 1000
@@ -36,8 +37,8 @@ export class RedisRedemptionStore implements RedemptionStore {
     this.#client = client
     this.#clock = redisClock(client)
     this.#acks = options.acks ?? new ReplicaAcks(client, { count: 0, timeoutMs: 0 })
-    client.defineCommand('emailOtpReceiptEpoch', { lua: RECEIPT_EPOCH_LUA, numberOfKeys: 1 })
-    client.defineCommand('emailOtpReceiptRedeem', { lua: RECEIPT_REDEEM_LUA, numberOfKeys: 2 })
+    client.defineCommand('emailOtpReceiptEpoch', { lua: RECEIPT_EPOCH_LUA, numberOfKeys: RECEIPT_EPOCH_ARGS.keys.length })
+    client.defineCommand('emailOtpReceiptRedeem', { lua: RECEIPT_REDEEM_LUA, numberOfKeys: RECEIPT_REDEEM_ARGS.keys.length })
     const methods = client as unknown as Record<string, Command | undefined>
     const epoch = methods.emailOtpReceiptEpoch
     const redeem = methods.emailOtpReceiptRedeem
@@ -57,7 +58,8 @@ export class RedisRedemptionStore implements RedemptionStore {
     const now = this.#now()
     if (cached !== undefined && now - cached.readAtMs < EPOCH_CACHE_MS) return cached.epoch
     try {
-      const epoch = String(await this.#epochCommand(epochKey(scope), newEpoch()))
+      const { keys, args } = packArgs(RECEIPT_EPOCH_ARGS, { epochKey: epochKey(scope), newEpoch: newEpoch() })
+      const epoch = String(await this.#epochCommand(...keys, ...args))
       this.#epochs.set(scope, { epoch, readAtMs: now })
       return epoch
     } catch {
@@ -69,7 +71,8 @@ export class RedisRedemptionStore implements RedemptionStore {
     assertRedemption(scope, jti, ttlMs)
     const redemption = redemptionKey(scope, jti)
     const write = this.#acks.write(redemption)
-    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(epochKey(scope), redemption, epoch ?? '', String(ttlMs), newEpoch(), await this.#clock.deadline())).then(write.landed)
+    const { keys, args } = packArgs(RECEIPT_REDEEM_ARGS, { epochKey: epochKey(scope), redemptionKey: redemption, epoch: epoch ?? '', ttlMs, newEpoch: newEpoch() })
+    const reply = await storeCall('receipt redemption', async () => await this.#redeemCommand(...keys, ...args, await this.#clock.deadline())).then(write.landed)
     const [outcome, current] = Array.isArray(reply) ? reply as [number, string] : []
     if (typeof current === 'string') this.#epochs.set(scope, { epoch: current, readAtMs: this.#now() })
     if (outcome === 1) {

@@ -47,21 +47,29 @@ export function encodeSandboxEntry (message: SandboxMessage, pieces: PieceIds = 
   return `${JSON.stringify(header)}\n${pieces.text === null ? text : ''}${pieces.html === null ? html : ''}`
 }
 
+/**
+ * The JSON header a value starts with (entries and stored pieces alike) and where the body
+ * after its newline starts; null for a value this service did not write.
+ */
+function jsonHeader (value: string): { header: unknown, body: number } | null {
+  const end = value.indexOf('\n')
+  if (end < 0) return null
+  try {
+    return { header: JSON.parse(value.slice(0, end)), body: end + 1 }
+  } catch {
+    return null
+  }
+}
+
 const optionalId = (id: unknown): id is string | undefined => id === undefined || (typeof id === 'string' && id !== '')
 
 /** What an entry holds, or null for an entry this service did not write. */
 export function decodeSandboxEntry (entry: string): SandboxEntry | null {
-  const end = entry.indexOf('\n')
-  if (end < 0) return null
-  let header: unknown
-  try {
-    header = JSON.parse(entry.slice(0, end))
-  } catch {
-    return null
-  }
+  const split = jsonHeader(entry)
+  if (split === null) return null
+  const { header, body } = split
   if (header === null || typeof header !== 'object') return null
   const { textLength, textPieces, htmlPieces, ...fields } = header as Header
-  const body = end + 1
   if (!Number.isSafeInteger(textLength) || textLength < 0 || body + textLength > entry.length) return null
   if (!optionalId(textPieces) || !optionalId(htmlPieces)) return null
   return {
@@ -106,17 +114,12 @@ export function storedPieces (pieces: readonly string[]): StoredPieces {
 
 /** The pieces a stored value holds, or null for a value this service did not write. */
 export function decodePieces (value: string): string[] | null {
-  const end = value.indexOf('\n')
-  if (end < 0) return null
-  let lengths: unknown
-  try {
-    lengths = JSON.parse(value.slice(0, end))
-  } catch {
-    return null
-  }
+  const split = jsonHeader(value)
+  if (split === null) return null
+  const { header: lengths, body } = split
   if (!Array.isArray(lengths) || lengths.length === 0) return null
   const pieces: string[] = []
-  let at = end + 1
+  let at = body
   for (const length of lengths) {
     if (!Number.isSafeInteger(length) || (length as number) < 0) return null
     pieces.push(value.slice(at, at + (length as number)))

@@ -3,7 +3,8 @@ import { sandboxEntriesKey, sandboxEntriesKeyPrefix, sandboxKey, sandboxPiecesKe
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
 import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
-import { SANDBOX_ADD_LUA } from './scripts.js'
+import { packArgs } from './script-args.js'
+import { SANDBOX_ADD_ARGS, SANDBOX_ADD_LUA } from './scripts.js'
 import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandboxEntry, storedPieces } from './sandbox-entry.js'
 
 const ADD_COMMAND = 'emailOtpSandboxAdd'
@@ -28,14 +29,14 @@ export interface RedisSandboxShare {
 export class RedisSandboxInbox implements SandboxInbox {
   readonly #client: RedisClient
   readonly #clock: RedisClock
-  readonly #bounds: string[]
+  readonly #bounds: { perAddress: number, retentionMs: number, maxAddresses: number, maxBytes: number }
 
   constructor (client: RedisClient, { addressesPerTenant = SANDBOX_ADDRESSES_PER_TENANT, bytesPerTenant = SANDBOX_SIZE_PER_TENANT, retentionMs = SANDBOX_RETENTION_MS }: RedisSandboxShare = {}) {
     // The keys: the box, the share, and the pieces the entry names (none to two).
     client.defineCommand(ADD_COMMAND, { lua: SANDBOX_ADD_LUA })
     this.#client = client
     this.#clock = redisClock(client)
-    this.#bounds = [String(SANDBOX_MESSAGES_PER_ADDRESS), String(retentionMs), String(addressesPerTenant), String(bytesPerTenant)]
+    this.#bounds = { perAddress: SANDBOX_MESSAGES_PER_ADDRESS, retentionMs, maxAddresses: addressesPerTenant, maxBytes: bytesPerTenant }
   }
 
   async add (tenantId: string, message: SandboxMessage, pieces?: BodyPieces): Promise<void> {
@@ -44,14 +45,28 @@ export class RedisSandboxInbox implements SandboxInbox {
     const text = pieces?.text == null ? null : storedPieces(pieces.text)
     const html = pieces?.html == null ? null : storedPieces(pieces.html)
     const named = [text, html].filter((stored) => stored !== null)
-    const keys = [sandboxEntriesKey(tenantId, address), boxes, bytes, total, ...named.map((stored) => sandboxPiecesKey(tenantId, stored.id))]
-    const args = [encodeSandboxEntry(message, { text: text?.id ?? null, html: html?.id ?? null }), address, sandboxEntriesKeyPrefix(tenantId), ...this.#bounds]
+    const call = (pieceValues: string[]): [number, ...string[]] => {
+      const { keys, args } = packArgs(SANDBOX_ADD_ARGS, {
+        box: sandboxEntriesKey(tenantId, address),
+        boxes,
+        bytes,
+        total,
+        pieces: named.map((stored) => sandboxPiecesKey(tenantId, stored.id)),
+        entry,
+        address,
+        boxPrefix: sandboxEntriesKeyPrefix(tenantId),
+        ...this.#bounds,
+        pieceValues: pieceValues.map((value) => ({ value }))
+      })
+      return [keys.length, ...keys, ...args]
+    }
+    const entry = encodeSandboxEntry(message, { text: text?.id ?? null, html: html?.id ?? null })
     const add = (this.#client as unknown as AddCommand)[ADD_COMMAND]
     await storeCall('sandbox inbox write', async () => {
       // The pieces go along only when Redis lacks one: once a minute per part, not per message.
       // All of them then, so that the second call cannot miss one that expired in between.
-      const missing = await add.call(this.#client, keys.length, ...keys, ...args, ...named.map(() => ''), await this.#clock.deadline())
-      if (Array.isArray(missing)) await add.call(this.#client, keys.length, ...keys, ...args, ...named.map((stored) => stored.value), await this.#clock.deadline())
+      const missing = await add.call(this.#client, ...call(named.map(() => '')), await this.#clock.deadline())
+      if (Array.isArray(missing)) await add.call(this.#client, ...call(named.map((stored) => stored.value)), await this.#clock.deadline())
     })
   }
 

@@ -1,12 +1,14 @@
 import { TOKEN_RECORD_SEPARATOR } from '../tokens.js'
 import { FENCE_LUA, UNDO_SHEBANG, WRITES_SHEBANG } from './fence.js'
+import { count, flag, key, keys, luaPrologue, number, scriptArgs, text, texts, tuples } from './script-args.js'
 
 /*
  * Every Lua script the service runs on Redis, in one module: the functions several scripts
  * share (velocity, lockout, token, quota reservation) and each whole script, which its store
  * defines once on the client (ioredis defineCommand: EVALSHA, falling back to EVAL when the
  * server lacks it). A state-changing script starts with the fence (fence.ts); one that only
- * gives back starts with UNDO_SHEBANG.
+ * gives back starts with UNDO_SHEBANG. The admission scripts' arguments are named once
+ * (script-args.ts): the store packs them by name, and the script reads them as Lua locals.
  */
 
 /* Velocity and lockout (functions of the admission scripts; their in-process twins are in lib/state/memory). */
@@ -113,15 +115,17 @@ local function reserveQuotas (first, count, firstArg)
   return 1, firstUsed
 end
 `
+/** A quota counter. */
+export const QUOTA_REFUND_ARGS = scriptArgs({ keys: [key('counter')], argv: [] })
 /**
- * KEYS[1] counter. A missing key means the window is over (or never counted anything), and
+ * QUOTA_REFUND_ARGS. A missing key means the window is over (or never counted anything), and
  * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
  * Not fenced, and run at Redis's memory limit too: a refund that lands late, or on a full
  * Redis, only brings the count closer to the mail that left.
  */
-export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}${luaPrologue(QUOTA_REFUND_ARGS)}local used = tonumber(redis.call('GET', counter) or '0')
 if used > 0 then
-  redis.call('DECR', KEYS[1])
+  redis.call('DECR', counter)
 end
 return 0
 `
@@ -157,151 +161,164 @@ local function suppressed (key)
 end
 `
 /**
- * KEYS: token, lockout, the quota counters (tenant, then a key's share), the mailbox bucket
- * when counted here, one bucket per limit (the caller's own, then the shared ones), then the
- * mailbox's suppression.
- * ARGV: record, token TTL ms, number of quota counters q, number of mailbox buckets (0|1),
- * number of own limits o, what a suppression does ('1': withhold, '0': refuse), limit and
- * expiry (epoch ms) per quota counter, max and window ms of the mailbox bucket, then max and
- * window ms per limit.
- * Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
+ * The dispatch's token, lockout, quota counters (tenant, then a key's share), the mailbox
+ * bucket when counted here, one bucket per limit (the caller's own, then the shared ones), the
+ * mailbox's suppression; the record, its TTL, how many of the limits are the caller's own,
+ * what a suppression does (withhold rather than refuse), and each counter's and bucket's
+ * limit and expiry.
+ */
+export const DISPATCH_ARGS = scriptArgs({
+  keys: [key('tokenKey'), key('lockoutKey'), keys('quotas'), keys('mailbox'), keys('limits'), key('suppressionKey')],
+  argv: [
+    text('record'), number('ttlMs'), count('quotas'), count('mailbox'), number('ownLimits'), flag('withhold'),
+    tuples('quotaArgs', ['limit', 'expireAtMs'], 'quotas'), tuples('mailboxArgs', ['max', 'windowMs'], 'mailbox'), tuples('limitArgs', ['max', 'windowMs'], 'limits')
+  ]
+})
+/**
+ * DISPATCH_ARGS. Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
  * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
  * A withheld dispatch replies like an issued one, under its own verdict.
  */
-export const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}
-if tokenExists(KEYS[1]) then return { ${DISPATCH.collision} } end
-local quotas = tonumber(ARGV[3])
-local mailboxes = tonumber(ARGV[4])
-local own = tonumber(ARGV[5])
-local withhold = ARGV[6] == '1'
-local firstLimit = 3 + quotas + mailboxes
-local firstLimitArg = 7 + 2 * (quotas + mailboxes)
+export const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}${luaPrologue(DISPATCH_ARGS)}
+if tokenExists(tokenKey) then return { ${DISPATCH.collision} } end
 local reply = { ${DISPATCH.issued}, 0, 0, 0 }
-local exceeded = hitLimits(firstLimit, firstLimit + own - 1, firstLimitArg, reply)
+local exceeded = hitLimits(limitsAt, limitsAt + ownLimits - 1, limitArgsAt, reply)
 if exceeded > 0 then
   reply[1] = ${DISPATCH.limited}
   reply[2] = exceeded
   return reply
 end
-local lockedMs = lockedFor(KEYS[2], lockoutNow())
+local lockedMs = lockedFor(lockoutKey, lockoutNow())
 if lockedMs > 0 then
   reply[1] = ${DISPATCH.locked}
   reply[2] = lockedMs
   return reply
 end
-if not withhold and suppressed(KEYS[#KEYS]) then
+if not withhold and suppressed(suppressionKey) then
   reply[1] = ${DISPATCH.suppressed}
   return reply
 end
-exceeded = hitLimits(firstLimit + own, #KEYS - 1, firstLimitArg + 2 * own, reply)
+exceeded = hitLimits(limitsAt + ownLimits, limitsAt + limitsCount - 1, limitArgsAt + 2 * ownLimits, reply)
 if exceeded > 0 then
   reply[1] = ${DISPATCH.limited}
-  reply[2] = own + exceeded
+  reply[2] = ownLimits + exceeded
   return reply
 end
-if mailboxes == 1 then
-  local arg = 7 + 2 * quotas
-  local current, ttl = hitLimit(KEYS[3 + quotas], ARGV[arg + 1])
-  if current > tonumber(ARGV[arg]) then
+if mailboxCount == 1 then
+  local current, ttl = hitLimit(KEYS[mailboxAt], ARGV[mailboxArgsAt + 1])
+  if current > tonumber(ARGV[mailboxArgsAt]) then
     reply[1] = ${DISPATCH.mailboxLimited}
     reply[2] = current
     reply[3] = ttl
     return reply
   end
 end
-local allowed, used = reserveQuotas(3, quotas, 7)
+local allowed, used = reserveQuotas(quotasAt, quotasCount, quotaArgsAt)
 reply[3] = allowed
 reply[4] = used
 if allowed == 0 then
   reply[1] = ${DISPATCH.quotaExceeded}
   return reply
 end
-writeToken(KEYS[1], ARGV[1], ARGV[2])
-if withhold and suppressed(KEYS[#KEYS]) then reply[1] = ${DISPATCH.withheld} end
+writeToken(tokenKey, record, ttlMs)
+if withhold and suppressed(suppressionKey) then reply[1] = ${DISPATCH.withheld} end
 return reply
 `
-/** KEYS[1] the mailbox bucket; ARGV max and window ms. Reply: { count, ms left }. */
-export const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}
-return { hitLimit(KEYS[1], ARGV[2]) }
+/** A mailbox bucket counted on its own (on a Cluster), with its max and window. */
+export const MAILBOX_ARGS = scriptArgs({ keys: [key('bucketKey')], argv: [number('max'), number('windowMs')] })
+/** MAILBOX_ARGS. Reply: { count, ms left }. */
+export const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${luaPrologue(MAILBOX_ARGS)}
+return { hitLimit(bucketKey, windowMs) }
 `
+/** An admitted dispatch's token and quota counters. */
+export const UNDO_DISPATCH_ARGS = scriptArgs({ keys: [key('tokenKey'), keys('quotas')], argv: [] })
 /**
- * KEYS: token, quota counters. Takes back an admitted dispatch: the token, and a unit of each
- * counter, if the token is there (it is only if this dispatch wrote it: its requestId was never
- * told to anyone).
+ * UNDO_DISPATCH_ARGS. Takes back an admitted dispatch: the token, and a unit of each counter,
+ * if the token is there (it is only if this dispatch wrote it: its requestId was never told to
+ * anyone).
  */
-export const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}if redis.call('DEL', KEYS[1]) == 0 then return { 0 } end
-for i = 2, #KEYS do
+export const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}${luaPrologue(UNDO_DISPATCH_ARGS)}if redis.call('DEL', tokenKey) == 0 then return { 0 } end
+for i = quotasAt, quotasAt + quotasCount - 1 do
   if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
 end
 return { 1 }
 `
-/** KEYS: token; ARGV: the verify attempt. Puts back the token that attempt set aside, if it is still there. */
-export const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}local aside = KEYS[1] .. ':used:' .. ARGV[1]
-if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', KEYS[1]) == 1 then return { 0 } end
-redis.call('RENAME', aside, KEYS[1])
+/** A token, and the verify attempt that set it aside. */
+export const RESTORE_TOKEN_ARGS = scriptArgs({ keys: [key('tokenKey')], argv: [text('attempt')] })
+/** RESTORE_TOKEN_ARGS. Puts back the token that attempt set aside, if it is still there. */
+export const RESTORE_TOKEN_LUA = `${UNDO_SHEBANG}${luaPrologue(RESTORE_TOKEN_ARGS)}local aside = tokenKey .. ':used:' .. attempt
+if redis.call('EXISTS', aside) == 0 or redis.call('EXISTS', tokenKey) == 1 then return { 0 } end
+redis.call('RENAME', aside, tokenKey)
 return { 1 }
 `
 /**
- * KEYS: token, then one bucket per limit (the caller's own, then the shared ones, counted only
- * when the requestId has a live code).
- * ARGV: lockout key prefix, threshold, first lock ms, longest lock ms, reset after ms, number
- * of stored forms n, number of own limits o, the n stored forms, max and window ms per limit,
- * then the attempt's id (under which the token is set aside once consumed) and the deadline.
- * Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none), then count
- * and ms left per limit counted }.
+ * The verify's token, one bucket per limit (the caller's own, then the shared ones, counted
+ * only when the requestId has a live code); the lockout key prefix, the lockout policy, how
+ * many of the limits are the caller's own, the stored forms of the guess, each bucket's max and
+ * window, and the attempt's id (under which the token is set aside once consumed).
+ */
+export const VERIFY_ARGS = scriptArgs({
+  keys: [key('tokenKey'), keys('limits')],
+  argv: [
+    text('lockoutPrefix'), number('threshold'), number('baseMs'), number('maxMs'), number('resetAfterMs'), count('forms'), number('ownLimits'),
+    texts('forms'), tuples('limitArgs', ['max', 'windowMs'], 'limits'), text('attempt')
+  ]
+})
+/**
+ * VERIFY_ARGS. Reply: { verdict, exceeded limit, lock started ms, address hash ('' for none),
+ * then count and ms left per limit counted }.
  *
  * The comparison is plain string equality on keyed hashes: its timing could only tell how
  * much of HMAC(guess) matches HMAC(code), which says nothing about the code without the key,
  * and the token is gone after this one try anyway.
  */
-export const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}
-local forms = tonumber(ARGV[6])
-local own = tonumber(ARGV[7])
-local firstLimitArg = forms + 8
+export const VERIFY_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${TOKEN_LUA}${luaPrologue(VERIFY_ARGS)}
 local reply = { ${VERIFY.limited}, 0, 0, '' }
-local exceeded = hitLimits(2, 1 + own, firstLimitArg, reply)
+local exceeded = hitLimits(limitsAt, limitsAt + ownLimits - 1, limitArgsAt, reply)
 if exceeded > 0 then
   reply[2] = exceeded
   return reply
 end
-local record = readToken(KEYS[1])
+local record = readToken(tokenKey)
 if not record then
   reply[1] = ${VERIFY.missing}
   return reply
 end
-exceeded = hitLimits(2 + own, #KEYS, firstLimitArg + 2 * own, reply)
+exceeded = hitLimits(limitsAt + ownLimits, limitsAt + limitsCount - 1, limitArgsAt + 2 * ownLimits, reply)
 if exceeded > 0 then
-  reply[2] = own + exceeded
+  reply[2] = ownLimits + exceeded
   return reply
 end
-setTokenAside(KEYS[1], ARGV[#ARGV - 1])
+setTokenAside(tokenKey, attempt)
 local stored, tag, hash = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$')
 if stored == nil then stored, tag = string.match(record, '^([^${TOKEN_RECORD_SEPARATOR}]*)${TOKEN_RECORD_SEPARATOR}([^${TOKEN_RECORD_SEPARATOR}]*)$') end
 reply[1] = ${VERIFY.mismatch}
 if tag == nil then return reply end
 reply[4] = hash or ''
-local lockoutKey = ARGV[1] .. tag
+local lockoutKey = lockoutPrefix .. tag
 local now = lockoutNow()
 if lockedFor(lockoutKey, now) > 0 then
   reply[1] = ${VERIFY.locked}
   return reply
 end
 local verified = false
-for f = 1, forms do
-  if ARGV[7 + f] == stored then verified = true end
+for f = formsAt, formsAt + formsCount - 1 do
+  if ARGV[f] == stored then verified = true end
 end
 if verified then
   clearLockout(lockoutKey)
   reply[1] = ${VERIFY.verified}
 else
-  reply[3] = recordFailure(lockoutKey, now, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+  reply[3] = recordFailure(lockoutKey, now, threshold, baseMs, maxMs, resetAfterMs)
 end
 return reply
 `
-/** KEYS: one bucket per limit; ARGV: max and window ms per limit. Reply: { exceeded limit, then counts }. */
-export const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}
+/** One bucket per limit, with its max and window. */
+export const COUNT_ARGS = scriptArgs({ keys: [keys('limits')], argv: [tuples('limitArgs', ['max', 'windowMs'], 'limits')] })
+/** COUNT_ARGS. Reply: { exceeded limit, then counts }. */
+export const COUNT_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${luaPrologue(COUNT_ARGS)}
 local reply = { 0 }
-reply[1] = hitLimits(1, #KEYS, 1, reply)
+reply[1] = hitLimits(limitsAt, limitsAt + limitsCount - 1, limitArgsAt, reply)
 return reply
 `
 
@@ -313,77 +330,96 @@ return reply
  * only fingerprint and response, and read as an attempt that never marked sending.
  */
 
-/** KEYS record, lock; ARGV fingerprint, attempt, ttlMs, lockMs. Returns { state, response? }. */
-export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local stored = redis.call('HMGET', KEYS[1], 'fingerprint', 'response', 'sending')
+/** A key's record and its claim's lock; the request's fingerprint, the attempt, how long the record and the claim live. */
+export const IDEMPOTENCY_BEGIN_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('fingerprint'), text('attempt'), number('ttlMs'), number('lockMs')] })
+/** IDEMPOTENCY_BEGIN_ARGS. Returns { state, response? }. */
+export const IDEMPOTENCY_BEGIN_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(IDEMPOTENCY_BEGIN_ARGS)}local stored = redis.call('HMGET', record, 'fingerprint', 'response', 'sending')
 if stored[1] then
-  if stored[1] ~= ARGV[1] then return { 'mismatch' } end
+  if stored[1] ~= fingerprint then return { 'mismatch' } end
   if stored[2] then return { 'replay', stored[2] } end
-  if redis.call('EXISTS', KEYS[2]) == 1 then return { 'in_flight' } end
+  if redis.call('EXISTS', lock) == 1 then return { 'in_flight' } end
   -- An attempt that may have sent is never run again: its answer is unknown until it is recorded.
   if stored[3] then return { 'unknown' } end
   -- The claim lapsed before its owner could send: its owner died, this retry takes over.
 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+redis.call('HSET', record, 'fingerprint', fingerprint, 'attempt', attempt)
+redis.call('PEXPIRE', record, ttlMs)
+redis.call('SET', lock, '1', 'PX', lockMs)
 return { 'started' }
 `
-/** KEYS record; ARGV attempt. 1 once marked, 0 when the key is not the attempt's (nothing marked). */
-export const IDEMPOTENCY_SENDING_LUA = `${WRITES_SHEBANG}${FENCE_LUA}if redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'sending', '1')
+/** A key's record; the attempt that may now send. */
+export const IDEMPOTENCY_SENDING_ARGS = scriptArgs({ keys: [key('record')], argv: [text('attempt')] })
+/** IDEMPOTENCY_SENDING_ARGS. 1 once marked, 0 when the key is not the attempt's (nothing marked). */
+export const IDEMPOTENCY_SENDING_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(IDEMPOTENCY_SENDING_ARGS)}if redis.call('HGET', record, 'attempt') ~= attempt then return 0 end
+redis.call('HSET', record, 'sending', '1')
 return 1
 `
+/** A key's record and lock; the fingerprint, the attempt, its answer (JSON) and how long it is kept. */
+export const IDEMPOTENCY_COMPLETE_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('fingerprint'), text('attempt'), text('response'), number('ttlMs')] })
 /**
- * KEYS record, lock; ARGV fingerprint, attempt, response JSON, ttlMs. First completion wins.
+ * IDEMPOTENCY_COMPLETE_ARGS. First completion wins.
  * Not fenced: it records the answer the attempt gave, which is true however late it lands, and
  * the attempt check keeps it off a key another attempt took over meanwhile.
  */
-export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
-if stored[2] or (stored[1] and stored[1] ~= ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'attempt', ARGV[2], 'response', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('DEL', KEYS[2])
+export const IDEMPOTENCY_COMPLETE_LUA = `${WRITES_SHEBANG}${luaPrologue(IDEMPOTENCY_COMPLETE_ARGS)}local stored = redis.call('HMGET', record, 'attempt', 'response')
+if stored[2] or (stored[1] and stored[1] ~= attempt) then return 0 end
+redis.call('HSET', record, 'fingerprint', fingerprint, 'attempt', attempt, 'response', response)
+redis.call('PEXPIRE', record, ttlMs)
+redis.call('DEL', lock)
 return 1
 `
-/** KEYS record, lock; ARGV attempt. Only the attempt's own claim is released; a completed response is kept. */
-export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}local stored = redis.call('HMGET', KEYS[1], 'attempt', 'response')
-if stored[2] or stored[1] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
+/** A key's record and lock; the attempt letting go of its claim. */
+export const IDEMPOTENCY_ABANDON_ARGS = scriptArgs({ keys: [key('record'), key('lock')], argv: [text('attempt')] })
+/** IDEMPOTENCY_ABANDON_ARGS. Only the attempt's own claim is released; a completed response is kept. */
+export const IDEMPOTENCY_ABANDON_LUA = `${UNDO_SHEBANG}${luaPrologue(IDEMPOTENCY_ABANDON_ARGS)}local stored = redis.call('HMGET', record, 'attempt', 'response')
+if stored[2] or stored[1] ~= attempt then return 0 end
+redis.call('DEL', record, lock)
 return 1
 `
 
 /* Receipt redemptions and epochs (lib/state/redis/redemption-store.ts). */
 
-/** The scope's epoch, made once (SET NX, by whoever asks first) and read back. KEYS epoch. ARGV a new epoch. */
+/** A scope's epoch key; the epoch to make when there is none. */
+export const RECEIPT_EPOCH_ARGS = scriptArgs({ keys: [key('epochKey')], argv: [text('newEpoch')] })
+/** RECEIPT_EPOCH_ARGS. The scope's epoch, made once (by whoever asks first) and read back. */
 export const RECEIPT_EPOCH_LUA = `
-local current = redis.call('GET', KEYS[1])
+${luaPrologue(RECEIPT_EPOCH_ARGS)}local current = redis.call('GET', epochKey)
 if current then return current end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
+redis.call('SET', epochKey, newEpoch)
+return newEpoch
 `
+/** A scope's epoch key and the receipt's redemption; the receipt's epoch, how long its mark lives, the epoch to make if the key is gone. */
+export const RECEIPT_REDEEM_ARGS = scriptArgs({ keys: [key('epochKey'), key('redemptionKey')], argv: [text('epoch'), number('ttlMs'), text('newEpoch')] })
 /**
- * KEYS epoch, redemption. ARGV the receipt's epoch, ttl ms, a new epoch (made if the key is gone),
- * the fence's deadline (lib/state/redis/fence.ts): a redemption answered 503 never marks the receipt
- * later. Reply { 1 redeemed | 2 already redeemed | 0 another epoch, the current epoch }.
+ * RECEIPT_REDEEM_ARGS, then the fence's deadline (lib/state/redis/fence.ts): a redemption
+ * answered 503 never marks the receipt later. Reply { 1 redeemed | 2 already redeemed | 0
+ * another epoch, the current epoch }.
  */
-export const RECEIPT_REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}local current = redis.call('GET', KEYS[1])
+export const RECEIPT_REDEEM_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(RECEIPT_REDEEM_ARGS)}local current = redis.call('GET', epochKey)
 if not current then
-  redis.call('SET', KEYS[1], ARGV[3])
-  current = ARGV[3]
+  redis.call('SET', epochKey, newEpoch)
+  current = newEpoch
 end
-if current ~= ARGV[1] then return { 0, current } end
-if redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return { 1, current } end
+if current ~= epoch then return { 0, current } end
+if redis.call('SET', redemptionKey, '1', 'PX', ttlMs, 'NX') then return { 1, current } end
 return { 2, current }
 `
 
 /* The sandbox inbox (lib/state/redis/sandbox-inbox.ts). */
 
 /**
- * KEYS the address's box (its list), the tenant's share (sandboxShareKeys: boxes by last
- * write, bytes per box, their total), then the pieces the entry names (sandboxPiecesKey, none
- * to two); ARGV the entry, the address, the prefix of the tenant's boxes, messages per address,
- * the retention ms, addresses and bytes per tenant, for each pieces key its value or '' (kept
- * already, as far as the caller knows), the fence's deadline (lib/state/redis/fence.ts).
+ * The address's box (its list), the tenant's share (sandboxShareKeys: boxes by last write,
+ * bytes per box, their total), then the pieces the entry names (sandboxPiecesKey, none to two);
+ * the entry, the address, the prefix of the tenant's boxes, messages per address, the retention
+ * ms, addresses and bytes per tenant, and for each pieces key its value or '' (kept already, as
+ * far as the caller knows). Then the fence's deadline (lib/state/redis/fence.ts).
+ */
+export const SANDBOX_ADD_ARGS = scriptArgs({
+  keys: [key('box'), key('boxes'), key('bytes'), key('total'), keys('pieces')],
+  argv: [text('entry'), text('address'), text('boxPrefix'), number('perAddress'), number('retentionMs'), number('maxAddresses'), number('maxBytes'), tuples('pieceValues', ['value'], 'pieces')]
+})
+/**
+ * SANDBOX_ADD_ARGS.
  * Replies 0 once written, or the positions (from 1) of the pieces to send, with nothing
  * written. Each pieces key lives a retention after the last entry that names it, so it
  * outlives every entry a list shows; the pieces are outside the tenant's share, since a
@@ -394,24 +430,19 @@ return { 2, current }
  * first, never the one just written. A box's bytes are recorded when it is written, since an
  * evicted or expired box's entries are not read again to know what they took.
  */
-export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}
-local box, boxes, bytes, total = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local entry, address, boxPrefix = ARGV[1], ARGV[2], ARGV[3]
-local perAddress, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5])
-local maxAddresses, maxBytes = tonumber(ARGV[6]), tonumber(ARGV[7])
--- The pieces the entry names: each kept, or sent now; otherwise nothing is written and the
+export const SANDBOX_ADD_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${luaPrologue(SANDBOX_ADD_ARGS)}-- The pieces the entry names: each kept, or sent now; otherwise nothing is written and the
 -- caller is told which to send.
 local missing = {}
-for piece = 5, #KEYS do
-  if ARGV[piece + 3] == '' and redis.call('EXISTS', KEYS[piece]) == 0 then missing[#missing + 1] = piece - 4 end
+for piece = 0, piecesCount - 1 do
+  if ARGV[pieceValuesAt + piece] == '' and redis.call('EXISTS', KEYS[piecesAt + piece]) == 0 then missing[#missing + 1] = piece + 1 end
 end
 if #missing > 0 then return missing end
-for piece = 5, #KEYS do
-  local value = ARGV[piece + 3]
+for piece = 0, piecesCount - 1 do
+  local value = ARGV[pieceValuesAt + piece]
   if value == '' then
-    redis.call('PEXPIRE', KEYS[piece], retentionMs)
+    redis.call('PEXPIRE', KEYS[piecesAt + piece], retentionMs)
   else
-    redis.call('SET', KEYS[piece], value, 'PX', retentionMs)
+    redis.call('SET', KEYS[piecesAt + piece], value, 'PX', retentionMs)
   end
 end
 local time = redis.call('TIME')

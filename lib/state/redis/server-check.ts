@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis'
-import type { RedisNode, RedisTopology } from '../../config/redis-topology.js'
+import type { RedisNode, RedisTopology } from './topology.js'
 import type { RedisClient } from './client.js'
 import { KeptReading, NodeReplies, nodeId } from './readiness-reads.js'
 

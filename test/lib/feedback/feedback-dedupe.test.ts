@@ -5,7 +5,7 @@ import type { FeedbackDedupe } from '../../../lib/state/feedback-dedupe.js'
 import { MEMORY_DEDUPE_ENTRIES, MemoryFeedbackDedupe } from '../../../lib/state/memory/feedback-dedupe.js'
 import { RedisFeedbackDedupe } from '../../../lib/state/redis/feedback-dedupe.js'
 import { feedbackKey } from '../../../lib/state/redis/keys.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 let messages = 0
 function freshMessageId (): string {
@@ -44,13 +44,13 @@ function dedupeSuite (t: Test, makeDedupe: () => FeedbackDedupe): void {
 }
 
 t.test('in memory', async (t) => {
-  dedupeSuite(t, () => new MemoryFeedbackDedupe())
+  dedupeSuite(t, () => new MemoryFeedbackDedupe(DEDUPE_TTL_MS))
 
   t.test('a MessageId is remembered for the replay window, and forgotten after it', async (t) => {
     // The in-process store reads Date; node:test's MockTimers moves it.
     mock.timers.enable({ apis: ['Date'], now: Date.parse('2026-11-28T07:00:00Z') })
     t.teardown(() => { mock.timers.reset() })
-    const dedupe = new MemoryFeedbackDedupe()
+    const dedupe = new MemoryFeedbackDedupe(DEDUPE_TTL_MS)
     const id = freshMessageId()
     t.equal(await dedupe.claim(id), true)
     mock.timers.tick(DEDUPE_TTL_MS - 1)
@@ -60,7 +60,7 @@ t.test('in memory', async (t) => {
   })
 
   t.test(`the last ${MEMORY_DEDUPE_ENTRIES} MessageIds are remembered, the oldest forgotten past them`, async (t) => {
-    const dedupe = new MemoryFeedbackDedupe()
+    const dedupe = new MemoryFeedbackDedupe(DEDUPE_TTL_MS)
     const ids = Array.from({ length: MEMORY_DEDUPE_ENTRIES + 1 }, (_, index) => `bulk-${index}`)
     for (const id of ids) await dedupe.claim(id)
     t.equal(await dedupe.claim(ids[1]!), false, `the ${MEMORY_DEDUPE_ENTRIES}th newest is a duplicate`)
@@ -70,18 +70,13 @@ t.test('in memory', async (t) => {
 })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  const client = await connectFailFast(redis.url)
-  t.teardown(() => { client.disconnect() })
-  dedupeSuite(t, () => new RedisFeedbackDedupe(client))
+  const { client, other } = await redisWithClients(t)
+  dedupeSuite(t, () => new RedisFeedbackDedupe(client, DEDUPE_TTL_MS))
 
   t.test('every instance shares the MessageIds handled, for the replay window', async (t) => {
-    const other = await connectFailFast(redis.url)
-    t.teardown(() => { other.disconnect() })
     const id = freshMessageId()
-    t.equal(await new RedisFeedbackDedupe(client).claim(id), true, 'one instance handles it')
-    t.equal(await new RedisFeedbackDedupe(other).claim(id), false, 'another instance, on its own connection, sees a duplicate')
+    t.equal(await new RedisFeedbackDedupe(client, DEDUPE_TTL_MS).claim(id), true, 'one instance handles it')
+    t.equal(await new RedisFeedbackDedupe(other, DEDUPE_TTL_MS).claim(id), false, 'another instance, on its own connection, sees a duplicate')
     // Redis's own clock decides the expiry: the key's lifetime is checked, not waited out.
     const left = await client.pttl(feedbackKey(id))
     t.ok(left > DEDUPE_TTL_MS - 60_000 && left <= DEDUPE_TTL_MS, `remembered for the replay window (${left} ms left of ${DEDUPE_TTL_MS})`)

@@ -104,7 +104,7 @@ t.test('the mailer records each accepted live send through its providers, never 
   })
   const config = parseConfig({ MAIL_TRANSPORT: 'smtp', SMTP_URL: `smtp://127.0.0.1:${peer.port}?tls=off`, MAIL_FROM: 'codes@otp.test' })
   const { roundTrips, waits, picks } = drivenRoundTrips()
-  const mailer = new Mailer(config, new MemorySandboxInbox(), new Writable({ write (_chunk, _encoding, done) { done() } }), undefined, undefined, roundTrips)
+  const mailer = new Mailer(config, { sandboxInbox: new MemorySandboxInbox(), logOutput: new Writable({ write (_chunk, _encoding, done) { done() } }), roundTrips })
   t.teardown(async () => { await mailer.close() })
   const message = (to: string): OutgoingMessage => ({ to, from: 'codes@otp.test', subject: 'Your code', text: '123456', html: '<p>123456</p>', tags: {} })
   const context = { mode: 'live' as const, tenantId: 'acme', requestId: 'otp_1', code: '123456' }

@@ -9,7 +9,7 @@ import { until } from '../../support/wait.js'
 import { FailoverTransport } from '../../../lib/mail/failover.js'
 import { SmtpTransport } from '../../../lib/mail/smtp-transport.js'
 import { SesTransport } from '../../../lib/mail/ses-transport.js'
-import { composeVerificationMessage } from '../../../lib/mail/compose.js'
+import { composeVerificationMessage } from '../../../lib/mail/message.js'
 import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../../../lib/mail/transport.js'
 
 const CREDENTIALS = { accessKeyId: 'x', secretAccessKey: 'x' }

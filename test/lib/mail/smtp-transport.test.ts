@@ -3,7 +3,7 @@ import type { AddressObject } from 'mailparser'
 import { freePort } from '../../support/redis.js'
 import { deliveryFailure, startSilentPeer, startSmtp, startTcpPeer } from '../../support/mail-peers.js'
 import { SmtpTransport } from '../../../lib/mail/smtp-transport.js'
-import { composeVerificationMessage } from '../../../lib/mail/compose.js'
+import { composeVerificationMessage } from '../../../lib/mail/message.js'
 import type { OutgoingMessage } from '../../../lib/mail/transport.js'
 
 const TIMEOUT_MS = 1000

@@ -2,7 +2,7 @@ import { linkSync, mkdirSync, realpathSync, renameSync, symlinkSync, unlinkSync,
 import { createRequire, syncBuiltinESMExports } from 'node:module'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { composeVerificationMessage, renderVerificationParts } from '../../../lib/mail/compose.js'
+import { composeVerificationMessage, renderVerificationParts } from '../../../lib/mail/message.js'
 import { FILE_TAGS, NO_FILES, OUTPUT_LIMITS, PARTS, engineFor } from '../../../lib/mail/liquid.js'
 import { MEMORY_LIMIT } from '../../../lib/mail/liquid-bounds.js'
 import { negotiateLocale } from '../../../lib/mail/locale.js'

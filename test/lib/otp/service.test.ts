@@ -1,5 +1,7 @@
 import t, { type Test } from 'tap'
 import { admissionPolicy } from '../../../lib/admission/plan.js'
+import { AdmissionGate } from '../../../lib/admission/gate.js'
+import { DEDUPE_TTL_MS } from '../../../lib/feedback/ses-feedback.js'
 import { createState, type State } from '../../../lib/state/index.js'
 import { parseConfig } from '../../../lib/config/from-env.js'
 import { isApiError, type ApiError } from '../../../lib/errors.js'
@@ -9,7 +11,7 @@ import { Receipts } from '../../../lib/receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from '../../../lib/receipts/signing-keys.js'
 import { Mailer } from '../../../lib/mail/mailer.js'
 import { parseWindow } from '../../../lib/limits/window.js'
-import { TenantTurns } from '../../../lib/tenants/turns.js'
+import { TenantTurns } from '../../../lib/fairness/turns.js'
 import { OtpService, type Caller, type VerifyResult } from '../../../lib/otp/service.js'
 import { CodeSigner } from '../../../lib/otp/signer.js'
 import { RecipientTagger } from '../../../lib/recipients/tag.js'
@@ -103,7 +105,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
   const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3', ...env })
   const keyedHashes: KeyedHashes = { count: 0 }
   const mail = new MailCapture()
-  const mailer = new Mailer(config, backend.sandboxInbox, mail)
+  const mailer = new Mailer(config, { sandboxInbox: backend.sandboxInbox, logOutput: mail })
   const events: string[] = []
   const issuer = new ReceiptIssuer({ keys: await prepareSigningKeys(await deriveReceiptSigningKeys(config.hmacKeys)), issuer: 'https://otp.test', ttlSeconds: 300 })
   const receipts = new Receipts(issuer, new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
@@ -111,7 +113,8 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     policy: admissionPolicy(config),
     signer: new CountingSigner(config.hmacKeys, keyedHashes),
     tagger: new CountingTagger(config.recipientTagKey.secret, keyedHashes),
-    backend,
+    gate: AdmissionGate.over(backend),
+    stores: backend,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     suppressionMs: config.suppressionMs,
@@ -227,7 +230,7 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
 
 t.test('embedded backend', async (t) => {
   serviceSuite(t, async (t) => {
-    const backend = createState(null, { memoryStoreMaxTokens: 1000 })
+    const backend = createState(null, { memoryStoreMaxTokens: 1000, feedbackDedupeTtlMs: DEDUPE_TTL_MS })
     t.teardown(async () => { await backend.close() })
     return backend
   })
@@ -240,14 +243,14 @@ t.test('Redis backend', redisTestOptions(), async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
-    return createState(client, { memoryStoreMaxTokens: 1 })
+    return createState(client, { memoryStoreMaxTokens: 1, feedbackDedupeTtlMs: DEDUPE_TTL_MS })
   })
 
   t.test('a caller Redis found past its own limit is refused again before any keyed hash is computed for it', async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
-    const { service, keyedHashes, sandbox, events } = await harness(t, createState(client, { memoryStoreMaxTokens: 1000 }), () => {}, { RATE_LIMIT_SOURCE: '2/1m' })
+    const { service, keyedHashes, sandbox, events } = await harness(t, createState(client, { memoryStoreMaxTokens: 1000, feedbackDedupeTtlMs: DEDUPE_TTL_MS }), () => {}, { RATE_LIMIT_SOURCE: '2/1m' })
     const sent = await service.dispatch(sandbox, { email: 'ada@example.com' })
     await service.dispatch(sandbox, { email: 'bob@example.com' })
     t.match(await refusal(service.dispatch(sandbox, { email: 'cy@example.com' })), { code: 'RATE_LIMITED', statusCode: 429 }, 'the store\'s 429')

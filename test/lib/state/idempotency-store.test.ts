@@ -4,7 +4,7 @@ import type { IdempotencyStore, StoredResponse } from '../../../lib/state/idempo
 import { MemoryIdempotencyStore } from '../../../lib/state/memory/idempotency-store.js'
 import { RedisIdempotencyStore } from '../../../lib/state/redis/idempotency-store.js'
 import { StoreUnavailableError, withStoreBudget } from '../../../lib/store-errors.js'
-import { redisTestOptions, startRedis, connectFailFast } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 import { attemptUntil, until } from '../../support/wait.js'
 
 const TTL = 60_000
@@ -248,20 +248,12 @@ t.test('MemoryIdempotencyStore', async (t) => {
 })
 
 t.test('RedisIdempotencyStore', redisTestOptions(), async (t) => {
-  const server = await startRedis()
-  const clients: Redis[] = []
-  t.teardown(async () => {
-    for (const client of clients) client.disconnect()
-    await server.stop()
-  })
-  const client = await connectFailFast(server.url)
-  const other = await connectFailFast(server.url)
-  clients.push(client, other)
+  const { server, client, other } = await redisWithClients(t)
   /** A client whose fenced scripts may start up to `commandTimeout` less the margin after they are sent. */
   const connect = async (commandTimeout: number): Promise<Redis> => {
     const connection = new Redis(server.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false, commandTimeout })
     connection.on('error', () => {})
-    clients.push(connection)
+    t.teardown(() => { connection.disconnect() })
     await until('the client to connect', () => connection.status === 'ready')
     return connection
   }

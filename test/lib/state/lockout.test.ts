@@ -1,13 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { lockDurationMs } from '../../../lib/admission/lockout.js'
-import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
+import { lockDurationMs, type LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
 import { lockoutKey, lockoutShare, MemoryLockout } from '../../../lib/state/memory/lockout.js'
 import { LOCKOUT_LUA } from '../../../lib/state/redis/scripts.js'
 import { bothLanes } from '../../../lib/admission/plan.js'
 import type { KeyMode } from '../../../lib/keys/api-keys.js'
 import { StoreFullError } from '../../../lib/store-errors.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 interface Lockout {
   lockedFor (key: string): Promise<number>
@@ -152,10 +151,7 @@ t.test('in process', async (t) => {
 })
 
 t.test('on Redis (the admission scripts\' Lua functions)', redisTestOptions(), async (t) => {
-  const server = await startRedis()
-  t.teardown(async () => { await server.stop() })
-  const client = await connectFailFast(server.url)
-  t.teardown(() => { client.disconnect() })
+  const { client } = await redisWithClients(t)
   client.defineCommand('lockedFor', { lua: `${LOCKOUT_LUA}\nreturn lockedFor(KEYS[1], lockoutNow())`, numberOfKeys: 1 })
   client.defineCommand('recordFailure', { lua: `${LOCKOUT_LUA}\nreturn recordFailure(KEYS[1], lockoutNow(), tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))`, numberOfKeys: 1 })
   client.defineCommand('clearLockout', { lua: `${LOCKOUT_LUA}\nreturn clearLockout(KEYS[1])`, numberOfKeys: 1 })

@@ -1,5 +1,4 @@
 import t, { type Test } from 'tap'
-import type { Redis } from 'ioredis'
 import type { AdmissionStore } from '../../../lib/state/admission.js'
 import { tenantScope } from '../../../lib/keys/scope.js'
 import { currentWindow } from '../../../lib/limits/window.js'
@@ -10,7 +9,7 @@ import type { QuotaStore } from '../../../lib/state/quota.js'
 import { RedisAdmission } from '../../../lib/state/redis/admission.js'
 import { RedisQuotaStore } from '../../../lib/state/redis/quota-store.js'
 import { reserve, tokenDispatch, window, type TenantMode } from '../../support/admission.js'
-import { redisTestOptions, startRedis, connectFailFast } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 /*
  * Units are reserved by an admitted dispatch, through the admission port, as the service does
@@ -223,15 +222,7 @@ t.test('in process', async (t) => {
 })
 
 t.test('on Redis', redisTestOptions(), async (t) => {
-  const server = await startRedis()
-  const clients: Redis[] = []
-  t.teardown(async () => {
-    for (const client of clients) client.disconnect()
-    await server.stop()
-  })
-  const client = await connectFailFast(server.url)
-  const other = await connectFailFast(server.url)
-  clients.push(client, other)
+  const { server, client, other } = await redisWithClients(t)
 
   quotaStoreSuite(t, () => ({ admission: new RedisAdmission(client), quota: new RedisQuotaStore(client) }))
 

@@ -3,7 +3,7 @@ import { MemoryRedemptionStore } from '../../../lib/state/memory/redemption-stor
 import type { RedemptionStore } from '../../../lib/state/redemptions.js'
 import { RedisRedemptionStore } from '../../../lib/state/redis/redemption-store.js'
 import { StoreFullError, StoreUnavailableError } from '../../../lib/store-errors.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { connectFailFast, redisTestOptions, redisWithClients, startRedis } from '../../support/redis.js'
 import { attemptUntil } from '../../support/wait.js'
 
 /** A mark meant to expire during the test. */
@@ -113,10 +113,7 @@ t.test('memory', async (t) => {
 })
 
 t.test('redis', redisTestOptions(), async (t) => {
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  const client = await connectFailFast(redis.url)
-  t.teardown(() => { client.disconnect() })
+  const { client } = await redisWithClients(t)
   redemptionSuite(t, () => new RedisRedemptionStore(client))
 
   t.test('keys carry the tenant scope as their hash tag; marks expire, the epoch does not', async (t) => {

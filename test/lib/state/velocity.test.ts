@@ -4,7 +4,7 @@ import type { WindowCount } from '../../../lib/state/admission.js'
 import { MemoryVelocityCounter } from '../../../lib/state/memory/velocity.js'
 import { HIT_LIMIT_LUA } from '../../../lib/state/redis/scripts.js'
 import { parseRateLimit } from '../../../lib/limits/rate-limit.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 interface Counter {
   hit: (bucket: string, windowMs: number) => Promise<WindowCount>
@@ -65,10 +65,7 @@ t.test('in process', async (t) => {
 })
 
 t.test('on Redis (the admission scripts\' Lua function)', redisTestOptions(), async (t) => {
-  const server = await startRedis()
-  t.teardown(async () => { await server.stop() })
-  const client = await connectFailFast(server.url)
-  t.teardown(() => { client.disconnect() })
+  const { client } = await redisWithClients(t)
   client.defineCommand('velocityHit', { lua: `${HIT_LIMIT_LUA}\nreturn { hitLimit(KEYS[1], ARGV[1]) }`, numberOfKeys: 1 })
   let run = 0
   velocitySuite(t, async () => {

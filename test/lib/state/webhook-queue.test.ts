@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { MemoryWebhookQueue } from '../../../lib/state/memory/webhook-queue.js'
 import type { ClaimedDelivery, Delivery, WebhookQueue } from '../../../lib/state/webhook-queue.js'
 import { RedisWebhookQueue } from '../../../lib/state/redis/webhook-queue.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 
 const HOUR = 3_600_000
 
@@ -246,10 +246,7 @@ t.test('memory', async (t) => {
 })
 
 t.test('redis', redisTestOptions(), async (t) => {
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  const client = await connectFailFast(redis.url)
-  t.teardown(() => { client.disconnect() })
+  const { client } = await redisWithClients(t)
   queueSuite(t, async (options = {}) => {
     await client.flushall()
     return new RedisWebhookQueue(client, { perTenant: options.perTenant, now: options.clock?.now })

@@ -12,7 +12,7 @@ import type { Delivery, WebhookQueue } from '../../../lib/state/webhook-queue.js
 import { RedisWebhookQueue } from '../../../lib/state/redis/webhook-queue.js'
 import { sendWebhook } from '../../../lib/webhooks/sender.js'
 import { WebhookWorker } from '../../../lib/webhooks/worker.js'
-import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
+import { redisTestOptions, redisWithClients } from '../../support/redis.js'
 import { startHangingEndpoints, startReceiver, webhookSecret } from '../../support/webhook-receiver.js'
 
 /** The issue's bound for the calm tenant's event, with room for a busy 2-core machine. */
@@ -84,10 +84,7 @@ t.test('memory', async (t) => {
 })
 
 t.test('redis', redisTestOptions(), async (t) => {
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  const client = await connectFailFast(redis.url)
-  t.teardown(() => { client.disconnect() })
+  const { client } = await redisWithClients(t)
   await starvationSuite(t, async () => new RedisWebhookQueue(client, { perTenant: PER_TENANT_QUEUED }), async (t) => {
     const [stream, retries, dead] = await Promise.all([client.xlen('webhooks:{webhooks:noisy}:stream'), client.zcard('webhooks:{webhooks:noisy}:retry'), client.xlen('webhooks:{webhooks:noisy}:dead')])
     t.ok(stream + retries <= PER_TENANT_QUEUED, `the noisy tenant's queue in Redis stays within its cap (stream ${stream} + retries ${retries})`)

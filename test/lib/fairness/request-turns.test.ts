@@ -1,6 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import t from 'tap'
-import { TenantRequestTurns, type RequestTurnsOptions } from '../../../lib/tenants/request-turns.js'
+import { TenantRequestTurns, type RequestTurnsOptions } from '../../../lib/fairness/request-turns.js'
 
 const OPTIONS: RequestTurnsOptions = { quantumMs: 2, busyShare: 0.5, busyWindowMs: 20, maxWaitMs: 5, presenceWindowMs: 1000 }
 

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { TenantTimeShare } from '../../../lib/tenants/time-share.js'
+import { TenantTimeShare } from '../../../lib/fairness/time-share.js'
 
 t.test('one turn at a time per tenant, charged what it took, within a share of the time', async (t) => {
   let now = 0

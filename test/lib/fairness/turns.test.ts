@@ -1,6 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import t from 'tap'
-import { TenantTurns } from '../../../lib/tenants/turns.js'
+import { TenantTurns } from '../../../lib/fairness/turns.js'
 
 /** Turns on a clock that only the steps move: each step "takes" `costMs`. */
 function turns (quantumMs: number): { turns: TenantTurns, clock: { now: number }, step: (name: string, costMs: number, log: string[]) => () => string } {

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { composeVerificationMessage, escapeHtml, type VerificationMessageInput } from '../../../lib/mail/compose.js'
+import { composeVerificationMessage, escapeHtml, type VerificationMessageInput } from '../../../lib/mail/message.js'
 import { SUPPORTED_LOCALES, negotiateLocale, type Locale } from '../../../lib/mail/locale.js'
 
 const CODE = '482910'

@@ -1,0 +1,45 @@
+import type { KeyMode } from '../keys/api-keys.js'
+import type { Receipts } from '../receipts/receipts.js'
+import type { EventSink } from '../webhooks/events.js'
+import type { DeliveryFeedback } from './ses-feedback.js'
+
+/** What acting on feedback needs of the OTP service: the tag a mailbox is kept under, and its suppression. */
+export interface MailboxSuppression {
+  mailboxTag (address: string): string
+  suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void>
+}
+
+export interface FeedbackEffects {
+  receipts: Pick<Receipts, 'addressHash'>
+  mailboxes: MailboxSuppression
+  webhooks: Pick<EventSink, 'emit'>
+  log: { info (bindings: object, message: string): void }
+}
+
+/**
+ * What a recipient's outcome does: it becomes the tenant's `delivery.*` webhook, and a
+ * permanent bounce or a complaint suppresses the mailbox.
+ */
+export function applyFeedback ({ receipts, mailboxes, webhooks, log }: FeedbackEffects): (feedback: DeliveryFeedback) => Promise<void> {
+  return async ({ tenant, mode, requestId, address, type, bounceType, suppress }) => {
+    const addressHash = receipts.addressHash(tenant, address)
+    if (suppress) {
+      let tag: string | null = null
+      try {
+        tag = mailboxes.mailboxTag(address)
+      } catch {
+        // An address SES reports that our own validation refuses: nothing we would send to.
+      }
+      if (tag !== null) {
+        await mailboxes.suppressMailbox(tenant.id, mode, tag)
+        log.info({ tenant: tenant.id, mode, requestId, type }, 'recipient suppressed by provider feedback')
+      }
+    }
+    switch (type) {
+      case 'delivered': webhooks.emit(tenant, mode, 'delivery.delivered', { requestId, addressHash }); break
+      case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break
+      case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
+      case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
+    }
+  }
+}
