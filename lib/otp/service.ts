@@ -192,7 +192,7 @@ export class OtpService {
         await this.#withhold(caller, minted.requestId, admitted, compose)
         throw apiError('DELIVERY_FAILED', undefined, decision.headers)
       }
-      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted)
+      if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted, compose)
 
       let deliveredBy: string
       let sendStarted: number | null = null
@@ -341,12 +341,19 @@ export class OtpService {
 
   /**
    * A dispatch to a review address: nothing is sent, the unit is given back, and the use is
-   * logged, counted and sent as `review.used`, so that a leaked review code shows.
+   * logged, counted and sent as `review.used`, so that a leaked review code shows. A page's
+   * answer comes after a send's time, like any other dispatch's.
    */
-  async #reviewed (caller: Caller, requestId: string, addressHash: string, admitted: Admitted): Promise<Dispatched> {
+  async #reviewed (caller: Caller, requestId: string, addressHash: string, admitted: Admitted, compose: () => Promise<OutgoingMessage>): Promise<Dispatched> {
     const { observer, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
+    if (admitted.plan.audience === 'browser') {
+      // A page's answer takes a send's time, as a withheld one does (#withhold): answering at
+      // once told anyone typing addresses into the page which one was the review address.
+      await compose()
+      await this.#options.mailer.withhold({ mode, tenantId: tenant.id })
+    }
     const { refunded } = await this.#refund(caller, admitted)
     const source = caller.endUserAddress ?? caller.address
     observer.reviewed(key)

@@ -7,6 +7,8 @@ import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
+import { listenApp, send } from '../support/http.js'
+import { startSmtp } from '../support/mail-peers.js'
 
 const CODE = '135790'
 const sha256 = (value: string): string => createHash('sha256').update(value).digest('hex')
@@ -136,4 +138,35 @@ t.test('email-otp keys review: a random code printed once, only its hash in the 
   const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'store-review@acme.test' } })
   t.equal(mail.count, 0)
   t.equal((await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: sent.json().data.requestId, userGuess: code } })).statusCode, 200)
+})
+
+/**
+ * A page's dispatch to the review address sends nothing: it must still answer after a send's
+ * time (the relay takes ACCEPT_DELAY_MS to accept), or anyone typing addresses into the page
+ * spots the review address by its quick answer.
+ */
+const ACCEPT_DELAY_MS = 300
+t.test('a page\'s dispatch to the review address answers after a send\'s time, as any other', async (t) => {
+  const relay = await startSmtp(t, {
+    onData (stream, _session, callback) {
+      stream.resume()
+      stream.on('end', () => { setTimeout(callback, ACCEPT_DELAY_MS) })
+    }
+  })
+  const { path, keys } = writeTenants(t, (file: TenantsFile) => {
+    file.tenants[0]!.reviewAddresses = [{ address: 'reviewer@acme.test', codeSha256: sha256(CODE), expiresAt: inDays(30) }]
+  })
+  const { app } = await buildApp(t, { TENANTS_FILE: path, MAIL_TRANSPORT: 'smtp', SMTP_URL: `smtp://127.0.0.1:${relay.port}?tls=off`, MAIL_FROM: 'codes@otp.test' })
+  const port = await listenApp(app)
+  const call = async (key: string, email: string, localAddress: string): Promise<{ status: number, ms: number }> => {
+    const started = performance.now()
+    const answer = await send({ port, localAddress, path: '/otp/request', headers: { 'content-type': 'application/json', ...bearer(key), ...(key === keys.acmeBrowser ? { origin: 'https://app.acme.test' } : {}) }, body: JSON.stringify({ email }) })
+    return { status: answer.status, ms: performance.now() - started }
+  }
+  for (const [i, source] of ['127.0.11.1', '127.0.11.2', '127.0.11.3'].entries()) {
+    t.equal((await call(keys.acmeLive, `user${i}@example.com`, source)).status, 200, 'the tenant\'s backend sends, accepted')
+  }
+  const review = await call(keys.acmeBrowser, 'reviewer@acme.test', '127.0.11.4')
+  t.equal(review.status, 200)
+  t.ok(review.ms >= ACCEPT_DELAY_MS, `answered after a send's time (${review.ms.toFixed(0)} ms)`)
 })
