@@ -5,7 +5,6 @@ import { apiError } from '../lib/errors.js'
 import { storeCall } from '../lib/store-errors.js'
 import { tenantScope } from '../lib/keys/scope.js'
 import { sourceBucket } from '../lib/net/source-address.js'
-import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -80,9 +79,8 @@ export default fp(async function idempotencyPlugin (fastify) {
   const store = fastify.state.idempotency
   const { ipv6BucketPrefix } = fastify.config
 
-  /** The caller as the per-source limits count it: its workload behind a sidecar, else its address's bucket. */
+  /** The visitor as the per-source limits count it: its address's bucket (a named gateway's end client's, through the mesh). */
   function endClient (request: FastifyRequest): string {
-    if (request.meshSource !== null) return request.meshSource
     return sourceBucket(request.clientAddress, ipv6BucketPrefix) ?? request.clientAddress
   }
 
@@ -94,9 +92,11 @@ export default fp(async function idempotencyPlugin (fastify) {
     if (typeof header !== 'string' || !KEY_FORMAT.test(header)) {
       throw apiError('INVALID_BODY', 'Idempotency-Key must be 1 to 255 printable ASCII characters')
     }
-    // Every caller the sidecar cannot name is one source: one namespace for all of them would
+    // Through the mesh, only a gateway named in MESH_GATEWAY_IDENTITIES says which visitor a
+    // request is for; a workload (an ingress not named as a gateway) or a caller without an
+    // identity carries every visitor as one source, and one namespace for all of them would
     // give a stranger who repeats a visitor's guessable key that visitor's requestId.
-    if (request.auth.kind === 'restricted' && request.meshSource === UNIDENTIFIED_MESH_SOURCE) throw apiError('IDEMPOTENCY_KEY_UNSCOPED')
+    if (request.auth.kind === 'restricted' && request.meshSource !== null) throw apiError('IDEMPOTENCY_KEY_UNSCOPED')
     const keyScope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
     // A restricted key is shared by every visitor of its page: each end client (the per-source
     // identity the abuse guard counts) gets its own namespace, so a visitor's guessable key

@@ -14,7 +14,7 @@ export const errorCatalog = {
   INVALID_END_USER_IP: { status: 400, message: 'End-User-IP must be one IPv4 or IPv6 address' },
   END_USER_IP_NOT_ALLOWED: { status: 400, message: 'End-User-IP may only be sent with a secret key: a browser does not choose its own source' },
   END_USER_IP_REQUIRED: { status: 400, message: 'This tenant requires End-User-IP, the address of the end user a request is made for' },
-  IDEMPOTENCY_KEY_UNSCOPED: { status: 400, message: 'A restricted key\'s Idempotency-Key is kept per visitor, and this request came through the mesh sidecar without a workload identity, so its visitor cannot be told apart from any other: send it without Idempotency-Key, or route browsers through an identified gateway' },
+  IDEMPOTENCY_KEY_UNSCOPED: { status: 400, message: 'A restricted key\'s Idempotency-Key is kept per visitor, and this request came through the mesh from a workload that is not a gateway of MESH_GATEWAY_IDENTITIES, or without a workload identity, so its visitor cannot be told apart from any other: send it without Idempotency-Key, or route browsers through a named gateway' },
   INVALID_EMAIL: { status: 400, message: 'The email address is not acceptable' },
   LOCALE_NOT_AVAILABLE: { status: 400, message: 'The tenant has no message wording in this language' },
   INVALID_CODE_FORMAT: { status: 400, message: 'The code must be exactly 6 digits' },

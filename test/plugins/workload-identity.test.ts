@@ -287,6 +287,7 @@ t.test('a restricted key\'s Idempotency-Key needs a visitor the mesh can tell ap
   }
   const login = { 'idempotency-key': 'login-jo@example.com' }
   t.same(await dispatch(keys.acmeBrowser, { ...page, ...login }, 'jo@example.com'), [400, 'IDEMPOTENCY_KEY_UNSCOPED'], 'through the sidecar without an identity: refused, so no stranger meets the visitor\'s record')
+  t.same(await dispatch(keys.acmeBrowser, { ...page, ...login, ...xfcc(`${td}/edge/sa/ingress`), 'x-forwarded-for': '203.0.113.8' }, 'jo@example.com'), [400, 'IDEMPOTENCY_KEY_UNSCOPED'], 'through a workload not named as a gateway (every visitor one source): refused too')
   t.same(await dispatch(keys.acmeBrowser, page, 'jo@example.com'), [200, 'ok'], 'without the header: served')
   t.same(await dispatch(keys.acmeBrowser, { ...page, ...login, ...xfcc(GATEWAY), 'x-forwarded-for': '203.0.113.9' }, 'jo@example.com'), [200, 'ok'], 'through an identified gateway the visitor has its own namespace')
   t.same(await dispatch(keys.acmeLive, login, 'jo@example.com'), [200, 'ok'], 'a secret key\'s records are its backend\'s own, identity or not')
