@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
 import { sourceBucket } from '../lib/net/source-address.js'
+import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { FeedbackReply, SNS_BODY_LIMIT, SnsRequestBody } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'
@@ -41,7 +42,11 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
     }
   }, async function receive (request) {
     const { feedback, metrics } = fastify
-    const source = request.meshSource ?? sourceBucket(request.clientAddress, fastify.config.ipv6BucketPrefix) ?? request.clientAddress
+    // Every caller through the sidecar without an identity is one source: charging SNS's
+    // fetches to it would let one stranger spend them (SigningCertificates.publicKey).
+    const source = request.meshSource === UNIDENTIFIED_MESH_SOURCE
+      ? null
+      : request.meshSource ?? sourceBucket(request.clientAddress, fastify.config.ipv6BucketPrefix) ?? request.clientAddress
     try {
       const outcome = await feedback.receive(request.body, source)
       metrics.sesFeedback.inc({ outcome })

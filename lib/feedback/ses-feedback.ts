@@ -97,6 +97,22 @@ function sesOutcome (event: Record<string, unknown>): Array<{ address: string, t
   }
 }
 
+const SNS_HOST = /^sns\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$/
+const TOPIC_ARN = /^arn:(aws[a-z-]*):sns:([a-z0-9-]+):/
+
+/**
+ * SNS signs a topic's messages with a certificate on its own region's host: a message of a
+ * listed topic naming another region's host is not SNS's. Strangers could otherwise name
+ * made-up certificates on the slowest of SNS's hosts and hold every fetch in flight with few
+ * requests. Hosts of another shape are the operator's (SNS_SIGNING_CERT_URL_PATTERN).
+ */
+function onTopicsRegion (host: string, topicArn: string): boolean {
+  const served = SNS_HOST.exec(host)
+  if (served === null) return true
+  const topic = TOPIC_ARN.exec(topicArn)
+  return topic !== null && topic[2] === served[1] && (topic[1] === 'aws-cn') === (served[2] === '.cn')
+}
+
 /**
  * The HTTPS subscription of the SNS topic SES publishes a configuration set's events to.
  * Every message is checked before anything else happens: it is reduced to the fields SNS
@@ -120,8 +136,8 @@ export class SesFeedback {
     this.#confirm = options.confirm ?? defaultConfirm
   }
 
-  /** `source`: the sender's per-source bucket, which new certificate fetches are counted against. */
-  async receive (body: unknown, source: string): Promise<FeedbackOutcome> {
+  /** `source`: the sender's per-source bucket, which new certificate fetches are counted against (null: none, see SigningCertificates.publicKey). */
+  async receive (body: unknown, source: string | null): Promise<FeedbackOutcome> {
     const message = snsMessage(body)
     if (!this.#options.topicArns.has(message.topicArn)) throw new FeedbackRefused('SNS_TOPIC_NOT_ALLOWED', 'the topic is not one of SES_FEEDBACK_TOPIC_ARNS')
     const sentAt = Date.parse(message.timestamp)
@@ -129,6 +145,7 @@ export class SesFeedback {
     if (Number.isNaN(sentAt)) throw new FeedbackRefused('SNS_MESSAGE_INVALID', 'malformed Timestamp')
     if (sentAt < now - MAX_MESSAGE_AGE_MS || sentAt > now + MAX_CLOCK_SKEW_MS) throw new FeedbackRefused('SNS_MESSAGE_STALE', 'the message is older than an hour (or from the future)')
     const certificateUrl = signingCertificateUrl(message.signingCertUrl, this.#options.certUrlPattern)
+    if (!onTopicsRegion(certificateUrl.hostname, message.topicArn)) throw new FeedbackRefused('SNS_CERT_URL_NOT_ALLOWED', 'the certificate is not on the SNS host of the topic\'s region')
     if (!signatureVerifies(message, await this.#certificates.publicKey(certificateUrl, source))) throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
 
     if (!await this.#options.dedupe.claim(message.messageId)) return 'duplicate'

@@ -59,8 +59,13 @@ export class SigningCertificates {
     this.#timeoutMs = options.timeoutMs ?? CERT_FETCH_TIMEOUT_MS
   }
 
-  /** The public key of the certificate at `url` (checked by signingCertificateUrl), for a message from `source`. */
-  async publicKey (url: CertificateUrl, source: string): Promise<KeyObject> {
+  /**
+   * The public key of the certificate at `url` (checked by signingCertificateUrl), for a message
+   * from `source`; null when the sender cannot be told apart from any other (every caller
+   * through the mesh sidecar without an identity), whose one shared bucket would let a stranger
+   * spend SNS's own tokens: such fetches are bound by the fetches in flight alone.
+   */
+  async publicKey (url: CertificateUrl, source: string | null): Promise<KeyObject> {
     const id = hash('sha256', url.href, 'base64url')
     const known = this.#keys.get(id)
     if (known !== undefined && known.until > this.#now()) return known.key
@@ -80,7 +85,7 @@ export class SigningCertificates {
     }
   }
 
-  /** `source`: null for a renewal, which only the failed-URL memory and the fetches in flight bound. */
+  /** `source`: null for a renewal or a sender without a bucket of its own, which only the failed-URL memory and the fetches in flight bound. */
   #admit (id: string, source: string | null): void {
     const now = this.#now()
     const failedUntil = this.#failedUntil.get(id)

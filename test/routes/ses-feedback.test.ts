@@ -342,7 +342,11 @@ for (const store of ['memory', 'redis'] as const) {
       'https://sns.s3-website-us-east-1.amazonaws.com/SimpleNotificationService-abc.pem',
       'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-evil.pem',
       'https://sns.eu-west-1.amazonaws.com/certs/SimpleNotificationService-abc.pem',
-      'https://evil.example/SimpleNotificationService-abc.pem'
+      'https://evil.example/SimpleNotificationService-abc.pem',
+      // SNS's own shape, on another region's host than the topic's (eu-west-1): a far, slow host
+      // would let a few strangers hold every fetch in flight.
+      'https://sns.ap-southeast-3.amazonaws.com/SimpleNotificationService-0123456789abcdef0123456789abcdef.pem',
+      'https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-0123456789abcdef0123456789abcdef.pem'
     ]) await refused(app, sign(forged({ SigningCertURL: url }), '2', ATTACKER_KEY), 'SNS_CERT_URL_NOT_ALLOWED', url)
 
     t.same(evil.certFetches, [], 'the attacker\'s certificate was never fetched')

@@ -152,3 +152,13 @@ t.test('a certificate whose day is up is fetched again even while strangers spen
   served = false
   await t.rejects(certificates.publicKey(host.url(pem('ab')), 'sns'), FeedbackUnavailable, 'a day later it is gone: its old key is not used')
 })
+
+t.test('a sender without a bucket of its own (every caller through the sidecar without an identity) is bound by the fetches in flight alone', async (t) => {
+  const routes: Record<string, Route> = { [pem('ab')]: (response) => response.writeHead(200).end(CERT) }
+  for (let index = 0; index < 10; index++) routes[pem(`c${index}`)] = (response) => response.writeHead(404).end()
+  const host = await startHost(t, routes)
+  const certificates = new SigningCertificates()
+  // A stranger behind the same sidecar spends more than any bucket's burst on made-up URLs.
+  for (let index = 0; index < 10; index++) await t.rejects(certificates.publicKey(host.url(pem(`c${index}`)), null), FeedbackUnavailable, 'a failed fetch, never a 429')
+  t.equal((await certificates.publicKey(host.url(pem('ab')), null)).asymmetricKeyType, 'rsa', 'SNS\'s certificate through the same sidecar is still fetched')
+})
