@@ -2,11 +2,15 @@ import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { setImmediate } from 'node:timers/promises'
 import type { Services, ServicesObservers } from '../lib/compose.js'
 import { readManifest } from '../lib/manifest.js'
 import { headerCount } from '../lib/net/http-headers.js'
 import { usageReport, type UsageReport } from '../lib/quota/allowance.js'
 import type { Backlog } from '../lib/state/webhook-queue.js'
+
+/** Tenants whose allowance one turn of a scrape reads (see latestAllowances). */
+const ALLOWANCE_READS_PER_TURN = 100
 
 export interface Metrics {
   readonly registry: Registry
@@ -314,14 +318,32 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
   }))
 
   // Read at scrape time, per tenant of the tenants file: the quota store is shared by every
-  // instance, so each reports the same figures. A store that does not answer leaves them out
-  // of that scrape.
+  // instance, so each reports the same figures. Read ALLOWANCE_READS_PER_TURN tenants at a
+  // time, a turn of the event loop between them, so that a scrape with thousands of tenants
+  // does not hold every request behind it; a tenant whose read fails keeps its last figures
+  // (one failed read emptied every tenant's, and the near-allowance alert flapped).
+  const lastAllowances = new Map<string, UsageReport>()
   let allowances: Promise<Array<[string, UsageReport]>> | null = null
-  const latestAllowances = async (): Promise<Array<[string, UsageReport]>> => {
+  const readAllowances = async (): Promise<Array<[string, UsageReport]>> => {
     const now = Date.now()
-    allowances ??= Promise.all([...tenants.current.tenants.values()].map(async (tenant): Promise<[string, UsageReport]> => [tenant.id, await usageReport(state.quota, tenant, 'live', now)]))
-      .finally(() => { allowances = null })
-    return await allowances.catch(() => [])
+    const current = [...tenants.current.tenants.values()]
+    const read: Array<[string, UsageReport]> = []
+    for (let start = 0; start < current.length; start += ALLOWANCE_READS_PER_TURN) {
+      if (start > 0) await setImmediate()
+      const batch = await Promise.all(current.slice(start, start + ALLOWANCE_READS_PER_TURN).map(async (tenant) =>
+        await usageReport(state.quota, tenant, 'live', now).then((report) => report, () => lastAllowances.get(tenant.id))))
+      batch.forEach((report, index) => {
+        const id = current[start + index]?.id
+        if (id !== undefined && report !== undefined) read.push([id, report])
+      })
+    }
+    lastAllowances.clear()
+    for (const [id, report] of read) lastAllowances.set(id, report)
+    return read
+  }
+  const latestAllowances = async (): Promise<Array<[string, UsageReport]>> => {
+    allowances ??= readAllowances().finally(() => { allowances = null })
+    return await allowances
   }
   registry.registerMetric(new Gauge({
     name: 'email_otp_allowance_used',

@@ -6,9 +6,9 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import { internalApp, serverOptions } from '../../app.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
-import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { send } from '../support/http.js'
-import { freePort } from '../support/redis.js'
+import { freePort, redisTestOptions, startRedis } from '../support/redis.js'
 import { startServer } from '../support/service-process.js'
 
 const ORIGIN = 'https://app.acme.test'
@@ -206,4 +206,26 @@ t.test('METRICS_* configuration rules', async (t) => {
     t.match(error.message, message)
     t.notMatch(error.message, /short/, 'the token is never echoed')
   }
+})
+
+t.test('allowance gauges: every tenant read over several turns; a tenant whose read fails keeps its last figures', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  let tenants = 0
+  const { path } = writeTenants(t, (file) => {
+    const [first] = file.tenants
+    if (first === undefined) throw new Error('the fixture has a tenant')
+    // More than two turns' worth of tenants.
+    for (let index = 0; index < 250; index++) file.tenants.push({ ...first, id: `extra${index}`, keys: [], reviewAddresses: [] })
+    tenants = file.tenants.length
+  })
+  const { app } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+  const limits = async (): Promise<number> => {
+    const text = (await app.inject({ method: 'GET', url: '/metrics', headers: bearer(TEST_METRICS_TOKEN) })).body
+    return text.split('\n').filter((line) => line.startsWith('email_otp_allowance_limit{')).length
+  }
+  t.equal(await limits(), tenants, `one series a tenant (${tenants})`)
+  redis.freeze()
+  t.teardown(() => { redis.thaw() })
+  t.equal(await limits(), tenants, 'Redis silent: each tenant keeps its last figures')
 })
