@@ -7,6 +7,9 @@
  */
 export const READINESS_READ_MS = 500
 
+/** After this long an outstanding readiness command is given up and sent again (see NodeReplies.read). */
+const ABANDONED_AFTER_MS = 10_000
+
 /** A reply, or why there is none. */
 export type Outcome<T> = { ok: true, value: T } | { ok: false, error: unknown }
 
@@ -44,7 +47,7 @@ export class KeptReading<T> {
  */
 export class NodeReplies<T> {
   readonly #deadlineMs: number
-  readonly #outstanding = new Map<string, Promise<Outcome<T>>>()
+  readonly #outstanding = new Map<string, { reply: Promise<Outcome<T>>, sentAt: number }>()
   readonly #last = new Map<string, Outcome<T>>()
 
   constructor (deadlineMs = READINESS_READ_MS) {
@@ -53,18 +56,23 @@ export class NodeReplies<T> {
 
   /** `id` names the node and command (`host:port`, a key): one reply is kept per id. */
   async read (id: string, command: () => Promise<T>): Promise<Outcome<T> | null> {
-    let outstanding = this.#outstanding.get(id)
-    if (outstanding === undefined) {
-      outstanding = (async () => await command())().then(
+    let sent = this.#outstanding.get(id)
+    // A command that neither answered nor failed in ABANDONED_AFTER_MS (a Cluster client can
+    // hold one for a node it lost until its next slot refresh) is given up, so that one lost
+    // command does not blind readiness to its node for good.
+    if (sent === undefined || Date.now() - sent.sentAt > ABANDONED_AFTER_MS) {
+      const reply: Promise<Outcome<T>> = (async () => await command())().then(
         (value): Outcome<T> => ({ ok: true, value }),
         (error: unknown): Outcome<T> => ({ ok: false, error })
       ).then((outcome) => {
         this.#last.set(id, outcome)
-        this.#outstanding.delete(id)
+        if (this.#outstanding.get(id)?.reply === reply) this.#outstanding.delete(id)
         return outcome
       })
-      this.#outstanding.set(id, outstanding)
+      sent = { reply, sentAt: Date.now() }
+      this.#outstanding.set(id, sent)
     }
+    const outstanding = sent.reply
     let timer: NodeJS.Timeout | undefined
     // Decided one turn after the timer, once replies already received have been read (as
     // lib/store-errors.ts's timeout is): a late timer must not beat a reply that is waiting.
