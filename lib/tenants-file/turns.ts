@@ -1,4 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
+import { threadCpuMs } from '../mail/liquid.js'
 
 /**
  * The most units of work the loader does in one turn of the event loop. A unit is one entry of
@@ -25,14 +26,13 @@ export class LoadTurns {
 
   /** Runs one turn's work and records its units and its CPU time. */
   run<T> (work: () => T): T {
-    const start = process.threadCpuUsage()
+    const start = threadCpuMs()
     try {
       return work()
     } finally {
-      const used = process.threadCpuUsage(start)
       this.count++
       this.longestUnits = Math.max(this.longestUnits, this.#units)
-      this.longestCpuMs = Math.max(this.longestCpuMs, (used.user + used.system) / 1000)
+      this.longestCpuMs = Math.max(this.longestCpuMs, threadCpuMs() - start)
       this.#units = 0
     }
   }

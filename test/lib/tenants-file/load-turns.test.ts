@@ -15,6 +15,7 @@ import { schemaErrors, type SchemaProblem } from '../../../lib/tenants-file/sche
 import { LOAD_TURN_UNITS, LoadTurns } from '../../../lib/tenants-file/turns.js'
 import type { TenantRegistry } from '../../../lib/tenants/registry.js'
 import { TenantSchema } from '../../../schemas/tenants.js'
+import { threadCpuMs } from '../../../lib/mail/liquid.js'
 import { writeTenants } from '../../helper.js'
 
 /** Far above the few milliseconds a turn takes, far below the 300 ms one tenant's networks took in one turn. */
@@ -28,12 +29,12 @@ async function longestTurnCpuMs<T> (work: () => Promise<T>): Promise<{ result: T
   let longest = 0
   const watching = { on: true }
   const watch = (async () => {
-    let last = process.threadCpuUsage()
+    let last = threadCpuMs()
     while (watching.on) {
       await nextTurn()
-      const used = process.threadCpuUsage(last)
-      longest = Math.max(longest, (used.user + used.system) / 1000)
-      last = process.threadCpuUsage()
+      const now = threadCpuMs()
+      longest = Math.max(longest, now - last)
+      last = threadCpuMs()
     }
   })()
   try {
