@@ -1,7 +1,7 @@
 /*
  * What bounds a template's render, attack by attack: LiquidJS's own limits alone (as the
  * service had them: `renderLimit` 1000 ms, `memoryLimit` 500,000) against the service's
- * bounded engines (lib/mail/liquid-bounds.ts). `npm run bench:liquid-limits` (a minute).
+ * bounded engines (lib/mail/templating/liquid-bounds.ts). `npm run bench:liquid-limits` (a minute).
  *
  * Each attack sits on a branch the load's test renders do not take (`minutes == 7`), so it
  * passes the load checks that can pass it, and runs when a preview asks for 7 minutes: the
@@ -10,7 +10,7 @@
  * "refused at load" means the bounded engine never accepts the template at all.
  */
 import { Liquid } from 'liquidjs'
-import { CompiledPart, TemplateRuleError, type Part } from '../lib/mail/liquid.js'
+import { CompiledPart, TemplateRuleError, type Part } from '../lib/mail/templating/liquid.js'
 
 const REPEATS = 20
 const VALUES = { brand: 'Bench & Co', minutes: 7, requestedAt: '2026-01-31T09:05Z' }

@@ -4,12 +4,12 @@
  * language negotiation on hostile Accept-Language headers.
  * `npm run bench:templates`.
  *
- * A dispatch splices its code into pieces rendered once per minute (lib/mail/liquid.ts); the
+ * A dispatch splices its code into pieces rendered once per minute (lib/mail/templating/liquid.ts); the
  * last row is the render that happens when the minute changes, for every part at once.
  */
-import { composeVerificationMessage } from '../lib/mail/message.js'
-import { negotiateLocale } from '../lib/mail/locale.js'
-import { TenantTemplates } from '../lib/mail/tenant-templates.js'
+import { composeVerificationMessage } from '../lib/mail/templating/message.js'
+import { negotiateLocale } from '../lib/mail/templating/locale.js'
+import { TenantTemplates } from '../lib/mail/templating/tenant-templates.js'
 import { benchTenantsDocument, withTemplates } from './support/service.js'
 
 const OPERATIONS = 100_000
@@ -48,7 +48,7 @@ const rows: Array<[string, number]> = [
 process.stdout.write(`node ${process.version}, ${OPERATIONS} messages each\n`)
 for (const [what, micros] of rows) process.stdout.write(`${what.padEnd(50)} ${micros.toFixed(2).padStart(8)} µs\n`)
 
-// The language of a dispatch from a hostile Accept-Language (test/lib/mail/message.test.ts
+// The language of a dispatch from a hostile Accept-Language (test/lib/mail/templating/message.test.ts
 // only guards against a stall): what the length and entry caps leave to parse.
 const tenThousand = Array.from({ length: 10_000 }, (_, i) => `x${i % 10}-yy;q=0.${i % 10}`).join(', ')
 const headers: Array<[string, string]> = [

@@ -1,6 +1,6 @@
-import { renderVerificationParts } from '../lib/mail/message.js'
-import { PARTS, type Part } from '../lib/mail/liquid.js'
-import { TemplateFolders } from '../lib/mail/template-files.js'
+import { renderVerificationParts } from '../lib/mail/templating/message.js'
+import { PARTS, type Part } from '../lib/mail/templating/liquid.js'
+import { TemplateFolders } from '../lib/mail/templating/template-files.js'
 import { loadTenantsFile } from './tenants.js'
 import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 

@@ -1,4 +1,4 @@
-import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/template-files.js'
+import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/templating/template-files.js'
 import { TenantRegistry } from '../lib/tenants/registry.js'
 import { registryFromFile, TenantsFileError } from '../lib/tenants-file/load.js'
 import { TenantsFileSchema } from '../schemas/tenants.js'

@@ -8,7 +8,7 @@ import { TemplatePreviewBody, TemplatePreviewReply } from '../schemas/templates.
 const templateRoutes: FastifyPluginAsyncTypebox = async function templateRoutes (fastify) {
   // A tenant can mint many keys: its previews are counted per tenant too, across instances
   // when the limits live in Redis, and take turns per instance within a share of its time
-  // (lib/previews/template-previews.ts; lib/mail/liquid-bounds.ts bounds each part's render; see the
+  // (lib/previews/template-previews.ts; lib/mail/templating/liquid-bounds.ts bounds each part's render; see the
   // README's "Security model").
   const { preview: previewLimit } = fastify.config.routeLimits
   const previewsOfTenant = fastify.createRateLimit({

@@ -1,9 +1,9 @@
 import { apiError } from '../errors.js'
 import type { Tenant } from '../tenants/tenant.js'
 import { TenantTimeShare } from '../fairness/time-share.js'
-import { previewVerificationParts } from '../mail/message.js'
-import type { Part } from '../mail/liquid.js'
-import type { TemplateFallback } from '../mail/tenant-templates.js'
+import { previewVerificationParts } from '../mail/templating/message.js'
+import type { Part } from '../mail/templating/liquid.js'
+import type { TemplateFallback } from '../mail/templating/tenant-templates.js'
 
 /** The code a preview shows when the request names none. */
 const SAMPLE_CODE = '123456'
@@ -45,7 +45,7 @@ export interface PreviewHooks {
 /**
  * The tenant's verification message rendered with a sample code, as dispatch would send it,
  * nothing sent, stored or charged. Previews of one tenant take turns within a share of this
- * process's time (lib/mail/liquid-bounds.ts bounds each part's render).
+ * process's time (lib/mail/templating/liquid-bounds.ts bounds each part's render).
  */
 export class TemplatePreviews {
   readonly #rendering = new TenantTimeShare(PREVIEW_TIME_SHARE, PREVIEW_BURST_MS)

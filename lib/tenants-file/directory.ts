@@ -1,7 +1,7 @@
 import { watch, type FSWatcher } from 'node:fs'
 import { dirname } from 'node:path'
 import type { Logger } from 'pino'
-import { CheckedParts } from '../mail/tenant-templates.js'
+import { CheckedParts } from '../mail/templating/tenant-templates.js'
 import { problemPointer, type TenantRegistry } from '../tenants/registry.js'
 import { demoRegistry } from './demo.js'
 import { BuiltLists } from './lists.js'

@@ -1,5 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
-import { threadCpuMs } from '../mail/liquid.js'
+import { threadCpuMs } from '../mail/templating/liquid.js'
 
 /**
  * The most units of work the loader does in one turn of the event loop. A unit is one entry of

@@ -32,9 +32,9 @@ const TREE: Record<string, string[]> = {
   'lib/compose.ts': ['lib/otp/service.ts', 'lib/state/index.ts', 'lib/state/memory/tokens.ts'],
   'plugins/gauges.ts': ['lib/state/index.ts', 'lib/state/redis/tokens.ts'],
   'lib/unplaced/thing.ts': ['lib/net/address.ts'],
-  'lib/mail/mailer.ts': ['plugins/mailer.ts'],
-  'plugins/mailer.ts': ['lib/mail/log.ts'],
-  'lib/mail/log.ts': [],
+  'lib/mail/delivery/mailer.ts': ['plugins/mailer.ts'],
+  'plugins/mailer.ts': ['lib/mail/delivery/log.ts'],
+  'lib/mail/delivery/log.ts': [],
   'schemas/env.ts': ['lib/net/address.ts']
 }
 
@@ -72,7 +72,7 @@ t.test('the configuration reports the imports that break a layer, and only those
   const found = result.summary.violations.map((violation) => `${violation.rule.name}: ${violation.from} → ${violation.to}`).sort()
 
   t.same(found, [
-    'lib-below-the-app: lib/mail/mailer.ts → plugins/mailer.ts',
+    'lib-below-the-app: lib/mail/delivery/mailer.ts → plugins/mailer.ts',
     'no-circular: lib/net/cycle-a.ts → lib/net/cycle-b.ts',
     'lib-layers: lib/net/runs-up.ts → lib/otp/service.ts',
     'lib-layers: lib/quota/store.ts → lib/receipts/store.ts',

@@ -6,7 +6,7 @@
  * a busy 2-core machine: nothing stalls, every calm flow succeeds.
  */
 import t from 'tap'
-import { TenantTemplates } from '../../lib/mail/tenant-templates.js'
+import { TenantTemplates } from '../../lib/mail/templating/tenant-templates.js'
 import { attackDeployment, costliestPart, latencies, percentile, report, runAttack } from '../support/preview-attack.js'
 import { startServer } from '../support/service-process.js'
 

@@ -1,5 +1,5 @@
-import { CompiledPart, PARTS, type Part } from '../../lib/mail/liquid.js'
-import { TENANT_TEMPLATE_WORK_LIMIT } from '../../lib/mail/liquid-bounds.js'
+import { CompiledPart, PARTS, type Part } from '../../lib/mail/templating/liquid.js'
+import { TENANT_TEMPLATE_WORK_LIMIT } from '../../lib/mail/templating/liquid-bounds.js'
 
 /**
  * One language's subject, text and HTML, each near the bounds a part has on its own: hundreds

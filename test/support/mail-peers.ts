@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 import type { Test } from 'tap'
 import { SMTPServer, type SMTPServerOptions } from 'smtp-server'
 import { simpleParser, type ParsedMail } from 'mailparser'
-import { DeliveryError } from '../../lib/mail/transport.js'
+import { DeliveryError } from '../../lib/mail/delivery/transport.js'
 import { killOnExit } from './processes.js'
 import { freePort } from './redis.js'
 

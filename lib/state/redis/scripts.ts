@@ -423,7 +423,7 @@ export const SANDBOX_ADD_ARGS = scriptArgs({
  * Replies 0 once written, or the positions (from 1) of the pieces to send, with nothing
  * written. Each pieces key lives a retention after the last entry that names it, so it
  * outlives every entry a list shows; the pieces are outside the tenant's share, since a
- * tenant makes at most one set a minute per locale whatever it is sent (lib/mail/liquid.ts). A script rather than MULTI: fenced, a message
+ * tenant makes at most one set a minute per locale whatever it is sent (lib/mail/templating/liquid.ts). A script rather than MULTI: fenced, a message
  * the caller gave up on (its dispatch answered 503 and refunded) never appears later, and with
  * its shebang Redis refuses it whole at its memory limit. The share is trimmed in the same
  * step, so that it never stays over its bounds: the tenant's least recently written boxes go

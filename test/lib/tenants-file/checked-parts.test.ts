@@ -5,7 +5,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import t from 'tap'
-import { CheckedParts } from '../../../lib/mail/tenant-templates.js'
+import { CheckedParts } from '../../../lib/mail/templating/tenant-templates.js'
 import { registryFromFile } from '../../../lib/tenants-file/load.js'
 import type { TenantsFile } from '../../../schemas/tenants.js'
 import { writeTenants } from '../../helper.js'

@@ -15,7 +15,7 @@ import { schemaErrors, type SchemaProblem } from '../../../lib/tenants-file/sche
 import { LOAD_TURN_UNITS, LoadTurns } from '../../../lib/tenants-file/turns.js'
 import type { TenantRegistry } from '../../../lib/tenants/registry.js'
 import { TenantSchema } from '../../../schemas/tenants.js'
-import { threadCpuMs } from '../../../lib/mail/liquid.js'
+import { threadCpuMs } from '../../../lib/mail/templating/liquid.js'
 import { writeTenants } from '../../helper.js'
 
 /** Far above the few milliseconds a turn takes, far below the 300 ms one tenant's networks took in one turn. */

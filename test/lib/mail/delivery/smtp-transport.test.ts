@@ -1,10 +1,10 @@
 import t, { type Test } from 'tap'
 import type { AddressObject } from 'mailparser'
-import { freePort } from '../../support/redis.js'
-import { deliveryFailure, startSilentPeer, startSmtp, startTcpPeer } from '../../support/mail-peers.js'
-import { SmtpTransport } from '../../../lib/mail/smtp-transport.js'
-import { composeVerificationMessage } from '../../../lib/mail/message.js'
-import type { OutgoingMessage } from '../../../lib/mail/transport.js'
+import { freePort } from '../../../support/redis.js'
+import { deliveryFailure, startSilentPeer, startSmtp, startTcpPeer } from '../../../support/mail-peers.js'
+import { SmtpTransport } from '../../../../lib/mail/delivery/smtp-transport.js'
+import { composeVerificationMessage } from '../../../../lib/mail/templating/message.js'
+import type { OutgoingMessage } from '../../../../lib/mail/delivery/transport.js'
 
 const TIMEOUT_MS = 1000
 /** Generous slack over the timeout: CI machines are noisy. */

@@ -1,6 +1,6 @@
 import t from 'tap'
-import { CircuitBreaker, FailoverTransport } from '../../../lib/mail/failover.js'
-import { DeliveryError, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from '../../../lib/mail/transport.js'
+import { CircuitBreaker, FailoverTransport } from '../../../../lib/mail/delivery/failover.js'
+import { DeliveryError, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from '../../../../lib/mail/delivery/transport.js'
 
 const message: OutgoingMessage = { to: 'a@example.com', from: 'b@example.com', subject: 's', text: 't', html: 'h', tags: {} }
 

@@ -1,6 +1,6 @@
 import t from 'tap'
-import { composeVerificationMessage, escapeHtml, type VerificationMessageInput } from '../../../lib/mail/message.js'
-import { SUPPORTED_LOCALES, negotiateLocale, type Locale } from '../../../lib/mail/locale.js'
+import { composeVerificationMessage, escapeHtml, type VerificationMessageInput } from '../../../../lib/mail/templating/message.js'
+import { SUPPORTED_LOCALES, negotiateLocale, type Locale } from '../../../../lib/mail/templating/locale.js'
 
 const CODE = '482910'
 

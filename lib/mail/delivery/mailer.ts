@@ -1,13 +1,13 @@
 import type { Writable } from 'node:stream'
-import type { SandboxInbox } from '../state/sandbox-inbox.js'
-import type { KeyMode } from '../keys/api-keys.js'
+import type { SandboxInbox } from '../../state/sandbox-inbox.js'
+import type { KeyMode } from '../../keys/api-keys.js'
 import { RoundTrips } from './round-trips.js'
 import { simulateDelivery } from './simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
 import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
 import { SmtpTransport } from './smtp-transport.js'
-import { mailSendSpan } from '../telemetry/spans.js'
+import { mailSendSpan } from '../../telemetry/spans.js'
 import { DeliveryError, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface DeliveryContext {
@@ -132,7 +132,7 @@ export class Mailer {
   /**
    * For a page's dispatch that answers as a failed delivery, whether nothing was sent or the
    * provider refused after `refusedAfterMs`: takes as long as either would, from the tenant's
-   * recent live mail (lib/mail/round-trips.ts); sandbox mail, nothing, as the simulator's
+   * recent live mail (lib/mail/delivery/round-trips.ts); sandbox mail, nothing, as the simulator's
    * rejection (`fail@simulator.invalid`) waits for nothing.
    */
   async withhold (context: Pick<DeliveryContext, 'mode' | 'tenantId'>, refusedAfterMs?: number): Promise<void> {

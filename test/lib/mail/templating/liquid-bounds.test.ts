@@ -10,11 +10,11 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import t from 'tap'
-import { previewVerificationParts, renderVerificationParts } from '../../../lib/mail/message.js'
-import { CompiledPart, TemplateRuleError, type Part, type PartValues } from '../../../lib/mail/liquid.js'
-import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, LOAD_WORK_LIMIT, MARKUP_LIMIT, MEMORY_LIMIT, TAG_ARGUMENT_LIMIT, VALUE_LIMIT, markupCount, positionIn } from '../../../lib/mail/liquid-bounds.js'
-import { TenantTemplates } from '../../../lib/mail/tenant-templates.js'
-import { killOnExit } from '../../support/processes.js'
+import { previewVerificationParts, renderVerificationParts } from '../../../../lib/mail/templating/message.js'
+import { CompiledPart, TemplateRuleError, type Part, type PartValues } from '../../../../lib/mail/templating/liquid.js'
+import { ARRAY_LIMIT, DATE_FORMAT_LIMIT, LOAD_WORK_LIMIT, MARKUP_LIMIT, MEMORY_LIMIT, TAG_ARGUMENT_LIMIT, VALUE_LIMIT, markupCount, positionIn } from '../../../../lib/mail/templating/liquid-bounds.js'
+import { TenantTemplates } from '../../../../lib/mail/templating/tenant-templates.js'
+import { killOnExit } from '../../../support/processes.js'
 
 const STALL_GUARD_MS = 1000
 /** CPU time this process has spent, in ms (a preview's thread included). */

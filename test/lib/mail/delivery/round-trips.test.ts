@@ -1,11 +1,11 @@
 import t from 'tap'
 import { Writable } from 'node:stream'
-import { RoundTrips, SENDS_KEPT } from '../../../lib/mail/round-trips.js'
-import { Mailer } from '../../../lib/mail/mailer.js'
-import { parseConfig } from '../../../lib/config/from-env.js'
-import { MemorySandboxInbox } from '../../../lib/state/memory/sandbox-inbox.js'
-import type { OutgoingMessage } from '../../../lib/mail/transport.js'
-import { startSmtp } from '../../support/mail-peers.js'
+import { RoundTrips, SENDS_KEPT } from '../../../../lib/mail/delivery/round-trips.js'
+import { Mailer } from '../../../../lib/mail/delivery/mailer.js'
+import { parseConfig } from '../../../../lib/config/from-env.js'
+import { MemorySandboxInbox } from '../../../../lib/state/memory/sandbox-inbox.js'
+import type { OutgoingMessage } from '../../../../lib/mail/delivery/transport.js'
+import { startSmtp } from '../../../support/mail-peers.js'
 
 /** Round trips drawing the index they are told, and recording each wait instead of waiting. */
 function drivenRoundTrips (): { roundTrips: RoundTrips, waits: number[], picks: number[] } {

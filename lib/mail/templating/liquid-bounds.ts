@@ -33,7 +33,7 @@ export const RENDER_BUDGET_MS = 5
  * Time a part's render for dispatch may take (the process's CPU time: see CompiledPart); past
  * it the mail goes out in the built-in wording. Ten times the preview budget, so that a busy moment (another process on the core, a
  * garbage collection) never changes a tenant's mail: a template accepted at load renders within
- * half the preview budget. Dispatch renders are kept for the minute (lib/mail/liquid.ts), so
+ * half the preview budget. Dispatch renders are kept for the minute (lib/mail/templating/liquid.ts), so
  * even a template that only slows down on a branch the load did not take holds the event loop
  * this long at most once a minute per part and language.
  */

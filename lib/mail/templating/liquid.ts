@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { Context, Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
-import { spliceCode } from '../state/sandbox-inbox.js'
+import { spliceCode } from '../../state/sandbox-inbox.js'
 import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, LOAD_WORK_LIMIT, MARKUP_WORK_UNITS, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
@@ -72,7 +72,7 @@ export const FILE_TAGS: readonly string[] = ['include', 'render', 'layout', 'blo
  * system that refuses every call), call code, reach prototypes (`ownPropertyOnly`), print a
  * value unescaped in HTML (the `raw` filter is removed), use a variable or filter that does
  * not exist (strict: a typo is an error, not an empty string), or run without bounds: every
- * filter, comparison, capture and `case` is bounded (lib/mail/liquid-bounds.ts), with
+ * filter, comparison, capture and `case` is bounded (lib/mail/templating/liquid-bounds.ts), with
  * LiquidJS's own parse, time and allocation limits.
  */
 const engines = new Map<string, Liquid>()
@@ -280,7 +280,7 @@ export class CompiledPart {
     return compiled
   }
 
-  /** What a preview renders in its own thread (lib/mail/preview-renderer.ts) to compile this part again there. */
+  /** What a preview renders in its own thread (lib/mail/templating/preview-renderer.ts) to compile this part again there. */
   get recipe (): PartRecipe {
     return { part: this.part, locale: this.#locale, constants: this.#constants, source: this.#source }
   }

@@ -1,4 +1,4 @@
-import type { OutgoingMessage } from './transport.js'
+import type { OutgoingMessage } from '../delivery/transport.js'
 import { singleLine } from './liquid.js'
 import { TenantTemplates, requestTime, type RenderedMessage, type RenderInput, type TemplateFallback } from './tenant-templates.js'
 

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { createHash, createHmac, randomBytes } from 'node:crypto'
-import { KeyedSha256 } from '../../../lib/mail/keyed-sha256.js'
+import { KeyedSha256 } from '../../../../lib/mail/delivery/keyed-sha256.js'
 
 const digest = async (secret: string | Uint8Array | undefined, ...parts: Array<string | Uint8Array>): Promise<string> => {
   const hash = new KeyedSha256(secret)

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
-import { spliceCode, type BodyPieces } from '../state/sandbox-inbox.js'
+import { spliceCode, type BodyPieces } from '../../state/sandbox-inbox.js'
 import { TENANT_TEMPLATE_WORK_LIMIT } from './liquid-bounds.js'
 import { renderInPreviewThread } from './preview-renderer.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
@@ -272,7 +272,7 @@ export class TenantTemplates {
   /**
    * Renders the message in `locale` afresh, for a preview: the pieces dispatches use are neither
    * read nor replaced, and the tenant's parts render in the preview thread
-   * (lib/mail/preview-renderer.ts), so a costly template never holds the event loop. Falls back
+   * (lib/mail/templating/preview-renderer.ts), so a costly template never holds the event loop. Falls back
    * as `render` does. `renderMs`: the CPU time the tenant's parts took there.
    */
   async preview (locale: string, input: RenderInput): Promise<RenderedMessage & { fallback: TemplateFallback | null, renderMs: number }> {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { Writable } from 'node:stream'
-import { LogTransport } from '../../../lib/mail/log-transport.js'
-import type { OutgoingMessage } from '../../../lib/mail/transport.js'
+import { LogTransport } from '../../../../lib/mail/delivery/log-transport.js'
+import type { OutgoingMessage } from '../../../../lib/mail/delivery/transport.js'
 
 function message (to: string): OutgoingMessage {
   return { to, from: 'codes@example.com', subject: 'Your code', text: 'Your code is 123456\n\n', html: '<p>123456</p>', tags: {} }
