@@ -18,9 +18,14 @@
  * imports an adapter, nothing outside lib/state/redis/ imports ioredis or the key names
  * (lib/state/redis/keys.ts), and the domain objects over the stores (the admission gate) are
  * built above it, in lib/compose.ts.
+ *
+ * Mail is two units: lib/mail/delivery/ (the mailer, its transports) below lib/mail/templating/,
+ * whose composed message is the OutgoingMessage delivery sends. The pieces a template rendered
+ * around the code (lib/code-pieces.ts) sit at the bottom: templating makes them, and delivery
+ * and the sandbox inbox's ports and adapters pass them on without knowing what they are.
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/json-position.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/json-position.ts', 'lib/code-pieces.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry'],
   ['lib/state/*.ts'],
   ['lib/state/memory', 'lib/state/redis'],

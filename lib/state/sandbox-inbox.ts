@@ -1,3 +1,5 @@
+import type { BodyPieces } from '../code-pieces.js'
+
 /** A message a sandbox key "sent": kept for the tenant's own tests, never delivered. */
 export interface SandboxMessage {
   requestId: string
@@ -11,31 +13,8 @@ export interface SandboxMessage {
   createdAt: string
 }
 
-/**
- * A message's text and HTML as the pieces around its code (the part is its pieces joined with
- * the code), where a tenant's template rendered them; null for a part in the built-in wording.
- * The same arrays serve every dispatch of a minute, so a store can keep a minute's pieces
- * once and only the code with each message.
- */
-export interface BodyPieces {
-  text: readonly string[] | null
-  html: readonly string[] | null
-}
-
-/**
- * The rendered pieces with the code between them, without copying the pieces: V8 keeps the
- * concatenation of long strings as references to them until something reads it flat, so a
- * dispatch allocates a few dozen bytes instead of its part again. (A tenant's 320 KiB parts,
- * joined afresh on every dispatch, made the garbage collections every other tenant waits for:
- * bench/noisy-neighbour.md.)
- */
-export function spliceCode (pieces: readonly string[], code: string): string {
-  const [before, after] = pieces
-  return pieces.length === 2 && before !== undefined && after !== undefined ? before + code + after : pieces.join(code)
-}
-
 export interface SandboxInbox {
-  /** `pieces`: the message's text and HTML as pieces, when a store can use them. */
+  /** `pieces`: the message's text and HTML as a tenant's template rendered them, when it did. */
   add (tenantId: string, message: SandboxMessage, pieces?: BodyPieces): Promise<void>
   /** Newest first, messages younger than the retention only. */
   list (tenantId: string, address: string): Promise<SandboxMessage[]>

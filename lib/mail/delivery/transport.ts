@@ -1,4 +1,4 @@
-import type { BodyPieces } from '../../state/sandbox-inbox.js'
+import type { BodyPieces } from '../../code-pieces.js'
 
 /** A message ready to leave: every value is already rendered and header-safe. */
 export interface OutgoingMessage {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { CompiledPart, PARTS, SOURCE_LIMITS, TemplateRuleError, singleLine, type Part, type PartValues } from './liquid.js'
-import { spliceCode, type BodyPieces } from '../../state/sandbox-inbox.js'
+import type { BodyPieces } from '../../code-pieces.js'
 import { TENANT_TEMPLATE_WORK_LIMIT } from './liquid-bounds.js'
 import { renderInPreviewThread } from './preview-renderer.js'
 import { DEFAULT_LOCALE, SUPPORTED_LOCALES, isBuiltinLocale, matchLocale, negotiateLocale, type Locale, type LocaleChoice } from './locale.js'
@@ -258,10 +258,10 @@ export class TenantTemplates {
       const subject = parts.subject?.render(values, input.code) ?? BUILTIN_PARTS.subject(builtin, input.brand)
       part = 'text'
       const textPieces = parts.text?.pieces(values) ?? null
-      const text = textPieces === null ? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes) : spliceCode(textPieces, input.code)
+      const text = textPieces === null ? BUILTIN_PARTS.text(builtin, input.brand, input.code, input.minutes) : textPieces.splice(input.code)
       part = 'html'
       const htmlPieces = parts.html?.pieces(values) ?? null
-      const html = htmlPieces === null ? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes) : spliceCode(htmlPieces, input.code)
+      const html = htmlPieces === null ? BUILTIN_PARTS.html(builtin, input.brand, input.code, input.minutes) : htmlPieces.splice(input.code)
       return { locale, subject, text, html, pieces: { text: textPieces, html: htmlPieces }, fallback: null }
     } catch (error) {
       if (!(error instanceof TemplateRuleError)) throw error

@@ -1,4 +1,5 @@
-import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, spliceCode, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
+import type { BodyPieces } from '../../code-pieces.js'
+import { SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_SIZE_PER_TENANT, isFresh, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 
 function characters (message: SandboxMessage): number {
   return message.requestId.length + message.to.length + message.from.length + message.subject.length + message.text.length + message.html.length + message.code.length + message.createdAt.length
@@ -35,8 +36,8 @@ export class MemorySandboxInbox implements SandboxInbox {
   async add (tenantId: string, sent: SandboxMessage, pieces?: BodyPieces): Promise<void> {
     const message = {
       ...sent,
-      text: pieces?.text == null ? sent.text : spliceCode(pieces.text, sent.code),
-      html: pieces?.html == null ? sent.html : spliceCode(pieces.html, sent.code)
+      text: pieces?.text?.splice(sent.code) ?? sent.text,
+      html: pieces?.html?.splice(sent.code) ?? sent.html
     }
     let share = this.#shares.get(tenantId)
     if (share === undefined) {

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto'
 import type { SandboxMessage } from '../sandbox-inbox.js'
 
 /*
@@ -9,9 +8,9 @@ import type { SandboxMessage } from '../sandbox-inbox.js'
  *
  * A part a tenant's template rendered is not in the entry at all: the header names the pieces
  * around the code (sandboxPiecesKey, kept once for all the messages of a minute, see
- * StoredPieces) and the part is those pieces joined with the entry's code. Sending a tenant's
- * largest parts to Redis with every sandbox message made a flood of them cost every other
- * tenant on the connection (bench/noisy-neighbour.md).
+ * CodePieces.stored) and the part is those pieces with the entry's code spliced in. Sending a
+ * tenant's largest parts to Redis with every sandbox message made a flood of them cost every
+ * other tenant on the connection (bench/noisy-neighbour.md).
  */
 
 interface Header extends Omit<SandboxMessage, 'text' | 'html'> {
@@ -25,7 +24,7 @@ interface Header extends Omit<SandboxMessage, 'text' | 'html'> {
 /** An entry as read: the message, with the parts it names pieces for still to splice. */
 export interface SandboxEntry {
   message: SandboxMessage
-  /** Ids of the pieces (StoredPieces) the text and the HTML are the code spliced into; null for a part the entry holds. */
+  /** Ids of the pieces (CodePieces.stored) the text and the HTML are the code spliced into; null for a part the entry holds. */
   textPieces: string | null
   htmlPieces: string | null
 }
@@ -47,28 +46,20 @@ export function encodeSandboxEntry (message: SandboxMessage, pieces: PieceIds = 
   return `${JSON.stringify(header)}\n${pieces.text === null ? text : ''}${pieces.html === null ? html : ''}`
 }
 
-/**
- * The JSON header a value starts with (entries and stored pieces alike) and where the body
- * after its newline starts; null for a value this service did not write.
- */
-function jsonHeader (value: string): { header: unknown, body: number } | null {
-  const end = value.indexOf('\n')
-  if (end < 0) return null
-  try {
-    return { header: JSON.parse(value.slice(0, end)), body: end + 1 }
-  } catch {
-    return null
-  }
-}
-
 const optionalId = (id: unknown): id is string | undefined => id === undefined || (typeof id === 'string' && id !== '')
 
 /** What an entry holds, or null for an entry this service did not write. */
 export function decodeSandboxEntry (entry: string): SandboxEntry | null {
-  const split = jsonHeader(entry)
-  if (split === null) return null
-  const { header, body } = split
+  const end = entry.indexOf('\n')
+  if (end < 0) return null
+  let header: unknown
+  try {
+    header = JSON.parse(entry.slice(0, end))
+  } catch {
+    return null
+  }
   if (header === null || typeof header !== 'object') return null
+  const body = end + 1
   const { textLength, textPieces, htmlPieces, ...fields } = header as Header
   if (!Number.isSafeInteger(textLength) || textLength < 0 || body + textLength > entry.length) return null
   if (!optionalId(textPieces) || !optionalId(htmlPieces)) return null
@@ -87,43 +78,4 @@ export function decodeJsonSandboxEntry (entry: string): SandboxMessage | null {
   } catch {
     return null
   }
-}
-
-/**
- * A part's pieces as kept once in Redis: the JSON list of their lengths, a newline, the pieces
- * one after the other. `id` is the SHA-256 of that value, so that every instance rendering the
- * same minute's pieces names them alike and writes them once.
- */
-export interface StoredPieces {
-  id: string
-  value: string
-}
-
-/** Computed once per pieces array: the same array serves every dispatch of its minute. */
-const storedForm = new WeakMap<readonly string[], StoredPieces>()
-
-export function storedPieces (pieces: readonly string[]): StoredPieces {
-  let stored = storedForm.get(pieces)
-  if (stored === undefined) {
-    const value = `${JSON.stringify(pieces.map((piece) => piece.length))}\n${pieces.join('')}`
-    stored = { id: createHash('sha256').update(value).digest('base64url'), value }
-    storedForm.set(pieces, stored)
-  }
-  return stored
-}
-
-/** The pieces a stored value holds, or null for a value this service did not write. */
-export function decodePieces (value: string): string[] | null {
-  const split = jsonHeader(value)
-  if (split === null) return null
-  const { header: lengths, body } = split
-  if (!Array.isArray(lengths) || lengths.length === 0) return null
-  const pieces: string[] = []
-  let at = body
-  for (const length of lengths) {
-    if (!Number.isSafeInteger(length) || (length as number) < 0) return null
-    pieces.push(value.slice(at, at + (length as number)))
-    at += length as number
-  }
-  return at === value.length ? pieces : null
 }

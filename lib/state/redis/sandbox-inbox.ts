@@ -2,10 +2,11 @@ import type { RedisClient } from './client.js'
 import { sandboxEntriesKey, sandboxEntriesKeyPrefix, sandboxKey, sandboxPiecesKey, sandboxShareKeys } from './keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
-import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type BodyPieces, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
+import { CodePieces, type BodyPieces } from '../../code-pieces.js'
+import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
 import { packArgs } from './script-args.js'
 import { SANDBOX_ADD_ARGS, SANDBOX_ADD_LUA } from './scripts.js'
-import { decodeJsonSandboxEntry, decodePieces, decodeSandboxEntry, encodeSandboxEntry, storedPieces } from './sandbox-entry.js'
+import { decodeJsonSandboxEntry, decodeSandboxEntry, encodeSandboxEntry } from './sandbox-entry.js'
 
 const ADD_COMMAND = 'emailOtpSandboxAdd'
 
@@ -42,8 +43,8 @@ export class RedisSandboxInbox implements SandboxInbox {
   async add (tenantId: string, message: SandboxMessage, pieces?: BodyPieces): Promise<void> {
     const address = message.to.toLowerCase()
     const { boxes, bytes, total } = sandboxShareKeys(tenantId)
-    const text = pieces?.text == null ? null : storedPieces(pieces.text)
-    const html = pieces?.html == null ? null : storedPieces(pieces.html)
+    const text = pieces?.text?.stored ?? null
+    const html = pieces?.html?.stored ?? null
     const named = [text, html].filter((stored) => stored !== null)
     const call = (pieceValues: string[]): [number, ...string[]] => {
       const { keys, args } = packArgs(SANDBOX_ADD_ARGS, {
@@ -79,11 +80,11 @@ export class RedisSandboxInbox implements SandboxInbox {
     const entries = stored.flatMap((entry) => decodeSandboxEntry(entry) ?? []).filter((entry) => isFresh(entry.message, now))
     const ids = [...new Set(entries.flatMap((entry) => [entry.textPieces ?? [], entry.htmlPieces ?? []].flat()))]
     const values = ids.length === 0 ? [] : await storeCall('sandbox inbox read', async () => await this.#client.mget(ids.map((id) => sandboxPiecesKey(tenantId, id))))
-    const piecesById = new Map(ids.map((id, index) => [id, decodePieces(values[index] ?? '')]))
+    const piecesById = new Map(ids.map((id, index) => [id, CodePieces.fromStored(values[index] ?? '')]))
     // An entry whose pieces are gone (it outlived them by a clock's skew) is listed no longer.
     const splice = (id: string | null, kept: string, code: string): string | null => {
       if (id === null) return kept
-      return piecesById.get(id)?.join(code) ?? null
+      return piecesById.get(id)?.splice(code) ?? null
     }
     const messages = entries.flatMap(({ message, textPieces, htmlPieces }) => {
       const text = splice(textPieces, message.text, message.code)
