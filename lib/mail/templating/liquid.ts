@@ -294,8 +294,8 @@ export class CompiledPart {
   }
 
   /**
-   * The rendered pieces around the code (`render` joins them with it), kept until the values
-   * change: the same array for every dispatch of a minute. Throws TemplateRuleError.
+   * The rendered pieces around the code (`render` splices it in), kept until the values
+   * change: the same pieces for every dispatch of a minute. Throws TemplateRuleError.
    */
   pieces (values: PartValues): CodePieces {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
