@@ -1,9 +1,15 @@
 import type { Env } from '../../schemas/env.js'
 import { durationMs } from './env.js'
-import type { Config } from './types.js'
 
 /** What is refused of a source before its key is looked at: block lists, open connections, the pace of its refusals. */
-export function abuseConfig (env: Env): Pick<Config, 'blocklists' | 'maxConnectionsPerSource' | 'refusalPace'> {
+export interface AbuseConfig {
+  blocklists: { ipSources: string[], torSource: string | null, refreshMs: number }
+  maxConnectionsPerSource: number
+  /** How refusals to one source are paced (lib/net/refusal-pacing.ts); null when off. */
+  refusalPace: { perSecond: number, burst: number, maxDelayMs: number } | null
+}
+
+export function abuseConfig (env: Env): AbuseConfig {
   return {
     blocklists: {
       ipSources: (env.IP_BLOCKLISTS ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''),

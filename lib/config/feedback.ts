@@ -1,9 +1,15 @@
 import type { Env } from '../../schemas/env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
 
 /** Provider feedback: the SNS topics SES reports to, where their certificates may come from, how long a suppression lasts. */
-export function feedbackConfig (env: Env): Pick<Config, 'sesFeedback' | 'suppressionMs'> {
+export interface FeedbackConfig {
+  /** SNS topics whose messages POST /feedback/ses accepts, and where their signing certificates may come from. */
+  sesFeedback: { topicArns: ReadonlySet<string>, certUrlPattern: RegExp }
+  /** How long a suppression lasts. */
+  suppressionMs: number
+}
+
+export function feedbackConfig (env: Env): FeedbackConfig {
   let certUrlPattern: RegExp
   try {
     // Matched against the whole URL, anchors or not: `sns\.example` must not admit

@@ -19,8 +19,8 @@ export { ConfigError }
 /**
  * Validates the environment once; throws ConfigError naming the first bad variable. The
  * schema (schemas/env.ts) checks each value; each concern's module then reads its part of
- * Config and checks what its variables must agree on. A new setting is a schema entry and a
- * line in its concern's module.
+ * Config and checks what its variables must agree on. A new setting is an entry in the schema,
+ * and a field of its concern's part and the line that reads it, in that concern's module.
  */
 export function parseConfig (source: Readonly<Record<string, string | undefined>>): Config {
   const env = validEnv(source)

@@ -1,11 +1,21 @@
 import type { Env } from '../../schemas/env.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
+import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 import { durationMs, rateLimit } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
 
 /** The velocity limits of admission and of the other routes, the guess lockout, the IPv6 bucket. */
-export function limitsConfig (env: Env): Pick<Config, 'rateLimits' | 'mailboxLimit' | 'routeLimits' | 'lockout' | 'ipv6BucketPrefix'> {
+export interface LimitsConfig {
+  rateLimits: VelocityLimits
+  /** The service-wide cap per mailbox across tenants; null when switched off. */
+  mailboxLimit: RateLimit | null
+  /** Limits of the routes outside the OTP admission step: per key (account), per tenant (preview), per client (public). */
+  routeLimits: { account: RateLimit, preview: RateLimit, public: RateLimit }
+  lockout: LockoutPolicy
+  ipv6BucketPrefix: number
+}
+
+export function limitsConfig (env: Env): LimitsConfig {
   const lockout: LockoutPolicy = {
     threshold: env.LOCKOUT_THRESHOLD,
     baseMs: durationMs(env, 'LOCKOUT_DURATION'),

@@ -1,10 +1,24 @@
 import type { Env } from '../../schemas/env.js'
 import { durationMs } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
 
 /** The listeners (public and internal), their timeouts and body limit, logging, the shutdown drain. */
-export function listenerConfig (env: Env): Pick<Config, 'host' | 'port' | 'logLevel' | 'bodyLimitBytes' | 'metricsToken' | 'metricsListener' | 'requestTimeoutMs' | 'captchaTimeoutMs' | 'keepAliveTimeoutMs' | 'shutdownGraceMs' | 'shutdownDrainMs'> {
+export interface ListenerConfig {
+  host: string
+  port: number
+  logLevel: Env['LOG_LEVEL']
+  bodyLimitBytes: number
+  metricsToken: string | null
+  /** The internal listener for /metrics and readiness details; null when METRICS_PORT is unset. */
+  metricsListener: { host: string, port: number } | null
+  requestTimeoutMs: number
+  captchaTimeoutMs: number
+  keepAliveTimeoutMs: number
+  shutdownGraceMs: number
+  shutdownDrainMs: number
+}
+
+export function listenerConfig (env: Env): ListenerConfig {
   if (env.METRICS_HOST !== undefined && env.METRICS_PORT === undefined) {
     throw new ConfigError('METRICS_HOST', 'is only used with METRICS_PORT')
   }

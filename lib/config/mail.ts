@@ -3,12 +3,15 @@ import type { MailerConfig, MailTransportName } from '../mail/mailer.js'
 import { validateEmail } from '../recipients/address.js'
 import { durationMs } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
+
+/** How live mail leaves: the providers in order, each one's settings, the sender, the breaker (the providers' settings are the mailer's own). */
+export interface MailConfig extends MailerConfig {
+  mailFrom: string
+}
 
 const DEFAULT_LOG_SENDER = 'Email OTP <no-reply@localhost>'
 
-/** How live mail leaves: the providers in order, each one's settings, the sender, the breaker. */
-export function mailConfig (env: Env): MailerConfig & Pick<Config, 'mailFrom'> {
+export function mailConfig (env: Env): MailConfig {
   const mailTransports = env.MAIL_TRANSPORT.split(',') as MailTransportName[]
   if (new Set(mailTransports).size !== mailTransports.length) {
     throw new ConfigError('MAIL_TRANSPORT', `names a provider twice (${env.MAIL_TRANSPORT})`)

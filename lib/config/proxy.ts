@@ -1,11 +1,18 @@
 import type { Env } from '../../schemas/env.js'
-import { gatewayIdentityProblem, type MeshGateways } from '../net/workload-identity.js'
+import { gatewayIdentityProblem, type MeshGateways, type MeshIdentityHeader } from '../net/workload-identity.js'
 import { parseCidrList } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
 
 /** Who stands in front of the service: the proxies whose X-Forwarded-For is trusted, and a mesh sidecar's identity header. */
-export function proxyConfig (env: Env): Pick<Config, 'trustProxy' | 'meshIdentityHeader' | 'meshGateways'> {
+export interface ProxyConfig {
+  trustProxy: string[]
+  /** Where a trusted sidecar passes the caller's workload identity; null: not read. */
+  meshIdentityHeader: MeshIdentityHeader | null
+  /** The identities whose requests are counted per forwarded end client; null: `none`, or no mesh identity read. */
+  meshGateways: MeshGateways | null
+}
+
+export function proxyConfig (env: Env): ProxyConfig {
   const trustProxy = parseCidrList('TRUST_PROXY', env.TRUST_PROXY)
   if (env.MESH_IDENTITY_HEADER !== undefined && trustProxy.length === 0) {
     throw new ConfigError('MESH_IDENTITY_HEADER', 'needs TRUST_PROXY: the identity is read only from the address the sidecar connects from (127.0.0.6 behind Istio)')

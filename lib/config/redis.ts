@@ -2,7 +2,18 @@ import { EnvSchema, type Env } from '../../schemas/env.js'
 import type { RedisAccess, RedisNode, RedisTopology } from '../state/index.js'
 import { defaultDurationMs, durationMs } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
+
+/** Where state lives: Redis (its topology, the client's timeout and acknowledgements) or the embedded default. */
+export interface StateConfig {
+  redisUrl: string | null
+  /** Null on the embedded (in-memory) default. */
+  redis: RedisTopology | null
+  redisCommandTimeoutMs: number
+  /** Replicas that must acknowledge a dispatch's or verify's write, and how long to wait for them. */
+  redisReplicaAcks: { count: number, timeoutMs: number }
+  /** The embedded default's cap on live codes per tenant and mode. */
+  memoryStoreMaxTokens: number
+}
 
 const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const
 
@@ -44,7 +55,7 @@ export function redisTopology (env: Env): { topology: RedisTopology, variable: s
  * a setting without effect would let an operator count on a guarantee the service does not
  * give. A variable left at its default, as .env.example spells them all, chooses nothing.
  */
-export function stateConfig (env: Env, redis: { topology: RedisTopology, variable: string } | null): Pick<Config, 'redisUrl' | 'redis' | 'redisCommandTimeoutMs' | 'redisReplicaAcks' | 'memoryStoreMaxTokens'> {
+export function stateConfig (env: Env, redis: { topology: RedisTopology, variable: string } | null): StateConfig {
   const redisVariable = redis?.variable ?? null
   const commandTimeoutMs = durationMs(env, 'REDIS_COMMAND_TIMEOUT_MS')
   const replicaAcks = { count: env.REDIS_REPLICA_ACKS, timeoutMs: durationMs(env, 'REDIS_REPLICA_ACK_TIMEOUT_MS') }

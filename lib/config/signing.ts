@@ -4,14 +4,34 @@ import type { MacKey } from '../keys/mac-key.js'
 import { parseReceiptSigningKeys, type ReceiptKeyMaterial } from '../receipts/signing-keys.js'
 import { durationSeconds } from './env.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
+
+/** The keys that sign codes and receipts and tag recipients, and how long codes and receipts live. */
+export interface SigningConfig {
+  hmacKeys: MacKey[]
+  /** True when no OTP_HMAC_KEYS was given and a process-local key was generated. */
+  hmacKeyGenerated: boolean
+  /**
+   * The key of recipient tags and derived address hashes (RECIPIENT_TAG_KEY), which never
+   * rotates with `hmacKeys`. Unset, the secret of the only HMAC key, whose id `borrowedFrom`
+   * names (null when the variable is set, or on the embedded default's per-process key).
+   * `accept`: RECIPIENT_TAG_KEY_ACCEPT, the fingerprint of a new key to adopt over the one
+   * Redis's data was written under.
+   */
+  recipientTagKey: { secret: Buffer, borrowedFrom: string | null, accept: string | null }
+  otpTtlSeconds: number
+  receipts: {
+    /** Null: derived from the HMAC keys (see lib/receipts/signing-keys.ts). */
+    signingKeys: ReceiptKeyMaterial[] | null
+    issuer: string
+    ttlSeconds: number
+  }
+}
 
 /**
- * The keys that sign codes and receipts and tag recipients, and how long codes and receipts
- * live. `redisVariable`: the variable that chose Redis, null on the embedded default, where a
+ * `redisVariable`: the variable that chose Redis, null on the embedded default, where a
  * per-process key may stand in (every instance on Redis must sign with the same one).
  */
-export function signingConfig (env: Env, redisVariable: string | null): Pick<Config, 'hmacKeys' | 'hmacKeyGenerated' | 'recipientTagKey' | 'otpTtlSeconds' | 'receipts'> {
+export function signingConfig (env: Env, redisVariable: string | null): SigningConfig {
   const hmacKeys = env.OTP_HMAC_KEYS === undefined ? null : signingFirst('OTP_HMAC_SIGNING_KEY', 'OTP_HMAC_KEYS', parseMacKeys(env.OTP_HMAC_KEYS), (key) => key.id, env.OTP_HMAC_SIGNING_KEY)
   if (hmacKeys === null && env.OTP_HMAC_SIGNING_KEY !== undefined) throw new ConfigError('OTP_HMAC_SIGNING_KEY', 'is only used with OTP_HMAC_KEYS')
   if (hmacKeys === null && redisVariable !== null) {
@@ -65,7 +85,7 @@ const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
  * holds (the service tagged recipients with the signing key before the variable existed).
  * With several keys, which one would depend on the phase of a rotation, so it must be named.
  */
-function recipientTagKeyOf (env: Env, hmacKeys: MacKey[] | null): Config['recipientTagKey'] {
+function recipientTagKeyOf (env: Env, hmacKeys: MacKey[] | null): SigningConfig['recipientTagKey'] {
   const accept = env.RECIPIENT_TAG_KEY_ACCEPT ?? null
   if (env.RECIPIENT_TAG_KEY !== undefined) {
     const secret = Buffer.from(env.RECIPIENT_TAG_KEY, 'base64')

@@ -1,10 +1,19 @@
 import { EnvSchema, type Env } from '../../schemas/env.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../mail/template-files.js'
 import { ConfigError } from './error.js'
-import type { Config } from './types.js'
+import type { AbuseConfig } from './abuse.js'
 
-/** The tenants file, its size cap and the tenants' template folders; `blocklists`: files the template root must keep clear of. */
-export function tenantsConfig (env: Env, blocklists: Config['blocklists']): Pick<Config, 'tenantsFile' | 'templatesDir' | 'tenantsFileMaxBytes'> {
+/** The tenants file, its size cap and the tenants' template folders. */
+export interface TenantsConfig {
+  tenantsFile: string | null
+  /** The root of the tenants' template folders (`<root>/<tenant id>/`); null without a tenants file. */
+  templatesDir: string | null
+  /** TENANTS_FILE_MAX_BYTES: a larger tenants file is refused before it is read. */
+  tenantsFileMaxBytes: number
+}
+
+/** `blocklists`: files the template root must keep clear of. */
+export function tenantsConfig (env: Env, blocklists: AbuseConfig['blocklists']): TenantsConfig {
   return { tenantsFile: env.TENANTS_FILE ?? null, templatesDir: templatesFolder(env, blocklists), tenantsFileMaxBytes: env.TENANTS_FILE_MAX_BYTES }
 }
 
@@ -12,7 +21,7 @@ export function tenantsConfig (env: Env, blocklists: Config['blocklists']): Pick
  * TEMPLATES_DIR, or `templates/` beside the tenants file: a folder that holds tenants'
  * template files and nothing else the service reads.
  */
-function templatesFolder (env: Env, blocklists: Config['blocklists']): string | null {
+function templatesFolder (env: Env, blocklists: AbuseConfig['blocklists']): string | null {
   if (env.TENANTS_FILE === undefined) {
     if (env.TEMPLATES_DIR !== undefined) throw new ConfigError('TEMPLATES_DIR', 'is only used with TENANTS_FILE')
     if (env.TENANTS_FILE_MAX_BYTES !== EnvSchema.properties.TENANTS_FILE_MAX_BYTES.default) throw new ConfigError('TENANTS_FILE_MAX_BYTES', 'is only used with TENANTS_FILE')

@@ -1,9 +1,20 @@
 import type { Env } from '../../schemas/env.js'
 import { durationMs, parseCidrList } from './env.js'
-import type { Config } from './types.js'
 
 /** Webhook delivery: its bounds per endpoint and tenant, its retries, where targets may connect. */
-export function webhooksConfig (env: Env): Pick<Config, 'webhooks'> {
+export interface WebhooksConfig {
+  webhooks: {
+    timeoutMs: number
+    concurrencyPerEndpoint: number
+    maxInFlightPerTenant: number
+    maxQueuedPerTenant: number
+    retry: { baseMs: number, maxDelayMs: number, forMs: number }
+    allowHttpLoopback: boolean
+    allowedNetworks: string[]
+  }
+}
+
+export function webhooksConfig (env: Env): WebhooksConfig {
   const retryBaseMs = durationMs(env, 'WEBHOOK_RETRY_BASE_MS')
   return {
     webhooks: {
