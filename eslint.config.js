@@ -51,5 +51,14 @@ export default [
     rules: {
       'no-restricted-imports': ['error', { paths: [REDIS_ONLY_IN_STATE], patterns: [{ group: ['fastify', 'fastify-plugin', '@fastify/*', '!@fastify/error', '../plugins/*', '../routes/*', '../app.js', '../server.js'], message: 'cli/ programs use lib/ and schemas/, not the server.' }] }]
     }
+  },
+  {
+    // The sandbox is written `test` on the wire only: the code asks isSandbox(mode) or names
+    // SANDBOX_MODE (lib/keys/api-keys.ts), so that the word means one thing (docs/architecture.md#glossary).
+    files: ['lib/**/*.ts', 'plugins/**/*.ts', 'routes/**/*.ts', 'cli/**/*.ts', 'app.ts', 'server.ts'],
+    ignores: ['lib/keys/api-keys.ts'],
+    rules: {
+      'no-restricted-syntax': ['error', { selector: "Literal[value='test']", message: 'The sandbox mode is SANDBOX_MODE, asked with isSandbox(mode) (lib/keys/api-keys.ts).' }]
+    }
   }
 ]

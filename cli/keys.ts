@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs'
 import { readFile, rename, writeFile } from 'node:fs/promises'
 import { CommandError, envValue, helpFor, parse, required, text, UsageError, type Io } from './program.js'
 import { TemplateFolders } from '../lib/mail/templating/template-files.js'
-import { generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/keys/api-keys.js'
+import { KEY_MODES, generateKey, hashKey, type KeyKind, type KeyMode } from '../lib/keys/api-keys.js'
 import { generateCode } from '../lib/otp/codes.js'
 import { describeEmailRejection, validateEmail } from '../lib/recipients/address.js'
 import { describeJsonError } from '../lib/json-position.js'
@@ -218,7 +218,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
 
   const tenantId = tenantOption(values)
   const kind = oneOf<KeyKind>(values, 'kind', ['secret', 'restricted'])
-  const mode = oneOf<KeyMode>(values, 'mode', ['live', 'test'])
+  const mode = oneOf<KeyMode>(values, 'mode', KEY_MODES)
   const origins = originsOf(values)
   const workloads = workloadsOf(values)
   const chosenId = text(values, 'id')

@@ -3,11 +3,32 @@
  * strings, so that schemas stay the bottom layer: lib builds its RegExps from these.
  */
 
+/**
+ * A pattern of the environment schema with what it asks for in words: `rule` ends the error
+ * line of a value that does not match ("Invalid configuration: NAME must be…"), `words` is the
+ * configuration table's "Allowed values". Kept beside the regex so that neither can drift from it.
+ */
+export interface NamedPattern {
+  pattern: string
+  rule: string
+  words: string
+}
+
 /** A velocity limit, `max/window`: `5/15m`, `30/1m`, `600/1h`. */
 export const RATE_LIMIT_PATTERN = '^[0-9]{1,9}/[1-9][0-9]{0,6}[smhd]$'
 
+export const RATE_LIMIT: NamedPattern = {
+  pattern: RATE_LIMIT_PATTERN,
+  rule: 'must be max/window: a whole number, a slash, then a window such as 1m, 15m, 1h or 1d (e.g. 30/1m)',
+  words: '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'
+}
+
 /** A velocity limit that can be switched off. */
-export const RATE_LIMIT_OR_OFF_PATTERN = '^([0-9]{1,9}/[1-9][0-9]{0,6}[smhd]|off)$'
+export const RATE_LIMIT_OR_OFF: NamedPattern = {
+  pattern: '^([0-9]{1,9}/[1-9][0-9]{0,6}[smhd]|off)$',
+  rule: 'must be max/window (e.g. 15/15m) or off',
+  words: '`max/window` (`15/15m`), or `off`'
+}
 
 /** A quota window: `<n>s`, `<n>m`, `<n>h`, `<n>d` or `month`. */
 export const WINDOW_PATTERN = '^([1-9][0-9]{0,6}[smhd]|month)$'
@@ -35,7 +56,11 @@ export const WORKLOAD_MAX_LENGTH = 2048
 export const KEY_PATTERN = '^(sk|rk)_(live|test)_[0-9A-Za-z]{32,128}$'
 
 /** MAIL_TRANSPORT: `log`, or one or two providers in the order a send tries them. */
-export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
+export const MAIL_TRANSPORT: NamedPattern = {
+  pattern: '^(log|(ses|smtp)(,(ses|smtp))?)$',
+  rule: 'must be one of log, ses, smtp, or two providers in the order to try them (ses,smtp or smtp,ses)',
+  words: '`log`, `ses`, `smtp`, `ses,smtp`, `smtp,ses`'
+}
 
 /**
  * SNS's own signing-certificate URLs, and nothing else: HTTPS on
@@ -47,7 +72,11 @@ export const MAIL_TRANSPORT_PATTERN = '^(log|(ses|smtp)(,(ses|smtp))?)$'
 export const DEFAULT_SNS_CERT_URL_PATTERN = '^https://sns\\.[a-z]{2}(-[a-z]+)+-[0-9]\\.amazonaws\\.com(\\.cn)?/SimpleNotificationService-[0-9a-f]+\\.pem$'
 
 /** SES_FEEDBACK_TOPIC_ARNS: comma-separated ARNs. */
-export const ARN_LIST_PATTERN = '^arn:[^,\\s]+(,arn:[^,\\s]+)*$'
+export const ARN_LIST: NamedPattern = {
+  pattern: '^arn:[^,\\s]+(,arn:[^,\\s]+)*$',
+  rule: 'must be one or more ARNs (arn:aws:sns:…), comma-separated',
+  words: 'ARNs, comma-separated (`arn:aws:sns:eu-west-1:123456789012:ses-events`)'
+}
 
 /**
  * A duration: a whole number then ms, s, m, h or d (`500ms`, `5s`, `15m`, `24h`, `30d`). A

@@ -2,7 +2,6 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { EnvSchema } from '../schemas/env.js'
 import { importReport } from './deps-report.js'
-import { ARN_LIST_PATTERN, MAIL_TRANSPORT_PATTERN, RATE_LIMIT_OR_OFF_PATTERN, RATE_LIMIT_PATTERN } from '../schemas/patterns.js'
 import { prometheusRule, prometheusRulePath } from './prometheus-rule.js'
 
 /** The page whose table of environment variables is written from the schema. */
@@ -26,27 +25,13 @@ interface VariableSchema {
   maximum?: number
   minLength?: number
   pattern?: string
+  /** A named pattern's allowed values in words (schemas/patterns.ts, NamedPattern). */
+  patternWords?: string
   anyOf?: Array<{ const?: unknown }>
   durationUnit?: 'ms' | 's' | null
   durationMinimum?: string
   durationMaximum?: string
 }
-
-/** Patterns said in words; any other pattern is shown as it is, so the table is never wrong. */
-const PATTERN_WORDS = new Map<string, string>([
-  [RATE_LIMIT_PATTERN, '`max/window`, window in `s`, `m`, `h` or `d` (`30/1m`)'],
-  [RATE_LIMIT_OR_OFF_PATTERN, '`max/window` (`15/15m`), or `off`'],
-  [ARN_LIST_PATTERN, 'ARNs, comma-separated (`arn:aws:sns:eu-west-1:123456789012:ses-events`)'],
-  [MAIL_TRANSPORT_PATTERN, '`log`, `ses`, `smtp`, `ses,smtp`, `smtp,ses`'],
-  ['^rediss?://', 'a `redis://` or `rediss://` URL'],
-  ['^smtps?://', 'an `smtp://` or `smtps://` URL'],
-  ['^https?://', 'an `http://` or `https://` URL'],
-  ['^\\S+$', 'one word, no spaces'],
-  ['^[\\x21-\\x7e]{1,200}$', '1 to 200 printable ASCII characters, no space'],
-  ['^[a-z]{2}(-[a-z]+)+-[0-9]+$', 'an AWS region name (`eu-west-1`)'],
-  ['^[A-Za-z0-9_-]{1,64}$', '1 to 64 letters, digits, `_` or `-`'],
-  ['^[A-Za-z0-9_-]{1,16}$', '1 to 16 letters, digits, `_` or `-`']
-])
 
 function code (value: unknown): string {
   return `\`${String(value)}\``
@@ -62,7 +47,8 @@ function allowedValues (schema: VariableSchema): string {
     const plain = schema.durationUnit === 'ms' ? '; a plain number is milliseconds' : schema.durationUnit === 's' ? '; a plain number is seconds' : ''
     return `a duration, ${code(schema.durationMinimum)} to ${code(schema.durationMaximum)}: a number and \`ms\`, \`s\`, \`m\`, \`h\` or \`d\` (\`30s\`, \`24h\`)${plain}`
   }
-  if (schema.pattern !== undefined) return PATTERN_WORDS.get(schema.pattern) ?? `matching ${code(schema.pattern)}`
+  // A pattern without words is shown as it is, so the table is never wrong.
+  if (schema.pattern !== undefined) return schema.patternWords ?? `matching ${code(schema.pattern)}`
   if (schema.minLength !== undefined && schema.minLength > 1) return `at least ${schema.minLength} characters`
   return 'text'
 }

@@ -1,6 +1,6 @@
 import { errorCatalog, type ErrorCode } from '../../schemas/error-catalog.js'
 import { quotaHeaders } from '../quota/allowance.js'
-import type { AdmissionStore, Audience, DispatchPlan, Exceeded, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
+import type { AdmissionStore, Lane, DispatchPlan, Exceeded, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../state/admission.js'
 import type { QuotaDecision } from '../state/quota.js'
 import { OverLimitMemory } from './over-limit.js'
 
@@ -68,12 +68,12 @@ function rateLimitHeaders (limit: LimitHit, count: WindowCount): Headers {
 }
 
 /**
- * The limits an audience may hear about. A page only learns about its own source's bucket:
+ * The limits a lane may hear about. A page only learns about its own source's bucket:
  * the others (a recipient's, the key's) are shared with other callers, and their counts would
  * tell it what those callers did.
  */
-function audible (audience: Audience, limit: LimitHit): boolean {
-  return audience === 'backend' || limit.name === 'source'
+function audible (lane: Lane, limit: LimitHit): boolean {
+  return lane === 'backend' || limit.name === 'source'
 }
 
 /**
@@ -93,8 +93,8 @@ function mailboxCapRefusal (cap: LimitHit, recipient: LimitHit | undefined): Ref
 }
 
 /** The 429 for a limit gone past; `limits`: the request's, among which the tenant's recipient limit. */
-function limitRefusal (audience: Audience, { limit, count }: Exceeded, limits: readonly LimitHit[] = []): Refusal {
-  if (!audible(audience, limit)) return browserRefusal()
+function limitRefusal (lane: Lane, { limit, count }: Exceeded, limits: readonly LimitHit[] = []): Refusal {
+  if (!audible(lane, limit)) return browserRefusal()
   if (limit.name === 'mailbox') return mailboxCapRefusal(limit, limits.find((candidate) => candidate.name === 'recipient'))
   const retry = seconds(count.ttlMs)
   return {
@@ -104,12 +104,12 @@ function limitRefusal (audience: Audience, { limit, count }: Exceeded, limits: r
   }
 }
 
-/** The RateLimit-* headers of the tightest limit the audience may hear about. */
-function limitHeaders (audience: Audience, limits: readonly LimitHit[], counts: readonly WindowCount[]): Headers {
+/** The RateLimit-* headers of the tightest limit the lane may hear about. */
+function limitHeaders (lane: Lane, limits: readonly LimitHit[], counts: readonly WindowCount[]): Headers {
   let tightest: { limit: LimitHit, count: WindowCount, remaining: number } | null = null
   for (const [index, limit] of limits.entries()) {
     const count = counts[index]
-    if (count === undefined || !audible(audience, limit)) continue
+    if (count === undefined || !audible(lane, limit)) continue
     const remaining = limit.max - count.current
     if (tightest === null || remaining < tightest.remaining) tightest = { limit, count, remaining }
   }
@@ -136,15 +136,15 @@ export class AdmissionGate {
   }
 
   /** The store's 429, remembered for the caller's next requests. */
-  #limited (audience: Audience, exceeded: Exceeded, limits: readonly LimitHit[] = []): Refusal {
+  #limited (lane: Lane, exceeded: Exceeded, limits: readonly LimitHit[] = []): Refusal {
     this.#overLimit?.remember(exceeded)
-    return limitRefusal(audience, exceeded, limits)
+    return limitRefusal(lane, exceeded, limits)
   }
 
   /** A caller's own bucket remembered past its limit: the same 429 without a round trip. */
-  #remembered (audience: Audience, limits: readonly LimitHit[]): Refusal | null {
+  #remembered (lane: Lane, limits: readonly LimitHit[]): Refusal | null {
     const exceeded = this.#overLimit?.exceeded(limits) ?? null
-    return exceeded === null ? null : limitRefusal(audience, exceeded)
+    return exceeded === null ? null : limitRefusal(lane, exceeded)
   }
 
   /**
@@ -153,31 +153,31 @@ export class AdmissionGate {
    * it computes the keyed hashes and the new code a refused request never uses.
    */
   refusedAtOnce (plan: RefusalPlan): Refusal | null {
-    return this.#remembered(plan.audience, plan.limits)
+    return this.#remembered(plan.lane, plan.limits)
   }
 
   async dispatch (plan: DispatchPlan): Promise<DispatchDecision> {
-    const { audience } = plan
-    const remembered = this.#remembered(audience, plan.ownLimits)
+    const { lane } = plan
+    const remembered = this.#remembered(lane, plan.ownLimits)
     if (remembered !== null) return { kind: 'refused', refusal: remembered }
     const counts = await this.#store.dispatch(plan)
     if (counts.kind === 'collision') return counts
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(audience, counts.exceeded, [...plan.ownLimits, ...plan.sharedLimits]) }
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(lane, counts.exceeded, [...plan.ownLimits, ...plan.sharedLimits]) }
     // A page's plan withholds instead (`withheld` below): only a backend hears the suppression.
     if (counts.kind === 'suppressed') return { kind: 'refused', refusal: { code: 'RECIPIENT_SUPPRESSED', message: errorCatalog.RECIPIENT_SUPPRESSED.message, headers: {} } }
     if (counts.kind === 'locked') {
-      if (audience === 'browser') return { kind: 'refused', refusal: browserRefusal() }
+      if (lane === 'browser') return { kind: 'refused', refusal: browserRefusal() }
       const retry = seconds(counts.lockedForMs)
       return { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: `Too many wrong codes were entered for this address; retry in ${retry} s`, headers: { 'retry-after': retry } } }
     }
     const { quota } = counts
     const limits = [...plan.ownLimits, ...plan.sharedLimits]
     // A page never sees the tenant's billing volume.
-    const headers = audience === 'backend'
-      ? { ...limitHeaders(audience, limits, counts.counts), ...quotaHeaders(plan.quota.tenant.limit, quota, plan.quota.nowMs) }
-      : limitHeaders(audience, limits, counts.counts)
+    const headers = lane === 'backend'
+      ? { ...limitHeaders(lane, limits, counts.counts), ...quotaHeaders(plan.quota.tenant.limit, quota, plan.quota.nowMs) }
+      : limitHeaders(lane, limits, counts.counts)
     if (counts.kind === 'quota_exceeded') {
-      const message = audience === 'backend'
+      const message = lane === 'backend'
         ? `The ${plan.quota.description} is used up until ${new Date(quota.resetMs).toISOString()}`
         : 'The allowance of this key is used up'
       return { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message, headers } }
@@ -186,11 +186,11 @@ export class AdmissionGate {
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyDecision> {
-    const remembered = this.#remembered(plan.audience, plan.ownLimits)
+    const remembered = this.#remembered(plan.lane, plan.ownLimits)
     if (remembered !== null) return { kind: 'refused', refusal: remembered }
     const counts = await this.#store.verify(plan)
-    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(plan.audience, counts.exceeded) }
-    const headers = limitHeaders(plan.audience, [...plan.ownLimits, ...plan.sharedLimits], counts.counts)
+    if (counts.kind === 'limited') return { kind: 'refused', refusal: this.#limited(plan.lane, counts.exceeded) }
+    const headers = limitHeaders(plan.lane, [...plan.ownLimits, ...plan.sharedLimits], counts.counts)
     switch (counts.kind) {
       case 'mismatch': return { kind: 'mismatch', headers, lockStartedMs: counts.lockStartedMs, addressHash: counts.addressHash }
       case 'verified': return { kind: 'verified', headers, addressHash: counts.addressHash }
@@ -200,10 +200,10 @@ export class AdmissionGate {
 
   /** Counts a request refused before admission; the 429 when that puts it past a limit. */
   async countRefused (plan: RefusalPlan): Promise<Refusal | null> {
-    const remembered = this.#remembered(plan.audience, plan.limits)
+    const remembered = this.#remembered(plan.lane, plan.limits)
     if (remembered !== null) return remembered
     const { exceeded } = await this.#store.count(plan)
-    return exceeded === null ? null : this.#limited(plan.audience, exceeded)
+    return exceeded === null ? null : this.#limited(plan.lane, exceeded)
   }
 
   async clearLockout (lanes: MailboxLanes): Promise<boolean> {

@@ -1,8 +1,8 @@
-import type { KeyMode } from '../keys/api-keys.js'
+import { isSandbox, type KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { LockoutPolicy } from '../limits/lockout-policy.js'
-import type { Audience, DispatchPlan, LimitHit, MailboxLanes, RefusalPlan, TenantLimitName, VerifyPlan } from '../state/admission.js'
+import type { Lane, DispatchPlan, LimitHit, MailboxLanes, RefusalPlan, TenantLimitName, VerifyPlan } from '../state/admission.js'
 import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
 
 /*
@@ -28,7 +28,7 @@ import type { RateLimit, VelocityLimits } from '../limits/rate-limit.js'
  */
 
 /** The lane's name for a mailbox: what its lockout state and buckets are named by, and what a record carries. */
-export function laneSubject (lane: Audience, recipientTag: string): string {
+export function laneSubject (lane: Lane, recipientTag: string): string {
   return lane === 'backend' ? recipientTag : `browser:${recipientTag}`
 }
 
@@ -67,8 +67,8 @@ function ownLimits (policy: AdmissionPolicy, requester: Requester): LimitHit[] {
   return limits
 }
 
-/** Who reads a key's answers, which is also the lane its codes go in. */
-export function audienceOf (key: TenantKey): Audience {
+/** The lane of a key's requests: who reads its answers, and where its codes are counted. */
+export function laneOf (key: TenantKey): Lane {
   return key.kind === 'restricted' ? 'browser' : 'backend'
 }
 
@@ -101,16 +101,16 @@ export interface DispatchRequest {
 export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest): DispatchPlan {
   const { key, ownLimits, recipientTag, token, nowMs } = request
   const { tenant, mode } = key
-  const audience = audienceOf(key)
-  const subject = laneSubject(audience, recipientTag)
+  const lane = laneOf(key)
+  const subject = laneSubject(lane, recipientTag)
   const allowance = tenant.tier[mode]
   const scope = tenantScope(tenant.id, mode)
   return {
-    audience,
+    lane,
     recipient: { tenantId: tenant.id, mode, recipientTag },
     // A page must not tell a suppressed mailbox from one whose delivery failed: its dispatch
     // counts and writes what a failed one does, then is taken back like one.
-    suppression: audience === 'browser' ? 'withhold' : 'refuse',
+    suppression: lane === 'browser' ? 'withhold' : 'refuse',
     laneSubject: subject,
     ownLimits,
     // The recipient's bucket before the key's: a dispatch refused for its recipient does not
@@ -121,7 +121,7 @@ export function dispatchPlan (policy: AdmissionPolicy, request: DispatchRequest)
       tenant: { scope, share: null, limit: allowance.limit, window: allowance.window },
       share: key.allowanceShare === null ? null : { scope, share: key.id, limit: Math.floor(allowance.limit * key.allowanceShare), window: allowance.window },
       nowMs,
-      description: `${mode === 'live' ? 'live' : 'sandbox'} allowance of tier "${tenant.tier.name}" (${allowance.limit} per ${allowance.window.spec})`
+      description: `${isSandbox(mode) ? 'sandbox' : 'live'} allowance of tier "${tenant.tier.name}" (${allowance.limit} per ${allowance.window.spec})`
     },
     token
   }
@@ -138,7 +138,7 @@ export interface VerifyRequest {
 export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): VerifyPlan {
   const { key, ownLimits, requestId, storedForms } = request
   return {
-    audience: audienceOf(key),
+    lane: laneOf(key),
     ownLimits,
     sharedLimits: [tenantLimit(policy, key, 'key', key.id)],
     token: { tenantId: key.tenant.id, mode: key.mode, requestId },
@@ -149,5 +149,5 @@ export function verifyPlan (policy: AdmissionPolicy, request: VerifyRequest): Ve
 
 /** The caller's own limits: what a refused request counts against, and what a dispatch or verify counts first. */
 export function refusalPlan (policy: AdmissionPolicy, requester: Requester): RefusalPlan {
-  return { audience: audienceOf(requester.key), limits: ownLimits(policy, requester) }
+  return { lane: laneOf(requester.key), limits: ownLimits(policy, requester) }
 }

@@ -1,6 +1,6 @@
 import { get as httpsGet } from 'node:https'
 import type { FeedbackDedupe } from '../state/feedback-dedupe.js'
-import type { KeyMode } from '../keys/api-keys.js'
+import { isKeyMode, type KeyMode } from '../keys/api-keys.js'
 import type { Tenant } from '../tenants/tenant.js'
 import { FeedbackRefused, FeedbackUnavailable } from './refusals.js'
 import { SigningCertificates } from './sns-certificates.js'
@@ -181,7 +181,7 @@ export class SesFeedback {
     const mode = tag(tags, 'mode')
     const requestId = tag(tags, 'requestId')
     const tenant = tenantId === null ? undefined : this.#options.tenant(tenantId)
-    if (tenant === undefined || (mode !== 'live' && mode !== 'test') || requestId === null) return 'ignored'
+    if (tenant === undefined || !isKeyMode(mode) || requestId === null) return 'ignored'
     // Only the message's own recipients: a bounce names no one the message was not sent to.
     const destination = new Set(addresses(typeof mail === 'object' && mail !== null ? (mail as Record<string, unknown>).destination : undefined).map((address) => address.toLowerCase()))
     const outcomes = sesOutcome(event as Record<string, unknown>).filter((outcome) => destination.has(outcome.address.toLowerCase()))

@@ -2,7 +2,25 @@ import { hash, randomBytes } from 'node:crypto'
 import { KEY_PATTERN } from '../../schemas/patterns.js'
 
 export type KeyKind = 'secret' | 'restricted'
-export type KeyMode = 'live' | 'test'
+/**
+ * A key's mode as keys, the tenants file, receipts and webhooks write it. `test` is the
+ * sandbox: the word the docs use, the value the wire has always carried (`sk_test_…`).
+ */
+export const KEY_MODES = ['live', 'test'] as const
+export type KeyMode = typeof KEY_MODES[number]
+
+/** The sandbox's mode: its mail is kept in the sandbox inbox, never sent. */
+export const SANDBOX_MODE = 'test' satisfies KeyMode
+
+/** Whether a mode is the sandbox's; the one place the code asks. */
+export function isSandbox (mode: KeyMode): boolean {
+  return mode === SANDBOX_MODE
+}
+
+/** Whether a value read from outside (a message tag, a file) names a mode. */
+export function isKeyMode (value: unknown): value is KeyMode {
+  return (KEY_MODES as readonly unknown[]).includes(value)
+}
 
 const keyPattern = new RegExp(KEY_PATTERN)
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
@@ -31,7 +49,7 @@ export interface ParsedKey {
 /** What the key's prefix claims, or null when it is not shaped like a key at all. */
 export function parseKey (key: string): ParsedKey | null {
   if (!keyPattern.test(key)) return null
-  return { kind: key.startsWith('sk_') ? 'secret' : 'restricted', mode: key.slice(3, 7) === 'live' ? 'live' : 'test' }
+  return { kind: key.startsWith('sk_') ? 'secret' : 'restricted', mode: key.slice(3, 7) === 'live' ? 'live' : SANDBOX_MODE }
 }
 
 /** The key from an `Authorization: Bearer <key>` header, or null. */

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { audienceOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
+import { laneOf, bothLanes, dispatchPlan, laneSubject, refusalPlan, verifyPlan, type AdmissionPolicy, type Requester } from '../admission/plan.js'
 import type { DispatchPlan, RefusalPlan } from '../state/admission.js'
 import type { AdmissionGate, Headers } from '../admission/gate.js'
 import type { State } from '../state/index.js'
@@ -156,7 +156,7 @@ export class OtpService {
     const review = tenant.reviewAddresses.get(email.address.toLowerCase())
     const reviewing = review !== undefined && review.expiresAtMs > Date.now()
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
-      const subject = laneSubject(audienceOf(key), recipientTag)
+      const subject = laneSubject(laneOf(key), recipientTag)
       const minted = mintCode(signer, tenant.id, mode, subject, addressHash)
       // A review address's code is fixed, kept only as its SHA-256: the record holds that.
       if (reviewing) minted.record = tokenRecord(reviewForm(review.codeSha256), subject, addressHash)
@@ -203,7 +203,7 @@ export class OtpService {
         deliveredBy = await mailer.send(message, { mode, tenantId: tenant.id, requestId: minted.requestId, code: minted.code })
       } catch (error) {
         // A page's failed send answers after a send's time, as a withheld one does (#withhold).
-        if (plan.audience === 'browser' && sendStarted !== null && error instanceof DeliveryError) {
+        if (plan.lane === 'browser' && sendStarted !== null && error instanceof DeliveryError) {
           await mailer.withhold({ mode, tenantId: tenant.id }, performance.now() - sendStarted)
         }
         const refunded = await this.#undo(caller, minted.requestId, admitted)
@@ -212,7 +212,7 @@ export class OtpService {
         events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
         log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
-        if (plan.audience === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
+        if (plan.lane === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
       observer.dispatched(key, { sentBy: deliveredBy })
@@ -348,7 +348,7 @@ export class OtpService {
     const { observer, events } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
-    if (admitted.plan.audience === 'browser') {
+    if (admitted.plan.lane === 'browser') {
       // A page's answer takes a send's time, as a withheld one does (#withhold): answering at
       // once told anyone typing addresses into the page which one was the review address.
       await compose()
@@ -359,7 +359,7 @@ export class OtpService {
     observer.reviewed(key)
     log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
     events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })
-    if (admitted.plan.audience === 'browser') return { requestId, headers: admitted.headers }
+    if (admitted.plan.lane === 'browser') return { requestId, headers: admitted.headers }
     return { requestId, headers: quotaAfterRefund(admitted, refunded.status === 'fulfilled') }
   }
 

@@ -1,3 +1,4 @@
+import { SANDBOX_MODE } from '../keys/api-keys.js'
 import { storeCall } from '../store-errors.js'
 import type { Tenant } from '../tenants/tenant.js'
 import { usageReport, type UsageReport } from './allowance.js'
@@ -22,7 +23,7 @@ export class UsageService {
   async report (tenant: Tenant, nowMs: number): Promise<TenantUsage> {
     const [live, sandbox] = await storeCall('quota', async () => await Promise.all([
       usageReport(this.#quota, tenant, 'live', nowMs),
-      usageReport(this.#quota, tenant, 'test', nowMs)
+      usageReport(this.#quota, tenant, SANDBOX_MODE, nowMs)
     ]))
     return { tenant: tenant.id, tier: tenant.tier.name, live, sandbox }
   }

@@ -49,11 +49,12 @@ export interface QuotaClaim {
 }
 
 /**
- * Who reads the answer. A restricted key lives in a web page: what its answers carry is
+ * The lane a request is in, which is also who reads its answer: `backend`, a partner's server
+ * with a secret key; `browser`, a web page with a restricted key. What a page's answers carry is
  * readable by any script there, so they tell nothing about other callers' buckets or the
- * tenant's billing.
+ * tenant's billing; and each lane counts a mailbox apart (lib/admission/plan.ts).
  */
-export type Audience = 'backend' | 'browser'
+export type Lane = 'backend' | 'browser'
 
 /** A recipient mailbox of a tenant in one mode, by the keyed tag of its canonical address. */
 export interface Mailbox {
@@ -82,7 +83,7 @@ export interface MailboxLanes {
  * else), the allowance (every claim, or none), and the new token.
  */
 export interface DispatchPlan {
-  audience: Audience
+  lane: Lane
   /** The mailbox, in the tenant and mode: its suppression there (both lanes) means nothing is sent. */
   recipient: Mailbox
   /**
@@ -114,7 +115,7 @@ export interface DispatchPlan {
  * each verifying key (empty for a malformed guess, which can match nothing).
  */
 export interface VerifyPlan {
-  audience: Audience
+  lane: Lane
   ownLimits: readonly LimitHit[]
   sharedLimits: readonly LimitHit[]
   /** The code's token; the lane whose lockout counts the guess is the one its record carries. */
@@ -128,7 +129,7 @@ export interface VerifyPlan {
  * against the caller's own buckets only, never against the key's that every caller shares.
  */
 export interface RefusalPlan {
-  audience: Audience
+  lane: Lane
   limits: readonly LimitHit[]
 }
 

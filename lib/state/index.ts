@@ -67,7 +67,7 @@ export interface State {
   ready (): Promise<StoresReadiness>
   /** Writes answered 503 (and undone where they could be) because too few Redis replicas acknowledged them. */
   unacknowledgedWrites (): number
-  /** Stops what the backend started (sweep timers). A Redis client is closed by its owner. */
+  /** Stops what the stores started (sweep timers). A Redis client is closed by its owner. */
   close (): Promise<void>
 }
 

@@ -1,4 +1,4 @@
-import { hashKey } from '../keys/api-keys.js'
+import { SANDBOX_MODE, hashKey } from '../keys/api-keys.js'
 import type { TenantRegistry } from '../tenants/registry.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { registryFromJson } from './load.js'
@@ -17,8 +17,8 @@ export function demoRegistry (): TenantRegistry {
       tier: 'demo',
       brand: { name: 'Email OTP demo' },
       keys: [
-        { id: 'demo_secret', kind: 'secret', mode: 'test', sha256: hashKey(DEMO_SANDBOX_KEY) },
-        { id: 'demo_restricted', kind: 'restricted', mode: 'test', sha256: hashKey(DEMO_RESTRICTED_KEY), origins: ['localhost', '127.0.0.1'] }
+        { id: 'demo_secret', kind: 'secret', mode: SANDBOX_MODE, sha256: hashKey(DEMO_SANDBOX_KEY) },
+        { id: 'demo_restricted', kind: 'restricted', mode: SANDBOX_MODE, sha256: hashKey(DEMO_RESTRICTED_KEY), origins: ['localhost', '127.0.0.1'] }
       ]
     }]
   } satisfies TenantsFile)

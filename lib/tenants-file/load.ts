@@ -7,6 +7,7 @@ import type { TObject, TSchema } from '@sinclair/typebox'
 import type { ValueError } from '@sinclair/typebox/errors'
 import { BrandSchema, CaptchaSchema, KeySchema, ReviewAddressSchema, TenantSchema, TenantsFileSchema, WebhookEndpointSchema, type KeyEntry, type TenantEntry, type TenantsFile, type TierEntry, type WebhookEndpointEntry, type ReviewAddressEntry } from '../../schemas/tenants.js'
 import { SITEVERIFY_URLS, type CaptchaSettings } from '../captcha/siteverify.js'
+import { isKeyMode } from '../keys/api-keys.js'
 import { parseRateLimit, type VelocityLimits } from '../limits/rate-limit.js'
 import { parseWindow } from '../limits/window.js'
 import { TemplateFolders } from '../mail/templating/template-files.js'
@@ -113,7 +114,7 @@ function recognisableKeys (entry: unknown): KeyEntry[] {
   return keys.filter((key): key is KeyEntry => {
     const candidate = key as Partial<KeyEntry> | null
     return typeof candidate?.sha256 === 'string' && /^[0-9a-f]{64}$/.test(candidate.sha256) &&
-      (candidate.kind === 'secret' || candidate.kind === 'restricted') && (candidate.mode === 'live' || candidate.mode === 'test')
+      (candidate.kind === 'secret' || candidate.kind === 'restricted') && isKeyMode(candidate.mode)
   })
 }
 

@@ -190,7 +190,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
         const limits = [{ name: 'recipient' as const, tenantId, mode, bucket: 'ada', max: 100, windowMs: 60_000 }]
         const lockout = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000, resetAfterMs: 86_400_000 }
         const dispatch = async (requestId: string) => await admission.dispatch({
-          audience: 'backend',
+          lane: 'backend',
           recipient: { tenantId, mode, recipientTag: 'ada' },
           suppression: 'refuse',
           laneSubject: 'ada',
@@ -207,7 +207,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
           token: { requestId, record: `k1.right-${requestId}|ada`, ttlMs: 60_000 }
         })
         const verify = async (requestId: string, storedForm: string) =>
-          await admission.verify({ audience: 'backend', ownLimits: limits, sharedLimits: [], token: { tenantId, mode, requestId }, storedForms: [storedForm], lockout })
+          await admission.verify({ lane: 'backend', ownLimits: limits, sharedLimits: [], token: { tenantId, mode, requestId }, storedForms: [storedForm], lockout })
 
         t.equal((await dispatch('a')).kind, 'issued', scope)
         t.equal((await dispatch('a')).kind, 'collision', 'a taken requestId is refused before anything counts')
@@ -229,7 +229,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const admission = new RedisAdmission(client)
       const tenants = Array.from({ length: 12 }, (_, i) => `tenant${i}`)
       const verdicts = await Promise.all(tenants.map(async (tenantId) => await admission.dispatch({
-        audience: 'backend',
+        lane: 'backend',
         recipient: { tenantId, mode: 'live', recipientTag: 'ada' },
         suppression: 'refuse',
         laneSubject: 'ada',
@@ -248,7 +248,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       const tag = `{${scope}}`
       const quota = new RedisQuotaStore(client)
       const dispatch = async (requestId: string) => await admission.dispatch({
-        audience: 'backend',
+        lane: 'backend',
         recipient: { tenantId: 'capped', mode: 'live', recipientTag: 'capped' },
         suppression: 'refuse',
         laneSubject: 'capped',

@@ -52,7 +52,7 @@ export function tokenDispatch (tenant: TenantMode, requestId: string, options: {
   const terms = options.quota ?? { ...ROOMY, nowMs: Date.now() }
   const share = terms.share ?? null
   return {
-    audience: 'backend',
+    lane: 'backend',
     recipient: { tenantId, mode, recipientTag: RECIPIENT },
     suppression: 'refuse',
     laneSubject: RECIPIENT,
@@ -71,7 +71,7 @@ export function tokenDispatch (tenant: TenantMode, requestId: string, options: {
 
 export function tokenVerify (tenant: TenantMode, requestId: string, storedForms: readonly string[]): VerifyPlan {
   return {
-    audience: 'backend',
+    lane: 'backend',
     ownLimits: [],
     sharedLimits: [],
     token: tokenRef(tenant, requestId),

@@ -1,6 +1,6 @@
 import type { Writable } from 'node:stream'
 import type { SandboxInbox } from '../../state/sandbox-inbox.js'
-import type { KeyMode } from '../../keys/api-keys.js'
+import { isSandbox, type KeyMode } from '../../keys/api-keys.js'
 import { RoundTrips } from './round-trips.js'
 import { simulateDelivery } from './simulator.js'
 import { FailoverTransport, type CircuitState, type FailoverObserver } from './failover.js'
@@ -90,7 +90,7 @@ export class Mailer {
   }
 
   async send (message: OutgoingMessage, context: DeliveryContext): Promise<DeliveredBy> {
-    if (context.mode === 'live') {
+    if (!isSandbox(context.mode)) {
       const attributes = { tenant: context.tenantId, mode: context.mode, requestId: context.requestId }
       // The whole list's time, failovers included: what a page's failed or withheld dispatch takes (round-trips.ts).
       const sendStarted = performance.now()
@@ -136,7 +136,7 @@ export class Mailer {
    * rejection (`fail@simulator.invalid`) waits for nothing.
    */
   async withhold (context: Pick<DeliveryContext, 'mode' | 'tenantId'>, refusedAfterMs?: number): Promise<void> {
-    if (context.mode === 'live') await this.#roundTrips.imitate(context.tenantId, refusedAfterMs)
+    if (!isSandbox(context.mode)) await this.#roundTrips.imitate(context.tenantId, refusedAfterMs)
   }
 
   async ready (): Promise<boolean> {

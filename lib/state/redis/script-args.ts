@@ -8,8 +8,9 @@
  * The arrays are what the scripts have always taken (test/lib/state/redis/key-names.test.ts):
  * fixed fields first, lists in place, each list's length either sent as a count field earlier
  * in ARGV, shared with another list, or (one KEYS list at most) whatever lies between the
- * fixed keys before and after it. A fenced script's deadline is not among them: it is always
- * the last ARGV (fence.ts).
+ * fixed keys before and after it; the last ARGV field may be a list that takes the rest of ARGV
+ * (an uncounted `texts`, or `tuples` without `per`). A fenced script's deadline is not among
+ * them: it is always the last ARGV (fence.ts), so a fenced script's ARGV has no such rest.
  */
 
 /** One key. */
@@ -20,10 +21,13 @@ interface KeyList<N extends string> { readonly kind: 'keys', readonly name: N }
 interface ArgField<N extends string, K extends 'text' | 'number' | 'flag'> { readonly kind: K, readonly name: N }
 /** The length of list `of`, sent for the script to read as `<of>Count`; packed from the list itself. */
 interface CountField<L extends string> { readonly kind: 'count', readonly of: L }
-/** Arguments of a text list counted by `count(name)`. */
+/** Arguments of a text list counted by `count(name)`, or, uncounted and last, the rest of ARGV. */
 interface TextList<N extends string> { readonly kind: 'texts', readonly name: N }
-/** One tuple of arguments per entry of list `per` (`fields` in order); read as `<name>At`, `width` apart. */
-interface TupleList<N extends string, F extends string> { readonly kind: 'tuples', readonly name: N, readonly fields: readonly F[], readonly per: string }
+/**
+ * One tuple of arguments per entry of list `per` (`fields` in order); read as `<name>At`, `width`
+ * apart. Without `per` (null), last: the tuples that fill the rest of ARGV, `<name>Count` of them.
+ */
+interface TupleList<N extends string, F extends string> { readonly kind: 'tuples', readonly name: N, readonly fields: readonly F[], readonly per: string | null }
 
 type AnyKey = KeyField<string> | KeyList<string>
 type AnyArg = ArgField<string, 'text' | 'number' | 'flag'> | CountField<string> | TextList<string> | TupleList<string, string>
@@ -35,7 +39,7 @@ export const number = <N extends string>(name: N): ArgField<N, 'number'> => ({ k
 export const flag = <N extends string>(name: N): ArgField<N, 'flag'> => ({ kind: 'flag', name })
 export const count = <L extends string>(of: L): CountField<L> => ({ kind: 'count', of })
 export const texts = <N extends string>(name: N): TextList<N> => ({ kind: 'texts', name })
-export const tuples = <N extends string, const F extends readonly string[]>(name: N, fields: F, per: string): TupleList<N, F[number]> => ({ kind: 'tuples', name, fields, per })
+export const tuples = <N extends string, const F extends readonly string[]>(name: N, fields: F, per: string | null = null): TupleList<N, F[number]> => ({ kind: 'tuples', name, fields, per })
 
 export interface ScriptArgs<K extends readonly AnyKey[], A extends readonly AnyArg[]> {
   readonly keys: K
@@ -48,9 +52,11 @@ export function scriptArgs<const K extends readonly AnyKey[], const A extends re
   const lists = new Set([...definition.keys, ...definition.argv].flatMap((field) => field.kind === 'keys' || field.kind === 'texts' ? [field.name] : []))
   const rest = definition.keys.filter((field) => field.kind === 'keys' && !counted.has(field.name))
   if (rest.length > 1) throw new Error('at most one KEYS list may go uncounted')
-  for (const field of definition.argv) {
-    if (field.kind === 'texts' && !counted.has(field.name)) throw new Error(`the ARGV list ${field.name} needs a count`)
-    if (field.kind === 'tuples' && !lists.has(field.per)) throw new Error(`${field.name} is per ${field.per}, which is no list`)
+  for (const [index, field] of definition.argv.entries()) {
+    const last = index === definition.argv.length - 1
+    if (field.kind === 'texts' && !counted.has(field.name) && !last) throw new Error(`the ARGV list ${field.name} needs a count, or to be last`)
+    if (field.kind === 'tuples' && field.per === null && !last) throw new Error(`${field.name} is per no list, so it must be last`)
+    if (field.kind === 'tuples' && field.per !== null && !lists.has(field.per)) throw new Error(`${field.name} is per ${field.per}, which is no list`)
   }
   return definition
 }
@@ -93,7 +99,7 @@ export function packArgs<K extends readonly AnyKey[], A extends readonly AnyArg[
       case 'texts': args.push(...list(field.name) as string[]); break
       case 'tuples': {
         const entries = list(field.name) as ReadonlyArray<Record<string, string | number>>
-        if (entries.length !== list(field.per).length) throw new RangeError(`${field.name}: ${entries.length} entries for ${list(field.per).length} ${field.per}`)
+        if (field.per !== null && entries.length !== list(field.per).length) throw new RangeError(`${field.name}: ${entries.length} entries for ${list(field.per).length} ${field.per}`)
         for (const entry of entries) for (const name of field.fields) args.push(String(entry[name]))
         break
       }
@@ -156,10 +162,12 @@ export function luaPrologue (definition: ScriptArgs<readonly AnyKey[], readonly 
   for (const field of definition.argv.slice(fixed.length)) {
     if (field.kind === 'texts') {
       lines.push(`local ${field.name}At = ${position()}`)
+      if (!counted.has(field.name)) lines.push(`local ${countOf(field.name)} = #ARGV - ${field.name}At + 1`)
       at = { after: `${field.name}At + ${countOf(field.name)}`, plus: 0 }
     } else if (field.kind === 'tuples') {
       lines.push(`local ${field.name}At = ${position()}`)
-      at = { after: `${field.name}At + ${field.fields.length} * ${countOf(field.per)}`, plus: 0 }
+      if (field.per === null) lines.push(`local ${countOf(field.name)} = (#ARGV - ${field.name}At + 1) / ${field.fields.length}`)
+      at = { after: `${field.name}At + ${field.fields.length} * ${countOf(field.per ?? field.name)}`, plus: 0 }
     } else {
       argLine(field, position())
       at = { ...at, plus: at.plus + 1 }

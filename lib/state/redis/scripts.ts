@@ -539,171 +539,182 @@ local function makeRoom (stream, retry, dead, group, cap)
   return moved
 end
 `
-/** KEYS stream, retry, dead, once key. ARGV group, once ttl ms ('0': none), cap, then the deliveries. Reply { queued, overflowed }. */
-export const WEBHOOK_ENQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}
-if ARGV[2] ~= '0' and not redis.call('SET', KEYS[4], '1', 'PX', ARGV[2], 'NX') then return { 0, 0 } end
-ensureGroup(KEYS[1], ARGV[1])
-for i = 4, #ARGV do redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i]) end
-return { 1, makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[3])) }
+/** A tenant's stream, retries, dead letters and once key; the group, the once key's lifetime ms (0: none), the cap, then the deliveries. */
+export const WEBHOOK_ENQUEUE_ARGS = scriptArgs({ keys: [key('stream'), key('retry'), key('dead'), key('onceKey')], argv: [text('group'), number('onceTtlMs'), number('cap'), texts('deliveries')] })
+/** WEBHOOK_ENQUEUE_ARGS. Reply { queued, overflowed }. */
+export const WEBHOOK_ENQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}${luaPrologue(WEBHOOK_ENQUEUE_ARGS)}if onceTtlMs ~= 0 and not redis.call('SET', onceKey, '1', 'PX', onceTtlMs, 'NX') then return { 0, 0 } end
+ensureGroup(stream, group)
+for i = deliveriesAt, deliveriesAt + deliveriesCount - 1 do redis.call('XADD', stream, '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i]) end
+return { 1, makeRoom(stream, retry, dead, group, cap) }
 `
-/** KEYS stream, retry, dead. ARGV group, cap, then due ms and delivery pairs. Reply: how many overflowed. */
-export const WEBHOOK_REQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}
-ensureGroup(KEYS[1], ARGV[1])
-for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1]) end
-return makeRoom(KEYS[1], KEYS[2], KEYS[3], ARGV[1], tonumber(ARGV[2]))
+/** A tenant's stream, retries and dead letters; the group, the cap, then a due time (ms) and a delivery per retry. */
+export const WEBHOOK_REQUEUE_ARGS = scriptArgs({ keys: [key('stream'), key('retry'), key('dead')], argv: [text('group'), number('cap'), tuples('retries', ['dueMs', 'delivery'])] })
+/** WEBHOOK_REQUEUE_ARGS. Reply: how many overflowed. */
+export const WEBHOOK_REQUEUE_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${WEBHOOK_MAKE_ROOM_LUA}${luaPrologue(WEBHOOK_REQUEUE_ARGS)}ensureGroup(stream, group)
+for i = retriesAt, retriesAt + 2 * retriesCount - 1, 2 do redis.call('ZADD', retry, ARGV[i], ARGV[i + 1]) end
+return makeRoom(stream, retry, dead, group, cap)
 `
+/** A tenant's stream and retries; the group, the consumer, now (ms), how many to claim, how long held means stuck (ms), XAUTOCLAIM's cursor. */
+export const WEBHOOK_CLAIM_ARGS = scriptArgs({ keys: [key('stream'), key('retry')], argv: [text('group'), text('consumer'), text('nowMs'), number('max'), text('stuckMs'), text('cursor')] })
 /**
- * KEYS stream, retry. ARGV group, consumer, now ms, max, stuck ms, autoclaim cursor.
- * Reply { next cursor, stream length, first retry's due ms or '', then { id, { 'd', delivery } } per
- * claimed entry }. A queue left with nothing waiting, held or due later is deleted.
+ * WEBHOOK_CLAIM_ARGS. Reply { next cursor, stream length, first retry's due ms or '', then
+ * { id, { 'd', delivery } } per claimed entry }. A queue left with nothing waiting, held or due
+ * later is deleted.
  */
-export const WEBHOOK_CLAIM_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}
-ensureGroup(KEYS[1], ARGV[1])
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, ${PROMOTE_BATCH})
+export const WEBHOOK_CLAIM_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${luaPrologue(WEBHOOK_CLAIM_ARGS)}ensureGroup(stream, group)
+local due = redis.call('ZRANGEBYSCORE', retry, '-inf', nowMs, 'LIMIT', 0, ${PROMOTE_BATCH})
 for _, member in ipairs(due) do
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('XADD', KEYS[1], '*', '${WEBHOOK_ENTRY.delivery}', member)
+  redis.call('ZREM', retry, member)
+  redis.call('XADD', stream, '*', '${WEBHOOK_ENTRY.delivery}', member)
 end
-local max = tonumber(ARGV[4])
-local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], 'COUNT', max)
+local taken = redis.call('XAUTOCLAIM', stream, group, consumer, stuckMs, cursor, 'COUNT', max)
 local reply = { taken[1], 0, '' }
 for _, entry in ipairs(taken[2]) do
   if entry[2] then reply[#reply + 1] = entry end
 end
 if #reply - 3 < max then
-  local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', max - #reply + 3, 'STREAMS', KEYS[1], '>')
+  local fresh = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', max - #reply + 3, 'STREAMS', stream, '>')
   if fresh then
     for _, entry in ipairs(fresh[1][2]) do reply[#reply + 1] = entry end
   end
 end
-reply[2] = redis.call('XLEN', KEYS[1])
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+reply[2] = redis.call('XLEN', stream)
+local first = redis.call('ZRANGE', retry, 0, 0, 'WITHSCORES')
 if first[2] then reply[3] = first[2] end
-if reply[2] == 0 and not first[2] then redis.call('DEL', KEYS[1]) end
+if reply[2] == 0 and not first[2] then redis.call('DEL', stream) end
 return reply
 `
-/** Settling a delivery the consumer holds: the check every settle script starts with. */
-const WEBHOOK_HELD_LUA = `
-local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[3])
+/**
+ * Settling a delivery the consumer holds: the check every settle script starts with, on the
+ * `stream`, `group`, `entryId` and `consumer` each one's arguments name first.
+ */
+const WEBHOOK_HELD_LUA = `local held = redis.call('XPENDING', stream, group, entryId, entryId, 1, consumer)
 if #held == 0 then return 0 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('XACK', stream, group, entryId)
+redis.call('XDEL', stream, entryId)
 `
-/** KEYS stream. ARGV group, entry id, consumer. */
-export const WEBHOOK_COMPLETE_LUA = `${WEBHOOK_HELD_LUA}
+/** A tenant's stream; the group, the entry id, the consumer. */
+export const WEBHOOK_COMPLETE_ARGS = scriptArgs({ keys: [key('stream')], argv: [text('group'), text('entryId'), text('consumer')] })
+/** WEBHOOK_COMPLETE_ARGS. */
+export const WEBHOOK_COMPLETE_LUA = `${luaPrologue(WEBHOOK_COMPLETE_ARGS)}${WEBHOOK_HELD_LUA}return 1
+`
+/** A tenant's stream and retries; the group, the entry id, the consumer, the delivery, when it is due (ms). */
+export const WEBHOOK_RETRY_ARGS = scriptArgs({ keys: [key('stream'), key('retry')], argv: [text('group'), text('entryId'), text('consumer'), text('delivery'), number('dueMs')] })
+/** WEBHOOK_RETRY_ARGS. */
+export const WEBHOOK_RETRY_LUA = `${luaPrologue(WEBHOOK_RETRY_ARGS)}${WEBHOOK_HELD_LUA}redis.call('ZADD', retry, dueMs, delivery)
 return 1
 `
-/** KEYS stream, retry. ARGV group, entry id, consumer, delivery, due ms. */
-export const WEBHOOK_RETRY_LUA = `${WEBHOOK_HELD_LUA}
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+/** A tenant's stream and dead letters; the group, the entry id, the consumer, the delivery, the cap. */
+export const WEBHOOK_BURY_ARGS = scriptArgs({ keys: [key('stream'), key('dead')], argv: [text('group'), text('entryId'), text('consumer'), text('delivery'), number('cap')] })
+/** WEBHOOK_BURY_ARGS. */
+export const WEBHOOK_BURY_LUA = `${luaPrologue(WEBHOOK_BURY_ARGS)}${WEBHOOK_HELD_LUA}redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', delivery, '${WEBHOOK_ENTRY.reason}', 'failed')
 return 1
 `
-/** KEYS stream, dead. ARGV group, entry id, consumer, delivery, cap. */
-export const WEBHOOK_BURY_LUA = `${WEBHOOK_HELD_LUA}
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[5], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4], '${WEBHOOK_ENTRY.reason}', 'failed')
+/** A tenant's dead letters; the cap, then the deliveries given up. */
+export const WEBHOOK_ADD_DEAD_ARGS = scriptArgs({ keys: [key('dead')], argv: [number('cap'), texts('deliveries')] })
+/** WEBHOOK_ADD_DEAD_ARGS. */
+export const WEBHOOK_ADD_DEAD_LUA = `${luaPrologue(WEBHOOK_ADD_DEAD_ARGS)}for i = deliveriesAt, deliveriesAt + deliveriesCount - 1 do redis.call('XADD', dead, 'MAXLEN', cap, '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i], '${WEBHOOK_ENTRY.reason}', 'failed') end
 return 1
 `
-/** KEYS dead. ARGV cap, then deliveries given up. */
-export const WEBHOOK_ADD_DEAD_LUA = `
-for i = 2, #ARGV do redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[i], '${WEBHOOK_ENTRY.reason}', 'failed') end
-return 1
-`
+/** A tenant's dead letters, stream and retries; the dead letter's id, the group, the cap, the delivery to queue. */
+export const WEBHOOK_REPLAY_ARGS = scriptArgs({ keys: [key('dead'), key('stream'), key('retry')], argv: [text('letterId'), text('group'), number('cap'), text('delivery')] })
 /**
- * KEYS dead, stream, retry. ARGV dead letter id, group, cap, delivery. Moves it once, however many
- * replay it, and only into a queue below its cap. Reply 1 moved, 0 no such letter, 2 queue full.
+ * WEBHOOK_REPLAY_ARGS. Moves it once, however many replay it, and only into a queue below its
+ * cap. Reply 1 moved, 0 no such letter, 2 queue full.
  */
-export const WEBHOOK_REPLAY_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}
-if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
-if redis.call('XLEN', KEYS[2]) + redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 2 end
-redis.call('XDEL', KEYS[1], ARGV[1])
-ensureGroup(KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[2], '*', '${WEBHOOK_ENTRY.delivery}', ARGV[4])
+export const WEBHOOK_REPLAY_LUA = `${WEBHOOK_ENSURE_GROUP_LUA}${luaPrologue(WEBHOOK_REPLAY_ARGS)}if #redis.call('XRANGE', dead, letterId, letterId) == 0 then return 0 end
+if redis.call('XLEN', stream) + redis.call('ZCARD', retry) >= cap then return 2 end
+redis.call('XDEL', dead, letterId)
+ensureGroup(stream, group)
+redis.call('XADD', stream, '*', '${WEBHOOK_ENTRY.delivery}', delivery)
 return 1
 `
-/** KEYS index, version, dead index. ARGV tenant, '1' when work was added, '1' when dead letters were. */
-export const WEBHOOK_INDEX_LUA = `
-if ARGV[2] == '1' then redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[1]) end
-if ARGV[3] == '1' then redis.call('SADD', KEYS[3], ARGV[1]) end
+/** The index of tenants with work, its version counter, the index of tenants with dead letters; the tenant, whether work was added, whether dead letters were. */
+export const WEBHOOK_INDEX_ARGS = scriptArgs({ keys: [key('index'), key('version'), key('deadIndex')], argv: [text('tenant'), flag('work'), flag('dead')] })
+/** WEBHOOK_INDEX_ARGS. */
+export const WEBHOOK_INDEX_LUA = `${luaPrologue(WEBHOOK_INDEX_ARGS)}if work then redis.call('ZADD', index, redis.call('INCR', version), tenant) end
+if dead then redis.call('SADD', deadIndex, tenant) end
 return 1
 `
-/** KEYS index. ARGV tenant, the version its queue was found empty at. */
-export const WEBHOOK_UNINDEX_LUA = `
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('ZREM', KEYS[1], ARGV[1]) end
+/** The index of tenants with work; the tenant, the version its queue was found empty at. */
+export const WEBHOOK_UNINDEX_ARGS = scriptArgs({ keys: [key('index')], argv: [text('tenant'), text('version')] })
+/** WEBHOOK_UNINDEX_ARGS. */
+export const WEBHOOK_UNINDEX_LUA = `${luaPrologue(WEBHOOK_UNINDEX_ARGS)}if redis.call('ZSCORE', index, tenant) == version then redis.call('ZREM', index, tenant) end
 return 1
 `
+/** The old layout's stream, retries, dead letters and drain lock; the group, the consumer, how long held means stuck (ms), the batch, the lock's lifetime (ms). */
+export const WEBHOOK_LEGACY_TAKE_ARGS = scriptArgs({ keys: [key('stream'), key('retry'), key('dead'), key('lock')], argv: [text('group'), text('consumer'), text('stuckMs'), number('batch'), text('lockMs')] })
 /**
- * KEYS old stream, retry, dead, lock. ARGV group, consumer, stuck ms, count, lock ms.
- * Reply { 0 } nothing left, { 1 } another instance drains, or { 2, stream entries (held by the
- * consumer from now on), retries (member, score…), dead letters }.
+ * WEBHOOK_LEGACY_TAKE_ARGS. Reply { 0 } nothing left, { 1 } another instance drains, or { 2,
+ * stream entries (held by the consumer from now on), retries (member, score…), dead letters }.
  */
-export const WEBHOOK_LEGACY_TAKE_LUA = `
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) == 0 then return { 0 } end
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[2] then return { 1 } end
-redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
-local count = tonumber(ARGV[4])
+export const WEBHOOK_LEGACY_TAKE_LUA = `${luaPrologue(WEBHOOK_LEGACY_TAKE_ARGS)}if redis.call('EXISTS', stream, retry, dead) == 0 then return { 0 } end
+local holder = redis.call('GET', lock)
+if holder and holder ~= consumer then return { 1 } end
+redis.call('SET', lock, consumer, 'PX', lockMs)
 local entries = {}
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
-  local taken = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT', count)
+if redis.call('EXISTS', stream) == 1 then
+  redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+  local taken = redis.call('XAUTOCLAIM', stream, group, consumer, stuckMs, '0-0', 'COUNT', batch)
   for _, entry in ipairs(taken[2]) do
     if entry[2] then entries[#entries + 1] = entry end
   end
-  if #entries < count then
-    local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count - #entries, 'STREAMS', KEYS[1], '>')
+  if #entries < batch then
+    local fresh = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', batch - #entries, 'STREAMS', stream, '>')
     if fresh then
       for _, entry in ipairs(fresh[1][2]) do entries[#entries + 1] = entry end
     end
   end
-  if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
+  if redis.call('XLEN', stream) == 0 then redis.call('DEL', stream) end
 end
-return { 2, entries, redis.call('ZRANGE', KEYS[2], 0, count - 1, 'WITHSCORES'), redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', count) }
+return { 2, entries, redis.call('ZRANGE', retry, 0, batch - 1, 'WITHSCORES'), redis.call('XRANGE', dead, '-', '+', 'COUNT', batch) }
 `
 /**
- * KEYS old stream, retry, dead. ARGV group, consumer, then three lists, each its length first:
- * stream entry ids (acknowledged and deleted if the consumer still holds them), retry members,
- * dead letter ids. Emptied keys are deleted.
+ * The old layout's stream, retries and dead letters; the group, the consumer, then three lists,
+ * each its length first: stream entry ids, retry members, dead letter ids.
  */
-export const WEBHOOK_LEGACY_DONE_LUA = `
-local at = 3
-local count = tonumber(ARGV[at])
-for i = at + 1, at + count do
-  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-    redis.call('XDEL', KEYS[1], ARGV[i])
+export const WEBHOOK_LEGACY_DONE_ARGS = scriptArgs({
+  keys: [key('stream'), key('retry'), key('dead')],
+  argv: [text('group'), text('consumer'), count('takenIds'), texts('takenIds'), count('retryMembers'), texts('retryMembers'), count('deadIds'), texts('deadIds')]
+})
+/**
+ * WEBHOOK_LEGACY_DONE_ARGS. The stream entries are acknowledged and deleted if the consumer
+ * still holds them, the others removed; emptied keys are deleted.
+ */
+export const WEBHOOK_LEGACY_DONE_LUA = `${luaPrologue(WEBHOOK_LEGACY_DONE_ARGS)}for i = takenIdsAt, takenIdsAt + takenIdsCount - 1 do
+  if #redis.call('XPENDING', stream, group, ARGV[i], ARGV[i], 1, consumer) > 0 then
+    redis.call('XACK', stream, group, ARGV[i])
+    redis.call('XDEL', stream, ARGV[i])
   end
 end
-at = at + count + 1
-count = tonumber(ARGV[at])
-for i = at + 1, at + count do redis.call('ZREM', KEYS[2], ARGV[i]) end
-at = at + count + 1
-count = tonumber(ARGV[at])
-for i = at + 1, at + count do redis.call('XDEL', KEYS[3], ARGV[i]) end
-if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[1]) end
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('XLEN', KEYS[3]) == 0 then redis.call('DEL', KEYS[3]) end
+for i = retryMembersAt, retryMembersAt + retryMembersCount - 1 do redis.call('ZREM', retry, ARGV[i]) end
+for i = deadIdsAt, deadIdsAt + deadIdsCount - 1 do redis.call('XDEL', dead, ARGV[i]) end
+if redis.call('EXISTS', stream) == 1 and redis.call('XLEN', stream) == 0 then redis.call('DEL', stream) end
+if redis.call('EXISTS', dead) == 1 and redis.call('XLEN', dead) == 0 then redis.call('DEL', dead) end
 return 1
 `
+/** A tenant's stream and retries. */
+export const WEBHOOK_BACKLOG_ARGS = scriptArgs({ keys: [key('stream'), key('retry')], argv: [] })
 /**
  * A tenant's depth and the earliest `createdAtMs` among its stream (waiting and held) and its
  * retries: one pass over at most WEBHOOK_MAX_QUEUED_PER_TENANT entries, run at scrape time only.
  * The field is read by pattern, not decoded: the body inside is a JSON string whose quotes are
  * escaped, so its own fields never match.
  */
-export const WEBHOOK_BACKLOG_LUA = `
-local oldest = nil
+export const WEBHOOK_BACKLOG_LUA = `${luaPrologue(WEBHOOK_BACKLOG_ARGS)}local oldest = nil
 local function consider (text)
   local at = tonumber(string.match(text, '"createdAtMs":(%d+)'))
   if at ~= nil and (oldest == nil or at < oldest) then oldest = at end
 end
 local depth = 0
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+if redis.call('EXISTS', stream) == 1 then
+  for _, entry in ipairs(redis.call('XRANGE', stream, '-', '+')) do
     local fields = entry[2]
     for i = 1, #fields, 2 do if fields[i] == '${WEBHOOK_ENTRY.delivery}' then consider(fields[i + 1]) end end
     depth = depth + 1
   end
 end
-for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+for _, member in ipairs(redis.call('ZRANGE', retry, 0, -1)) do
   consider(member)
   depth = depth + 1
 end

@@ -4,7 +4,13 @@ import {
   DEFAULT_PER_TENANT_CAP, claimFairly, deadLetterId, parseDeadLetterId, parseDelivery, revived, tenantOf,
   type Backlog, type ClaimedDelivery, type DeadLetter, type DeadReason, type Delivery, type EnqueueResult, type OnceKey, type ReplayResult, type TenantRoom, type WebhookQueue, type WebhookQueueLimits
 } from '../webhook-queue.js'
-import { WEBHOOK_ADD_DEAD_LUA, WEBHOOK_BACKLOG_LUA, WEBHOOK_BURY_LUA, WEBHOOK_CLAIM_LUA, WEBHOOK_COMPLETE_LUA, WEBHOOK_ENQUEUE_LUA, WEBHOOK_ENTRY, WEBHOOK_INDEX_LUA, WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_REPLAY_LUA, WEBHOOK_REQUEUE_LUA, WEBHOOK_RETRY_LUA, WEBHOOK_UNINDEX_LUA } from './scripts.js'
+import { packArgs, type PackedArgs } from './script-args.js'
+import {
+  WEBHOOK_ADD_DEAD_ARGS, WEBHOOK_ADD_DEAD_LUA, WEBHOOK_BACKLOG_ARGS, WEBHOOK_BACKLOG_LUA, WEBHOOK_BURY_ARGS, WEBHOOK_BURY_LUA, WEBHOOK_CLAIM_ARGS, WEBHOOK_CLAIM_LUA,
+  WEBHOOK_COMPLETE_ARGS, WEBHOOK_COMPLETE_LUA, WEBHOOK_ENQUEUE_ARGS, WEBHOOK_ENQUEUE_LUA, WEBHOOK_ENTRY, WEBHOOK_INDEX_ARGS, WEBHOOK_INDEX_LUA, WEBHOOK_LEGACY_DONE_ARGS,
+  WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_TAKE_ARGS, WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_REPLAY_ARGS, WEBHOOK_REPLAY_LUA, WEBHOOK_REQUEUE_ARGS, WEBHOOK_REQUEUE_LUA,
+  WEBHOOK_RETRY_ARGS, WEBHOOK_RETRY_LUA, WEBHOOK_UNINDEX_ARGS, WEBHOOK_UNINDEX_LUA
+} from './scripts.js'
 
 /*
  * Keys. Each tenant's queue has keys of its own, with the tenant in the hash tag, so that every
@@ -44,22 +50,22 @@ const LEGACY_RECHECK_MS = 60_000
 
 /** Names are specific to this service (and to this layout): defineCommand adds methods to a client others share. */
 const COMMANDS = {
-  enqueue: ['emailOtpTenantWebhookEnqueue', WEBHOOK_ENQUEUE_LUA, 4],
-  requeue: ['emailOtpTenantWebhookRequeue', WEBHOOK_REQUEUE_LUA, 3],
-  claim: ['emailOtpTenantWebhookClaim', WEBHOOK_CLAIM_LUA, 2],
-  complete: ['emailOtpTenantWebhookComplete', WEBHOOK_COMPLETE_LUA, 1],
-  retry: ['emailOtpTenantWebhookRetry', WEBHOOK_RETRY_LUA, 2],
-  bury: ['emailOtpTenantWebhookBury', WEBHOOK_BURY_LUA, 2],
-  addDead: ['emailOtpTenantWebhookAddDead', WEBHOOK_ADD_DEAD_LUA, 1],
-  replay: ['emailOtpTenantWebhookReplay', WEBHOOK_REPLAY_LUA, 3],
-  index: ['emailOtpWebhookIndex', WEBHOOK_INDEX_LUA, 3],
-  unindex: ['emailOtpWebhookUnindex', WEBHOOK_UNINDEX_LUA, 1],
-  legacyTake: ['emailOtpWebhookLegacyTake', WEBHOOK_LEGACY_TAKE_LUA, 4],
-  legacyDone: ['emailOtpWebhookLegacyDone', WEBHOOK_LEGACY_DONE_LUA, 3],
-  backlog: ['emailOtpTenantWebhookBacklog', WEBHOOK_BACKLOG_LUA, 2]
+  enqueue: ['emailOtpTenantWebhookEnqueue', WEBHOOK_ENQUEUE_LUA, WEBHOOK_ENQUEUE_ARGS.keys.length],
+  requeue: ['emailOtpTenantWebhookRequeue', WEBHOOK_REQUEUE_LUA, WEBHOOK_REQUEUE_ARGS.keys.length],
+  claim: ['emailOtpTenantWebhookClaim', WEBHOOK_CLAIM_LUA, WEBHOOK_CLAIM_ARGS.keys.length],
+  complete: ['emailOtpTenantWebhookComplete', WEBHOOK_COMPLETE_LUA, WEBHOOK_COMPLETE_ARGS.keys.length],
+  retry: ['emailOtpTenantWebhookRetry', WEBHOOK_RETRY_LUA, WEBHOOK_RETRY_ARGS.keys.length],
+  bury: ['emailOtpTenantWebhookBury', WEBHOOK_BURY_LUA, WEBHOOK_BURY_ARGS.keys.length],
+  addDead: ['emailOtpTenantWebhookAddDead', WEBHOOK_ADD_DEAD_LUA, WEBHOOK_ADD_DEAD_ARGS.keys.length],
+  replay: ['emailOtpTenantWebhookReplay', WEBHOOK_REPLAY_LUA, WEBHOOK_REPLAY_ARGS.keys.length],
+  index: ['emailOtpWebhookIndex', WEBHOOK_INDEX_LUA, WEBHOOK_INDEX_ARGS.keys.length],
+  unindex: ['emailOtpWebhookUnindex', WEBHOOK_UNINDEX_LUA, WEBHOOK_UNINDEX_ARGS.keys.length],
+  legacyTake: ['emailOtpWebhookLegacyTake', WEBHOOK_LEGACY_TAKE_LUA, WEBHOOK_LEGACY_TAKE_ARGS.keys.length],
+  legacyDone: ['emailOtpWebhookLegacyDone', WEBHOOK_LEGACY_DONE_LUA, WEBHOOK_LEGACY_DONE_ARGS.keys.length],
+  backlog: ['emailOtpTenantWebhookBacklog', WEBHOOK_BACKLOG_LUA, WEBHOOK_BACKLOG_ARGS.keys.length]
 } as const
 
-type Command = (...keysAndArgs: string[]) => Promise<unknown>
+type Command = (packed: PackedArgs) => Promise<unknown>
 
 type StreamEntry = [id: string, fields: string[]]
 
@@ -121,9 +127,9 @@ export class RedisWebhookQueue implements WebhookQueue {
     const bound = {} as Record<keyof typeof COMMANDS, Command>
     for (const [name, [command, lua, numberOfKeys]] of Object.entries(COMMANDS) as Array<[keyof typeof COMMANDS, typeof COMMANDS[keyof typeof COMMANDS]]>) {
       client.defineCommand(command, { lua, numberOfKeys })
-      const method = (client as unknown as Record<string, Command>)[command]
+      const method = (client as unknown as Record<string, (...keysAndArgs: string[]) => Promise<unknown>>)[command]
       if (method === undefined) throw new Error(`defineCommand did not add ${command}`)
-      bound[name] = method.bind(client)
+      bound[name] = async (packed) => await method.call(client, ...packed.keys, ...packed.args)
     }
     this.#commands = bound
   }
@@ -132,9 +138,14 @@ export class RedisWebhookQueue implements WebhookQueue {
     const tenant = tenantOf(deliveries)
     if (tenant === null) return { queued: false, overflowed: 0 }
     const keys = webhookTenantKeys(tenant)
-    const ttl = once === undefined ? '0' : String(Math.max(1, Math.ceil(once.ttlMs)))
-    const reply = await this.#commands.enqueue(keys.stream, keys.retry, keys.dead, once === undefined ? keys.stream : keys.once(once.key),
-      GROUP, ttl, String(this.#perTenant), ...deliveries.map((delivery) => JSON.stringify(delivery)))
+    const reply = await this.#commands.enqueue(packArgs(WEBHOOK_ENQUEUE_ARGS, {
+      ...keys,
+      onceKey: once === undefined ? keys.stream : keys.once(once.key),
+      group: GROUP,
+      onceTtlMs: once === undefined ? 0 : Math.max(1, Math.ceil(once.ttlMs)),
+      cap: this.#perTenant,
+      deliveries: deliveries.map((delivery) => JSON.stringify(delivery))
+    }))
     const [queued, overflowed] = Array.isArray(reply) ? reply.map(Number) : []
     if (queued !== 1) return { queued: false, overflowed: 0 }
     await this.#index(tenant, true, (overflowed ?? 0) > 0)
@@ -158,18 +169,18 @@ export class RedisWebhookQueue implements WebhookQueue {
   }
 
   async complete (consumer: string, claimed: ClaimedDelivery): Promise<void> {
-    await this.#commands.complete(webhookTenantKeys(claimed.delivery.tenant).stream, GROUP, claimed.entryId, consumer)
+    await this.#commands.complete(packArgs(WEBHOOK_COMPLETE_ARGS, { stream: webhookTenantKeys(claimed.delivery.tenant).stream, group: GROUP, entryId: claimed.entryId, consumer }))
   }
 
   async retry (consumer: string, claimed: ClaimedDelivery, delivery: Delivery, dueMs: number): Promise<void> {
     const keys = webhookTenantKeys(claimed.delivery.tenant)
-    await this.#commands.retry(keys.stream, keys.retry, GROUP, claimed.entryId, consumer, JSON.stringify(delivery), String(Math.floor(dueMs)))
+    await this.#commands.retry(packArgs(WEBHOOK_RETRY_ARGS, { ...keys, group: GROUP, entryId: claimed.entryId, consumer, delivery: JSON.stringify(delivery), dueMs: Math.floor(dueMs) }))
   }
 
   async bury (consumer: string, claimed: ClaimedDelivery, delivery: Delivery): Promise<void> {
     const { tenant } = claimed.delivery
     const keys = webhookTenantKeys(tenant)
-    if (await this.#commands.bury(keys.stream, keys.dead, GROUP, claimed.entryId, consumer, JSON.stringify(delivery), String(this.#perTenant)) === 1) {
+    if (await this.#commands.bury(packArgs(WEBHOOK_BURY_ARGS, { ...keys, group: GROUP, entryId: claimed.entryId, consumer, delivery: JSON.stringify(delivery), cap: this.#perTenant })) === 1) {
       await this.#index(tenant, false, true)
     }
   }
@@ -232,7 +243,7 @@ export class RedisWebhookQueue implements WebhookQueue {
 
   async backlog (tenant: string): Promise<Backlog> {
     const keys = webhookTenantKeys(tenant)
-    const reply = await this.#commands.backlog(keys.stream, keys.retry)
+    const reply = await this.#commands.backlog(packArgs(WEBHOOK_BACKLOG_ARGS, keys))
     if (!Array.isArray(reply) || typeof reply[0] !== 'number') throw new Error(`unexpected reply from the webhook backlog script: ${JSON.stringify(reply)}`)
     return { depth: reply[0], oldestCreatedAtMs: typeof reply[1] === 'string' ? Number(reply[1]) : null }
   }
@@ -249,7 +260,7 @@ export class RedisWebhookQueue implements WebhookQueue {
     const overflowed = new Map<string, number>()
     const now = this.#now()
     if (now < this.#legacyCheckAtMs) return overflowed
-    const reply = await this.#commands.legacyTake(LEGACY.stream, LEGACY.retry, LEGACY.dead, LEGACY.lock, GROUP, consumer, String(stuckMs), String(LEGACY_BATCH), String(LEGACY_LOCK_MS))
+    const reply = await this.#commands.legacyTake(packArgs(WEBHOOK_LEGACY_TAKE_ARGS, { ...LEGACY, group: GROUP, consumer, stuckMs: String(stuckMs), batch: LEGACY_BATCH, lockMs: String(LEGACY_LOCK_MS) }))
     if (!Array.isArray(reply) || reply[0] !== 2) {
       this.#legacyCheckAtMs = reply !== null && Array.isArray(reply) && reply[0] === 0 ? now + LEGACY_RECHECK_MS : 0
       return overflowed
@@ -285,19 +296,18 @@ export class RedisWebhookQueue implements WebhookQueue {
       let moved = 0
       const queued = fresh.get(tenant) ?? []
       if (queued.length > 0) {
-        const enqueued = await this.#commands.enqueue(keys.stream, keys.retry, keys.dead, keys.stream, GROUP, '0', String(this.#perTenant), ...queued.map((delivery) => JSON.stringify(delivery)))
+        const enqueued = await this.#commands.enqueue(packArgs(WEBHOOK_ENQUEUE_ARGS, { ...keys, onceKey: keys.stream, group: GROUP, onceTtlMs: 0, cap: this.#perTenant, deliveries: queued.map((delivery) => JSON.stringify(delivery)) }))
         moved += Array.isArray(enqueued) ? Number(enqueued[1]) : 0
       }
       const due = retries.get(tenant) ?? []
-      if (due.length > 0) moved += Number(await this.#commands.requeue(keys.stream, keys.retry, keys.dead, GROUP, String(this.#perTenant), ...due.flat()))
+      if (due.length > 0) moved += Number(await this.#commands.requeue(packArgs(WEBHOOK_REQUEUE_ARGS, { ...keys, group: GROUP, cap: this.#perTenant, retries: due.map(([dueMs, delivery]) => ({ dueMs, delivery })) })))
       const letters = dead.get(tenant) ?? []
-      if (letters.length > 0) await this.#commands.addDead(keys.dead, String(this.#perTenant), ...letters)
+      if (letters.length > 0) await this.#commands.addDead(packArgs(WEBHOOK_ADD_DEAD_ARGS, { dead: keys.dead, cap: this.#perTenant, deliveries: letters }))
       await this.#index(tenant, queued.length + due.length > 0, moved > 0 || letters.length > 0)
       if (moved > 0) overflowed.set(tenant, moved)
     }
     const retryMembers = retryReply.filter((_, index) => index % 2 === 0)
-    await this.#commands.legacyDone(LEGACY.stream, LEGACY.retry, LEGACY.dead, GROUP, consumer,
-      String(takenIds.length), ...takenIds, String(retryMembers.length), ...retryMembers, String(deadIds.length), ...deadIds)
+    await this.#commands.legacyDone(packArgs(WEBHOOK_LEGACY_DONE_ARGS, { ...LEGACY, group: GROUP, consumer, takenIds, retryMembers, deadIds }))
     return overflowed
   }
 
@@ -306,7 +316,7 @@ export class RedisWebhookQueue implements WebhookQueue {
 
   async #take (tenant: string, version: string, consumer: string, want: number, stuckMs: number, now: number): Promise<ClaimedDelivery[]> {
     const keys = webhookTenantKeys(tenant)
-    const reply = await this.#commands.claim(keys.stream, keys.retry, GROUP, consumer, String(now), String(want), String(stuckMs), this.#cursors.get(tenant) ?? '0-0')
+    const reply = await this.#commands.claim(packArgs(WEBHOOK_CLAIM_ARGS, { ...keys, group: GROUP, consumer, nowMs: String(now), max: want, stuckMs: String(stuckMs), cursor: this.#cursors.get(tenant) ?? '0-0' }))
     if (!Array.isArray(reply) || typeof reply[0] !== 'string') throw new Error(`unexpected reply from the webhook claim script: ${JSON.stringify(reply)}`)
     this.#cursors.set(tenant, reply[0])
     const waiting = Number(reply[1])
@@ -318,13 +328,13 @@ export class RedisWebhookQueue implements WebhookQueue {
     } else {
       this.#idle.delete(tenant)
       this.#cursors.delete(tenant)
-      await this.#commands.unindex(INDEX, tenant, version)
+      await this.#commands.unindex(packArgs(WEBHOOK_UNINDEX_ARGS, { index: INDEX, tenant, version }))
     }
     const claimed: ClaimedDelivery[] = []
     for (const entry of entries(reply.slice(3))) {
       const delivery = deliveryOf(entry)
       // An entry that is not a delivery (or not this tenant's) can never be sent: acknowledged and dropped.
-      if (delivery === null || delivery.tenant !== tenant) await this.#commands.complete(keys.stream, GROUP, entry[0], consumer)
+      if (delivery === null || delivery.tenant !== tenant) await this.#commands.complete(packArgs(WEBHOOK_COMPLETE_ARGS, { stream: keys.stream, group: GROUP, entryId: entry[0], consumer }))
       else claimed.push({ entryId: entry[0], delivery })
     }
     return claimed
@@ -335,12 +345,12 @@ export class RedisWebhookQueue implements WebhookQueue {
     const delivery = deliveryOf(entry)
     if (delivery === null) return 0
     const keys = webhookTenantKeys(tenant)
-    const outcome = Number(await this.#commands.replay(keys.dead, keys.stream, keys.retry, entry[0], GROUP, String(this.#perTenant), JSON.stringify(revived(delivery, this.#now()))))
+    const outcome = Number(await this.#commands.replay(packArgs(WEBHOOK_REPLAY_ARGS, { ...keys, letterId: entry[0], group: GROUP, cap: this.#perTenant, delivery: JSON.stringify(revived(delivery, this.#now())) })))
     if (outcome === 1) await this.#index(tenant, true, false)
     return outcome
   }
 
   async #index (tenant: string, work: boolean, dead: boolean): Promise<void> {
-    await this.#commands.index(INDEX, VERSION, DEAD_INDEX, tenant, work ? '1' : '0', dead ? '1' : '0')
+    await this.#commands.index(packArgs(WEBHOOK_INDEX_ARGS, { index: INDEX, version: VERSION, deadIndex: DEAD_INDEX, tenant, work, dead }))
   }
 }

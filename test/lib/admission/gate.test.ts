@@ -48,7 +48,7 @@ const LOCKOUT: LockoutPolicy = { threshold: 3, baseMs: 60_000, maxMs: 3_600_000,
 
 function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {}): DispatchPlan {
   return {
-    audience: 'backend',
+    lane: 'backend',
     recipient: ADA,
     suppression: 'refuse',
     laneSubject: 'ada',
@@ -63,7 +63,7 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
 
 function verifyPlan (requestId: string, storedForms: string[], overrides: Partial<VerifyPlan> = {}): VerifyPlan {
   return {
-    audience: 'backend',
+    lane: 'backend',
     ownLimits: [limit('source', 100)],
     sharedLimits: [],
     token: { tenantId: 'acme', mode: 'live', requestId },
@@ -111,7 +111,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const bob: Mailbox = { ...ADA, recipientTag: 'bob' }
     // The same requests to each mailbox, from its own source, on its own allowance of two.
     const page = (mailbox: Mailbox, requestId: string): DispatchPlan => dispatchPlan(`${mailbox.recipientTag}-${requestId}`, {
-      audience: 'browser',
+      lane: 'browser',
       suppression: 'withhold',
       recipient: mailbox,
       ownLimits: [{ ...limit('source', 100), bucket: mailbox.recipientTag }],
@@ -169,7 +169,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
   t.test('a verify of an unknown requestId counts only the caller\'s own buckets: junk cannot fill the key\'s', async (t) => {
     const { gate, store } = await makePeers(t)
     const plan = (requestId: string, source: string, forms: string[] = []): VerifyPlan => verifyPlan(requestId, forms, {
-      audience: 'browser',
+      lane: 'browser',
       ownLimits: [{ ...limit('source', 3), bucket: source }],
       sharedLimits: [limit('key', 2)]
     })
@@ -196,7 +196,7 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('a browser hears only of its own source: no shared bucket, no billing', async (t) => {
     const { gate } = await makePeers(t)
-    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [{ ...limit('recipient', 2), windowMs: 900_000 }, limit('key', 5)] })
+    const browser = (requestId: string): DispatchPlan => dispatchPlan(requestId, { lane: 'browser', ownLimits: [limit('source', 10)], sharedLimits: [{ ...limit('recipient', 2), windowMs: 900_000 }, limit('key', 5)] })
     const admitted = await gate.dispatch(browser('a'))
     t.match(admitted, { kind: 'admitted', headers: { 'ratelimit-limit': '10', 'ratelimit-remaining': '9' } })
     t.notOk(admitted.kind === 'admitted' && 'quota-limit' in admitted.headers, 'no Quota-* headers')
@@ -204,10 +204,10 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const refused = await gate.dispatch(browser('c'))
     const constant = { code: 'RATE_LIMITED', message: `Too many requests; retry in ${BROWSER_RETRY_SECONDS} s`, headers: { 'retry-after': String(BROWSER_RETRY_SECONDS) } }
     t.strictSame(refused, { kind: 'refused', refusal: constant }, 'the recipient bucket stays unnamed and uncounted, and its window\'s end untold')
-    const keyFull = (requestId: string): DispatchPlan => dispatchPlan(requestId, { audience: 'browser', ownLimits: [{ ...limit('source', 10), bucket: 'y' }], sharedLimits: [{ ...limit('recipient', 10), bucket: 'z' }, { ...limit('key', 3), bucket: 'k', windowMs: 30_000 }] })
+    const keyFull = (requestId: string): DispatchPlan => dispatchPlan(requestId, { lane: 'browser', ownLimits: [{ ...limit('source', 10), bucket: 'y' }], sharedLimits: [{ ...limit('recipient', 10), bucket: 'z' }, { ...limit('key', 3), bucket: 'k', windowMs: 30_000 }] })
     for (const requestId of ['e', 'f', 'g']) await gate.dispatch(keyFull(requestId))
     t.strictSame(await gate.dispatch(keyFull('h')), { kind: 'refused', refusal: constant }, 'a full key bucket says the same')
-    const quotaRefused = await gate.dispatch(dispatchPlan('d', { audience: 'browser', quota: quota(0) }))
+    const quotaRefused = await gate.dispatch(dispatchPlan('d', { lane: 'browser', quota: quota(0) }))
     t.match(quotaRefused, { kind: 'refused', refusal: { code: 'QUOTA_EXCEEDED', message: 'The allowance of this key is used up' } })
     t.notOk(quotaRefused.kind === 'refused' && Object.keys(quotaRefused.refusal.headers).some((name) => name.startsWith('quota-')), 'a 402 to a page carries no Quota-*')
   })
@@ -307,12 +307,12 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const { gate } = await makePeers(t)
     const policy = { ...LOCKOUT, baseMs: 600_000 }
     const pageCode = (requestId: string): DispatchPlan => dispatchPlan(requestId, {
-      audience: 'browser',
+      lane: 'browser',
       sharedLimits: [{ ...limit('recipient', 100), bucket: 'browser:ada' }],
       laneSubject: 'browser:ada',
       token: { requestId, record: `k1.code-${requestId}|browser:ada`, ttlMs: 60_000 }
     })
-    const guess = async (requestId: string, form: string, audience: 'backend' | 'browser' = 'browser') => await gate.verify(verifyPlan(requestId, [form], { audience, lockout: policy }))
+    const guess = async (requestId: string, form: string, lane: 'backend' | 'browser' = 'browser') => await gate.verify(verifyPlan(requestId, [form], { lane, lockout: policy }))
     t.equal((await gate.dispatch(dispatchPlan('owner'))).kind, 'admitted', 'the owner\'s backend asked for a code')
     t.equal((await gate.dispatch(pageCode('outstanding'))).kind, 'admitted')
     for (const requestId of ['s1', 's2', 's3']) {
@@ -342,14 +342,14 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
     const { gate } = await makePeers(t)
     for (const requestId of ['o1', 'o2', 'o3']) {
       await gate.dispatch(dispatchPlan(requestId, { token: { requestId, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 } }))
-      await gate.verify(verifyPlan(requestId, ['k1.nope'], { audience: 'browser' }))
+      await gate.verify(verifyPlan(requestId, ['k1.nope'], { lane: 'browser' }))
     }
     t.match(await gate.dispatch(dispatchPlan('after')), { kind: 'refused', refusal: { message: /wrong codes/ } })
   })
 
   t.test('a refused request counts against the caller\'s limits; past them it is a 429', async (t) => {
     const { gate } = await makePeers(t)
-    const plan = { audience: 'backend' as const, limits: [limit('source', 2), limit('key', 100)] }
+    const plan = { lane: 'backend' as const, limits: [limit('source', 2), limit('key', 100)] }
     t.equal(await gate.countRefused(plan), null)
     t.equal(await gate.countRefused(plan), null)
     t.match(await gate.countRefused(plan), { code: 'RATE_LIMITED', message: /source/, headers: { 'retry-after': '60' } })
@@ -373,7 +373,7 @@ t.test('in process', async (t) => {
     t.teardown(async () => { await tokens.close() })
     const gate = new AdmissionGate(new MemoryAdmission(tokens, new MemoryQuotaStore(), { lockoutStatesPerShare: 2 }))
     const pageCode = (requestId: string, mailbox: string): DispatchPlan => dispatchPlan(requestId, {
-      audience: 'browser',
+      lane: 'browser',
       laneSubject: `browser:${mailbox}`,
       token: { requestId, record: `k1.code-${requestId}|browser:${mailbox}`, ttlMs: 60_000 }
     })
@@ -438,7 +438,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     const fromMemory = await gate.dispatch(dispatchPlan('d', mine))
     t.match(fromMemory, { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: /^Too many requests for this source; retry in (59|60) s$/, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^(59|60)$/ } } })
     t.match(await gate.verify(verifyPlan('a', ['k1.code-a'], mine)), { kind: 'refused' }, 'a verify from the same source too')
-    t.match(await gate.countRefused({ audience: 'backend', limits: mine.ownLimits }), { code: 'RATE_LIMITED' }, 'and a request refused before admission')
+    t.match(await gate.countRefused({ lane: 'backend', limits: mine.ownLimits }), { code: 'RATE_LIMITED' }, 'and a request refused before admission')
     t.equal((await gate.dispatch(dispatchPlan('other', { ownLimits: [{ ...limit('source', 2), bucket: 'y' }] }))).kind, 'admitted', 'another source is asked about')
     await client.echo('end of the commands under test')
     await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { ConfigError, parseConfig, parseRedisToolConfig } from '../../../lib/config/from-env.js'
+import { EnvSchema } from '../../../schemas/env.js'
 import { TEST_HMAC_KEYS } from '../../helper.js'
 
 t.test('defaults give the embedded service', async (t) => {
@@ -292,4 +293,17 @@ t.test('SNS_SIGNING_CERT_URL_PATTERN matches the whole URL; the default only SNS
   t.notOk(unanchored.test('https://certs.internal.example/a.pem.evil.example/b.pem'), 'and without $ to the end')
   t.notOk(pattern('^https://a\\.example/x\\.pem$|evil').test('https://evil.example/x.pem'), 'an alternative is anchored too')
   t.equal((t.throws(() => parseConfig({ SNS_SIGNING_CERT_URL_PATTERN: '(' })) as ConfigError).variable, 'SNS_SIGNING_CERT_URL_PATTERN')
+})
+
+t.test('every pattern of the environment says what it asks for in words, beside the regex', async (t) => {
+  for (const [name, value] of Object.entries(EnvSchema.properties)) {
+    const schema = value as { pattern?: string, patternRule?: string, patternWords?: string, durationMinimum?: string }
+    // A duration's words come from its bounds.
+    if (schema.pattern === undefined || schema.durationMinimum !== undefined) continue
+    t.match(schema.patternRule, /^must be /, `${name}: the rule its error line ends with`)
+    t.type(schema.patternWords, 'string', `${name}: the words of the configuration table`)
+  }
+  const refused = t.throws(() => parseConfig({ OTEL_TRACES_SAMPLER_ARG: '2' })) as ConfigError
+  t.equal(refused.message, 'Invalid configuration: OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1 (e.g. 0.01) (got "2")')
+  t.equal((t.throws(() => parseConfig({ RECIPIENT_TAG_KEY_ACCEPT: 'short' })) as ConfigError).message, 'Invalid configuration: RECIPIENT_TAG_KEY_ACCEPT must be the 16-character fingerprint the refusal line printed (got "short")')
 })

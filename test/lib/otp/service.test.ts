@@ -67,7 +67,7 @@ interface Harness {
   keyedHashes: KeyedHashes
   receipts: Receipts
   service: OtpService
-  backend: State
+  state: State
   mail: MailCapture
   live: Caller
   sandbox: Caller
@@ -77,10 +77,10 @@ interface Harness {
 }
 
 /**
- * The service over a backend, the real mailer (log transport for live mail, sandbox inbox for
+ * The service over the stores (memory or Redis), the real mailer (log transport for live mail, sandbox inbox for
  * test keys) and real receipts, no server; webhook events are collected.
  */
-async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => void = () => {}, env: Record<string, string> = {}): Promise<Harness> {
+async function harness (t: Test, state: State, mutate: (file: TenantsFile) => void = () => {}, env: Record<string, string> = {}): Promise<Harness> {
   const liveKey = generateKey('secret', 'live')
   const testKey = generateKey('secret', 'test')
   const file: TenantsFile = {
@@ -105,16 +105,16 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
   const config = parseConfig({ OTP_HMAC_KEYS: TEST_HMAC_KEYS, MAIL_TIMEOUT_MS: '200', RATE_LIMIT_RECIPIENT: '4/1m', LOCKOUT_THRESHOLD: '3', ...env })
   const keyedHashes: KeyedHashes = { count: 0 }
   const mail = new MailCapture()
-  const mailer = new Mailer(config, { sandboxInbox: backend.sandboxInbox, logOutput: mail })
+  const mailer = new Mailer(config, { sandboxInbox: state.sandboxInbox, logOutput: mail })
   const events: string[] = []
   const issuer = new ReceiptIssuer({ keys: await prepareSigningKeys(await deriveReceiptSigningKeys(config.hmacKeys)), issuer: 'https://otp.test', ttlSeconds: 300 })
-  const receipts = new Receipts(issuer, new AddressHasher(config.recipientTagKey.secret), backend.redemptions)
+  const receipts = new Receipts(issuer, new AddressHasher(config.recipientTagKey.secret), state.redemptions)
   const service = new OtpService({
     policy: admissionPolicy(config),
     signer: new CountingSigner(config.hmacKeys, keyedHashes),
     tagger: new CountingTagger(config.recipientTagKey.secret, keyedHashes),
-    gate: AdmissionGate.over(backend),
-    stores: backend,
+    gate: AdmissionGate.over(state),
+    stores: state,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     suppressionMs: config.suppressionMs,
@@ -130,7 +130,7 @@ async function harness (t: Test, backend: State, mutate: (file: TenantsFile) => 
     turns: new TenantTurns(1)
   })
   t.teardown(async () => { await mailer.close() })
-  return { keyedHashes, service, backend, mail, live: caller(liveKey), sandbox: caller(testKey), callerOf: caller, events, receipts }
+  return { keyedHashes, service, state, mail, live: caller(liveKey), sandbox: caller(testKey), callerOf: caller, events, receipts }
 }
 
 async function refusal (promise: Promise<unknown>): Promise<ApiError> {
@@ -147,9 +147,9 @@ function wrong (code: string): string {
   return String((Number(code) + 1) % 1_000_000).padStart(6, '0')
 }
 
-function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void {
+function serviceSuite (t: Test, makeState: (t: Test) => Promise<State>): void {
   t.test('dispatch mails a code that verifies once; the answer carries the limits and the quota', async (t) => {
-    const { service, mail, live, events, receipts } = await harness(t, await makeBackend(t))
+    const { service, mail, live, events, receipts } = await harness(t, await makeState(t))
     const sent = await service.dispatch(live, { email: 'Ada@Example.com', locale: 'fr' })
     t.match(sent, { requestId: /^otp_/, headers: { 'ratelimit-limit': '4', 'ratelimit-remaining': '3', 'quota-limit': '3', 'quota-remaining': '2' } })
     t.match(mail.text, /To: Ada@example\.com\n/, 'mail goes to the address as given, domain lower-cased')
@@ -163,7 +163,7 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
   })
 
   t.test('wrong and malformed guesses consume the code, with distinct codes', async (t) => {
-    const { service, mail, live } = await harness(t, await makeBackend(t))
+    const { service, mail, live } = await harness(t, await makeState(t))
     const first = await service.dispatch(live, { email: 'bob@example.com' })
     const code = mail.codeFor('bob@example.com')
     t.match(await refusal(service.verify(live, first.requestId, wrong(code))), { code: 'CODE_MISMATCH', statusCode: 400 })
@@ -174,20 +174,20 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
   })
 
   t.test('recipient policy: a bad address is 400, a disposable or denied domain 403', async (t) => {
-    const { service, live, backend } = await harness(t, await makeBackend(t), (file) => { file.tenants[0]!.recipients = { denyDomains: ['rival.example'] } })
+    const { service, live, state } = await harness(t, await makeState(t), (file) => { file.tenants[0]!.recipients = { denyDomains: ['rival.example'] } })
     t.match(await refusal(service.dispatch(live, { email: 'not an address' })), { code: 'INVALID_EMAIL', statusCode: 400 })
     t.match(await refusal(service.dispatch(live, { email: 'a@mailinator.com' })), { code: 'RECIPIENT_BLOCKED', statusCode: 403 })
     t.match(await refusal(service.dispatch(live, { email: 'a@sub.rival.example' })), { code: 'RECIPIENT_BLOCKED' })
-    t.equal((await backend.quota.usage('acme:live', DAY, Date.now())).used, 0, 'no unit charged')
+    t.equal((await state.quota.usage('acme:live', DAY, Date.now())).used, 0, 'no unit charged')
   })
 
   t.test('the recipient limit answers 429 with Retry-After; the allowance 402 with Quota-*', async (t) => {
-    const { service, live } = await harness(t, await makeBackend(t))
+    const { service, live } = await harness(t, await makeState(t))
     for (let i = 0; i < 3; i++) await service.dispatch(live, { email: `user${i}@example.com` })
     t.match(await refusal(service.dispatch(live, { email: 'user9@example.com' })), {
       code: 'QUOTA_EXCEEDED', statusCode: 402, headers: { 'quota-limit': '3', 'quota-remaining': '0' }, message: /live allowance of tier "small" \(3 per 1d\)/
     })
-    const { service: other, sandbox } = await harness(t, await makeBackend(t))
+    const { service: other, sandbox } = await harness(t, await makeState(t))
     for (let i = 0; i < 4; i++) await other.dispatch(sandbox, { email: 'carol@example.com' })
     t.match(await refusal(other.dispatch(sandbox, { email: 'carol@example.com' })), {
       code: 'RATE_LIMITED', statusCode: 429, headers: { 'retry-after': /^\d+$/, 'ratelimit-remaining': '0' }, message: /recipient/
@@ -195,31 +195,31 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
   })
 
   t.test('a failed delivery destroys the code and refunds the unit; the headers say so', async (t) => {
-    const { service, sandbox, backend, events } = await harness(t, await makeBackend(t))
+    const { service, sandbox, state, events } = await harness(t, await makeState(t))
     await service.dispatch(sandbox, { email: 'first@example.com' })
     const failed = await refusal(service.dispatch(sandbox, { email: 'fail@simulator.invalid' }))
     t.match(failed, { code: 'DELIVERY_FAILED', statusCode: 502, headers: { 'quota-limit': '10', 'quota-remaining': '9' } }, 'the state after the refund')
-    t.equal((await backend.quota.usage('acme:test', DAY, Date.now())).used, 1, 'only the delivered dispatch is charged')
+    t.equal((await state.quota.usage('acme:test', DAY, Date.now())).used, 1, 'only the delivered dispatch is charged')
     t.strictSame(events, ['sent', 'delivery_failed:rejected', 'event:delivery.failed'])
-    t.same(await backend.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
+    t.same(await state.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
   })
 
   t.test('a page\'s dispatch to a suppressed mailbox: the failed delivery\'s 502 and clean-up, and no delivery.failed for the tenant', async (t) => {
     const pageKey = generateKey('restricted', 'live')
-    const { service, live, callerOf, backend, mail, events } = await harness(t, await makeBackend(t), (file) => {
+    const { service, live, callerOf, state, mail, events } = await harness(t, await makeState(t), (file) => {
       file.tenants[0]?.keys.push({ id: 'page', kind: 'restricted', mode: 'live', sha256: hashKey(pageKey), origins: ['app.acme.test'], allowance: '100%' })
     })
     await service.suppress(live, 'ada@example.com')
     const withheld = await refusal(service.dispatch(callerOf(pageKey), { email: 'Ada@example.com' }))
     t.match(withheld, { code: 'DELIVERY_FAILED', statusCode: 502, headers: { 'ratelimit-limit': '30', 'ratelimit-remaining': '29' } }, 'its own source\'s headers, as after a failed send')
     t.equal(mail.count, 0, 'nothing sent')
-    t.equal((await backend.quota.usage('acme:live', DAY, Date.now())).used, 0, 'the unit given back')
+    t.equal((await state.quota.usage('acme:live', DAY, Date.now())).used, 0, 'the unit given back')
     t.strictSame(events, [], 'the tenant hears of no failed delivery: its mailbox is suppressed, which it knows')
     t.match(await refusal(service.dispatch(live, { email: 'ada@example.com' })), { code: 'RECIPIENT_SUPPRESSED', statusCode: 422 }, 'its backend hears the suppression')
   })
 
   t.test('wrong guesses lock the recipient out of new codes', async (t) => {
-    const { service, mail, sandbox } = await harness(t, await makeBackend(t))
+    const { service, mail, sandbox } = await harness(t, await makeState(t))
     for (let i = 0; i < 3; i++) {
       const { requestId } = await service.dispatch(sandbox, { email: 'dan@example.com' })
       await refusal(service.verify(sandbox, requestId, wrong(mail.codeFor('dan@example.com'))))
@@ -228,15 +228,15 @@ function serviceSuite (t: Test, makeBackend: (t: Test) => Promise<State>): void 
   })
 }
 
-t.test('embedded backend', async (t) => {
+t.test('embedded state', async (t) => {
   serviceSuite(t, async (t) => {
-    const backend = createState(null, { memoryStoreMaxTokens: 1000, feedbackDedupeTtlMs: DEDUPE_TTL_MS })
-    t.teardown(async () => { await backend.close() })
-    return backend
+    const state = createState(null, { memoryStoreMaxTokens: 1000, feedbackDedupeTtlMs: DEDUPE_TTL_MS })
+    t.teardown(async () => { await state.close() })
+    return state
   })
 })
 
-t.test('Redis backend', redisTestOptions(), async (t) => {
+t.test('Redis state', redisTestOptions(), async (t) => {
   const server = await startRedis()
   t.teardown(async () => { await server.stop() })
   serviceSuite(t, async (t) => {

@@ -6,7 +6,10 @@
  */
 import t from 'tap'
 import { luaPrologue, packArgs, type ArgValues } from '../../../../lib/state/redis/script-args.js'
-import { COUNT_ARGS, DISPATCH_ARGS, IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_SENDING_ARGS, MAILBOX_ARGS, RECEIPT_EPOCH_ARGS, RECEIPT_REDEEM_ARGS, RESTORE_TOKEN_ARGS, SANDBOX_ADD_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS } from '../../../../lib/state/redis/scripts.js'
+import {
+  COUNT_ARGS, DISPATCH_ARGS, IDEMPOTENCY_ABANDON_ARGS, IDEMPOTENCY_BEGIN_ARGS, IDEMPOTENCY_COMPLETE_ARGS, IDEMPOTENCY_SENDING_ARGS, MAILBOX_ARGS, RECEIPT_EPOCH_ARGS, RECEIPT_REDEEM_ARGS, RESTORE_TOKEN_ARGS, SANDBOX_ADD_ARGS, UNDO_DISPATCH_ARGS, VERIFY_ARGS,
+  WEBHOOK_ADD_DEAD_ARGS, WEBHOOK_BACKLOG_ARGS, WEBHOOK_BURY_ARGS, WEBHOOK_CLAIM_ARGS, WEBHOOK_COMPLETE_ARGS, WEBHOOK_ENQUEUE_ARGS, WEBHOOK_INDEX_ARGS, WEBHOOK_LEGACY_DONE_ARGS, WEBHOOK_LEGACY_TAKE_ARGS, WEBHOOK_REPLAY_ARGS, WEBHOOK_REQUEUE_ARGS, WEBHOOK_RETRY_ARGS, WEBHOOK_UNINDEX_ARGS
+} from '../../../../lib/state/redis/scripts.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../../support/redis.js'
 
 const own = { max: 5, windowMs: 60_000 }
@@ -66,6 +69,27 @@ t.test('the packed arrays are the wire format deployed instances send', async (t
   t.same(packArgs(RECEIPT_REDEEM_ARGS, { epochKey: 'e', redemptionKey: 'r', epoch: 'x', ttlMs: 300_000, newEpoch: 'n' }), { keys: ['e', 'r'], args: ['x', '300000', 'n'] })
 })
 
+const queue = { stream: 's', retry: 'r', dead: 'x' }
+const enqueue = packArgs(WEBHOOK_ENQUEUE_ARGS, { ...queue, onceKey: 'o', group: 'workers', onceTtlMs: 60_000, cap: 10_000, deliveries: ['{"a":1}', '{"b":2}'] })
+const requeue = packArgs(WEBHOOK_REQUEUE_ARGS, { ...queue, group: 'workers', cap: 100, retries: [{ dueMs: '1700000000000', delivery: 'd1' }, { dueMs: '1700000000001', delivery: 'd2' }] })
+const legacyDone = packArgs(WEBHOOK_LEGACY_DONE_ARGS, { ...queue, group: 'workers', consumer: 'c', takenIds: ['1-0', '2-0'], retryMembers: [], deadIds: ['3-0'] })
+
+t.test('the webhook queue\'s arrays are the ones its hand-packed calls sent', async (t) => {
+  t.same(enqueue, { keys: ['s', 'r', 'x', 'o'], args: ['workers', '60000', '10000', '{"a":1}', '{"b":2}'] }, 'enqueue: group, once TTL, cap, then the deliveries')
+  t.same(requeue, { keys: ['s', 'r', 'x'], args: ['workers', '100', '1700000000000', 'd1', '1700000000001', 'd2'] }, 'requeue: group, cap, then due and delivery pairs')
+  t.same(packArgs(WEBHOOK_CLAIM_ARGS, { stream: 's', retry: 'r', group: 'workers', consumer: 'c', nowMs: '1700000000000', max: 8, stuckMs: '60000', cursor: '0-0' }), { keys: ['s', 'r'], args: ['workers', 'c', '1700000000000', '8', '60000', '0-0'] })
+  t.same(packArgs(WEBHOOK_COMPLETE_ARGS, { stream: 's', group: 'workers', entryId: '1-0', consumer: 'c' }), { keys: ['s'], args: ['workers', '1-0', 'c'] })
+  t.same(packArgs(WEBHOOK_RETRY_ARGS, { stream: 's', retry: 'r', group: 'workers', entryId: '1-0', consumer: 'c', delivery: 'd', dueMs: 1_700_000_000_000 }), { keys: ['s', 'r'], args: ['workers', '1-0', 'c', 'd', '1700000000000'] })
+  t.same(packArgs(WEBHOOK_BURY_ARGS, { stream: 's', dead: 'x', group: 'workers', entryId: '1-0', consumer: 'c', delivery: 'd', cap: 10_000 }), { keys: ['s', 'x'], args: ['workers', '1-0', 'c', 'd', '10000'] })
+  t.same(packArgs(WEBHOOK_ADD_DEAD_ARGS, { dead: 'x', cap: 10_000, deliveries: ['d1', 'd2'] }), { keys: ['x'], args: ['10000', 'd1', 'd2'] })
+  t.same(packArgs(WEBHOOK_REPLAY_ARGS, { ...queue, letterId: '1-0', group: 'workers', cap: 10_000, delivery: 'd' }), { keys: ['x', 's', 'r'], args: ['1-0', 'workers', '10000', 'd'] })
+  t.same(packArgs(WEBHOOK_INDEX_ARGS, { index: 'i', version: 'v', deadIndex: 'di', tenant: 'acme', work: true, dead: false }), { keys: ['i', 'v', 'di'], args: ['acme', '1', '0'] })
+  t.same(packArgs(WEBHOOK_UNINDEX_ARGS, { index: 'i', tenant: 'acme', version: '7' }), { keys: ['i'], args: ['acme', '7'] })
+  t.same(packArgs(WEBHOOK_LEGACY_TAKE_ARGS, { ...queue, lock: 'l', group: 'workers', consumer: 'c', stuckMs: '60000', batch: 500, lockMs: '30000' }), { keys: ['s', 'r', 'x', 'l'], args: ['workers', 'c', '60000', '500', '30000'] })
+  t.same(legacyDone, { keys: ['s', 'r', 'x'], args: ['workers', 'c', '2', '1-0', '2-0', '0', '1', '3-0'] }, 'legacy done: each list after its length')
+  t.same(packArgs(WEBHOOK_BACKLOG_ARGS, { stream: 's', retry: 'r' }), { keys: ['s', 'r'], args: [] })
+})
+
 t.test('a list of tuples must have an entry per entry of its list', async (t) => {
   t.throws(() => packArgs(COUNT_ARGS, { limits: ['a', 'b'], limitArgs: [own] }), /limitArgs: 1 entries for 2 limits/)
 })
@@ -88,6 +112,13 @@ t.test('the prologue reads back what was packed, on Redis', redisTestOptions(), 
   t.same(await client.eval(readVerify, verify.keys.length, ...verify.keys, ...verify.args, deadline), [
     'otp:{acme:live}:r1', 'rl:s:{acme:live}:src', 2, 'lockout:{acme:live}:', 10, 900000, 2592000000, 86400000, 1, 'k1.a', 2, '60000', 'p1'
   ], 'verify: the attempt found after the variable lists')
+
+  const readEnqueue = `${luaPrologue(WEBHOOK_ENQUEUE_ARGS)}return { stream, onceKey, group, onceTtlMs, cap, ARGV[deliveriesAt], deliveriesCount }`
+  t.same(await client.eval(readEnqueue, enqueue.keys.length, ...enqueue.keys, ...enqueue.args), ['s', 'o', 'workers', 60000, 10000, '{"a":1}', 2], 'enqueue: the deliveries are the rest of ARGV')
+  const readRequeue = `${luaPrologue(WEBHOOK_REQUEUE_ARGS)}return { cap, retriesCount, ARGV[retriesAt], ARGV[retriesAt + 2 * retriesCount - 1] }`
+  t.same(await client.eval(readRequeue, requeue.keys.length, ...requeue.keys, ...requeue.args), [100, 2, '1700000000000', 'd2'], 'requeue: pairs to the end of ARGV')
+  const readLegacyDone = `${luaPrologue(WEBHOOK_LEGACY_DONE_ARGS)}return { consumer, takenIdsCount, ARGV[takenIdsAt + 1], retryMembersCount, deadIdsCount, ARGV[deadIdsAt] }`
+  t.same(await client.eval(readLegacyDone, legacyDone.keys.length, ...legacyDone.keys, ...legacyDone.args), ['c', 2, '2-0', 0, 1, '3-0'], 'legacy done: each list found after the one before')
 
   const noMailbox = packArgs(DISPATCH_ARGS, { ...dispatchValues(), mailbox: [], mailboxArgs: [] })
   t.same(await client.eval(`${luaPrologue(DISPATCH_ARGS)}return { mailboxCount, KEYS[limitsAt], limitsCount, suppressionKey, ARGV[limitArgsAt] }`, noMailbox.keys.length, ...noMailbox.keys, ...noMailbox.args, deadline),
