@@ -31,6 +31,7 @@ async function scenario (t: Test, store: Record<string, string>): Promise<void> 
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/payments/sa/api`), 'a@example.com')), [200, 'ok'], 'a bound key from its workload')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/jobs/sa/nightly`), 'b@example.com')), [200, 'ok'], 'from a service account of its namespace')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/web/sa/frontend`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'from another workload')
+  t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/jobs/sa/..`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'nor a last segment no SPIFFE ID holds')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, {})), [403, 'WORKLOAD_NOT_ALLOWED'], 'through the sidecar without an identity')
   t.same(outcome(await dispatch(keys.acmeLive, STRANGER, xfcc(`${td}/payments/sa/api`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'a leaked key with a forged header from outside the mesh')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, { 'x-forwarded-client-cert': `By=x;URI=${td}/payments/sa/api;Subject="unterminated` })), [400, 'INVALID_WORKLOAD_IDENTITY'], 'a malformed header from the sidecar')
