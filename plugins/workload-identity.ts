@@ -101,10 +101,13 @@ export interface MeshLogFields {
  */
 export function meshLogFields (request: Pick<FastifyRequest, 'socket' | 'headers' | typeof meshCallerKey>, mesh: MeshSettings): MeshLogFields | null {
   const caller = meshCallerOf(request, mesh)
-  if (!caller.ok || caller.kind === 'outside') return null
-  if (caller.kind === 'unidentified') return { remoteAddress: UNIDENTIFIED_MESH_SOURCE }
-  if (caller.kind === 'workload') return { remoteAddress: workloadBucket(caller.workload), workload: caller.workload }
-  return { remoteAddress: caller.endClient, workload: caller.workload }
+  if (!caller.ok) return null
+  switch (caller.kind) {
+    case 'outside': return null
+    case 'unidentified': return { remoteAddress: UNIDENTIFIED_MESH_SOURCE }
+    case 'workload': return { remoteAddress: workloadBucket(caller.workload), workload: caller.workload }
+    case 'gateway': return { remoteAddress: caller.endClient, workload: caller.workload }
+  }
 }
 
 function callerFrom (request: Pick<FastifyRequest, 'headers'>, value: string | string[], mesh: MeshSettings): MeshCaller {
