@@ -5,7 +5,6 @@ import fp from 'fastify-plugin'
 import type { Config } from './lib/config/types.js'
 import { withStoreBudget } from './lib/store-errors.js'
 import { requestIdFor, traceIdOf } from './lib/telemetry/correlation.js'
-import { UNIDENTIFIED_MESH_SOURCE } from './lib/net/workload-identity.js'
 import { namedSchemas } from './schemas/components.js'
 import { errorCatalog } from './schemas/error-catalog.js'
 import abuseGuardPlugin from './plugins/abuse-guard.js'
@@ -26,7 +25,7 @@ import refusalsPlugin from './plugins/refusals.js'
 import servicesPlugin from './plugins/services.js'
 import tenantTurnsPlugin from './plugins/tenant-turns.js'
 import idempotencyPlugin from './plugins/idempotency.js'
-import workloadIdentityPlugin, { meshCallerOf, meshSettings } from './plugins/workload-identity.js'
+import workloadIdentityPlugin, { meshLogFields, meshSettings } from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
 import feedbackRoutes from './routes/feedback.js'
 import metricsRoutes from './routes/metrics.js'
@@ -59,15 +58,6 @@ function redactUnlessErrorCode (value: unknown, path: string[]): unknown {
 export function serverOptions (config: Config, logStream?: Writable): FastifyHttpOptions<Server> {
   const proxies = trustedProxies(config.trustProxy)
   const mesh = meshSettings(config)
-  /**
-   * A gateway's end client as the onRequest hooks will resolve it, or the name of the one
-   * source of callers through the sidecar without an identity; null for any other request.
-   */
-  const meshClientOf = (request: FastifyRequest): string | null => {
-    const caller = mesh === null ? null : meshCallerOf(request, mesh)
-    if (caller?.ok !== true) return null
-    return caller.kind === 'unidentified' ? UNIDENTIFIED_MESH_SOURCE : caller.endClient
-  }
   return {
     // Each wait of start-up is bounded by its own setting (Redis's connect timeout, up to 20 s):
     // Fastify's 10 s default for a plugin would turn a slow but bounded start into a crash.
@@ -83,7 +73,7 @@ export function serverOptions (config: Config, logStream?: Writable): FastifyHtt
           method: request.method,
           url: request.url.split('?')[0],
           // Logged before the onRequest hooks that resolve it, hence resolved here as well.
-          remoteAddress: meshClientOf(request) ?? clientAddressOf(request, proxies) ?? request.ip
+          ...((mesh === null ? null : meshLogFields(request, mesh)) ?? { remoteAddress: clientAddressOf(request, proxies) ?? request.ip })
         })
       }
     },

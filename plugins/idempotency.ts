@@ -4,7 +4,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { storeCall } from '../lib/store-errors.js'
 import { tenantScope } from '../lib/keys/scope.js'
-import { sourceBucket } from '../lib/net/source-address.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -73,16 +72,10 @@ function canonicalJson (value: unknown): string {
  * could not be recorded (its store failed at the wrong moment) is never run again in its 24
  * hours: retries get 409 IDEMPOTENCY_OUTCOME_UNKNOWN until the answer is recorded, if ever.
  * Keys are scoped by API key (another key, the tenant's public one say, can neither replay nor
- * pre-empt them), and a restricted key's also by end client; stored answers never hold a code (dispatch answers carry only the requestId).
+ * pre-empt them), and a restricted key's also by the end client's full address; stored answers never hold a code (dispatch answers carry only the requestId).
  */
 export default fp(async function idempotencyPlugin (fastify) {
   const store = fastify.state.idempotency
-  const { ipv6BucketPrefix } = fastify.config
-
-  /** The visitor as the per-source limits count it: its address's bucket (a named gateway's end client's, through the mesh). */
-  function endClient (request: FastifyRequest): string {
-    return sourceBucket(request.clientAddress, ipv6BucketPrefix) ?? request.clientAddress
-  }
 
   fastify.decorateRequest('idempotency', null)
 
@@ -98,10 +91,13 @@ export default fp(async function idempotencyPlugin (fastify) {
     // give a stranger who repeats a visitor's guessable key that visitor's requestId.
     if (request.auth.kind === 'restricted' && request.meshSource !== null) throw apiError('IDEMPOTENCY_KEY_UNSCOPED')
     const keyScope = `${tenantScope(request.auth.tenant.id, request.auth.mode)}:${request.auth.id}`
-    // A restricted key is shared by every visitor of its page: each end client (the per-source
-    // identity the abuse guard counts) gets its own namespace, so a visitor's guessable key
-    // never gives a stranger that visitor's record.
-    const scope = request.auth.kind === 'restricted' ? `${keyScope}:${endClient(request)}` : keyScope
+    // A restricted key is shared by every visitor of its page: each visitor's address (a named
+    // gateway's end client, through the mesh; canonical, so each spelling of it is one) gets
+    // its own namespace, so a visitor's guessable key never gives a stranger that visitor's
+    // record. The whole address, not the bucket the per-source limits count: a stranger in the
+    // visitor's IPv6 /64 is another visitor. Whoever shares the address itself (a NAT) shares
+    // the records; docs/security.md says so.
+    const scope = request.auth.kind === 'restricted' ? `${keyScope}:${request.clientAddress}` : keyScope
     const fingerprint = createHash('sha256').update(`${request.method} ${request.routeOptions.url ?? ''}\n${canonicalJson(request.body)}`).digest('base64url')
     const attempt = randomBytes(12).toString('base64url')
     const claim = await storeCall('idempotency store', async () => await store.begin(scope, header, fingerprint, attempt, REPLAY_TTL_MS, CLAIM_MS))

@@ -84,6 +84,32 @@ export function meshCallerOf (request: Pick<FastifyRequest, 'socket' | 'headers'
   return request[meshCallerKey]
 }
 
+/** How the request line of a log names a caller in the mesh. */
+export interface MeshLogFields {
+  /** The source the per-source limits count: a gateway's end client, a workload's bucket, or UNIDENTIFIED_MESH_SOURCE. */
+  remoteAddress: string
+  /** The identity the sidecar verified: an internal workload's, or the gateway's that forwarded the end client. */
+  workload?: string
+}
+
+/**
+ * What a request's log lines say of a caller in the mesh, as the onRequest hook below will
+ * count it; null for a caller from outside the mesh (its address is its own) and for a header
+ * that is refused. An internal workload is named by its identity and its bucket, never by the
+ * X-Forwarded-For it wrote: a workload chooses that address, and an incident response would
+ * blame whoever it named.
+ */
+export function meshLogFields (request: Pick<FastifyRequest, 'socket' | 'headers' | typeof meshCallerKey>, mesh: MeshSettings): MeshLogFields | null {
+  const caller = meshCallerOf(request, mesh)
+  if (!caller.ok) return null
+  switch (caller.kind) {
+    case 'outside': return null
+    case 'unidentified': return { remoteAddress: UNIDENTIFIED_MESH_SOURCE }
+    case 'workload': return { remoteAddress: workloadBucket(caller.workload), workload: caller.workload }
+    case 'gateway': return { remoteAddress: caller.endClient, workload: caller.workload }
+  }
+}
+
 function callerFrom (request: Pick<FastifyRequest, 'headers'>, value: string | string[], mesh: MeshSettings): MeshCaller {
   const found = workloadIdentity(mesh.header, value)
   if (found === null) return UNIDENTIFIED

@@ -21,7 +21,7 @@ const metricsRoutes: FastifyPluginAsync<MetricsRoutesOptions> = async function m
   fastify.get('/metrics', { schema: { hide: true }, config: { cors: false } }, async (request, reply) => {
     if (options.requireToken && !metrics.presentsToken(request)) throw apiError('UNAUTHORIZED', undefined, { 'www-authenticate': 'Bearer realm="email-otp metrics"' })
     reply.header('cache-control', 'no-store')
-    return await reply.type(metrics.registry.contentType).send(await metrics.registry.metrics())
+    return await reply.type(metrics.registry.contentType).send(await metrics.render())
   })
   // Taken from CORS's catch-all OPTIONS route, so that no preflight is granted either: the
   // not-found handler answers it as any OPTIONS, 204 with Allow.

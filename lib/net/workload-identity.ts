@@ -142,6 +142,12 @@ export function workloadIdentity (header: MeshIdentityHeader, value: string | st
 
 /** A SPIFFE ID (spec §2): lower-case trust domain, then one or more path segments of letters, digits, `.`, `-`, `_`. */
 const SPIFFE_ID = /^spiffe:\/\/[a-z0-9._-]+(\/[A-Za-z0-9._-]+)+$/
+const SPIFFE_SEGMENT = /^[A-Za-z0-9._-]+$/
+
+/** One path segment of a SPIFFE ID: letters, digits, `.`, `-`, `_`, and never `.` or `..` (spec §2.2). */
+function validSegment (segment: string): boolean {
+  return SPIFFE_SEGMENT.test(segment) && segment !== '.' && segment !== '..'
+}
 /** A Linkerd identity: `<service account>.<namespace>.serviceaccount.identity.<control plane namespace>.<trust domain>`, DNS labels. */
 const LINKERD_IDENTITY = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.serviceaccount\.identity\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/
 const LINKERD_MAX_LENGTH = 253
@@ -162,13 +168,17 @@ export function gatewayIdentityProblem (header: MeshIdentityHeader, entry: strin
       : 'is not a Linkerd identity (<service account>.<namespace>.serviceaccount.identity.<control plane namespace>.<trust domain>, in lower case)'
   }
   const id = entry.endsWith('/*') ? entry.slice(0, -2) : entry
-  const valid = id.length <= MAX_IDENTITY_LENGTH && SPIFFE_ID.test(id) && !id.split('/').slice(3).some((segment) => segment === '.' || segment === '..')
+  const valid = id.length <= MAX_IDENTITY_LENGTH && SPIFFE_ID.test(id) && id.split('/').slice(3).every(validSegment)
   return valid ? null : 'is not a SPIFFE ID (spiffe://<trust domain>/<path>, the trust domain in lower case), nor one ending in /* for one more path segment'
 }
 
 /**
- * A key's `workloads`: exact identities, or a prefix ending in `/*` that matches one more path
- * segment (`spiffe://cluster.local/ns/payments/sa/*`: every service account of the namespace).
+ * A key's `workloads` (and MESH_GATEWAY_IDENTITIES): exact identities, or a prefix ending in
+ * `/*` that matches one more path segment (`spiffe://cluster.local/ns/payments/sa/*`: every
+ * service account of the namespace). That segment must be one a SPIFFE ID can hold, as
+ * gatewayIdentityProblem asks of an entry: `.`, `..`, `%2F`, `?x` or `#x` would otherwise
+ * match, spellings no verifying sidecar sends but that another reader of the ID may take
+ * for a different workload.
  */
 export function workloadMatcher (patterns: readonly string[]): (identity: string) => boolean {
   const exact = new Set<string>()
@@ -177,11 +187,7 @@ export function workloadMatcher (patterns: readonly string[]): (identity: string
     if (pattern.endsWith('/*')) prefixes.push(pattern.slice(0, -1))
     else exact.add(pattern)
   }
-  return (identity) => exact.has(identity) || prefixes.some((prefix) => {
-    if (!identity.startsWith(prefix)) return false
-    const rest = identity.slice(prefix.length)
-    return rest.length > 0 && !rest.includes('/')
-  })
+  return (identity) => exact.has(identity) || prefixes.some((prefix) => identity.startsWith(prefix) && validSegment(identity.slice(prefix.length)))
 }
 
 /**

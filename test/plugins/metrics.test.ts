@@ -3,9 +3,12 @@ import type { timingSafeEqual } from 'node:crypto'
 import { createRequire, syncBuiltinESMExports } from 'node:module'
 import { connect } from 'node:net'
 import Fastify, { type FastifyInstance } from 'fastify'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Gauge } from 'prom-client'
 import t, { type Test } from 'tap'
 import { internalApp, serverOptions } from '../../app.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
+import { sharedRender } from '../../plugins/metrics.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { send } from '../support/http.js'
 import { freePort, redisTestOptions, startRedis } from '../support/redis.js'
@@ -173,6 +176,61 @@ t.test('the internal listener serves metrics and readiness details without crede
   const wrongMethod = await send({ port, method: 'POST', path: '/metrics' })
   t.same([wrongMethod.status, wrongMethod.body.code, wrongMethod.headers.allow], [405, 'METHOD_NOT_ALLOWED', 'GET, HEAD, OPTIONS'])
   t.equal((await send({ port: publicPort, method: 'GET', path: '/metrics' })).status, 404, 'and the public listener still has no /metrics')
+})
+
+t.test('scrapes share renders: concurrent ones one render, on both listeners; the next render waits, and sees what changed', async (t) => {
+  const { app } = await buildApp(t)
+  const publicPort = await listen(app)
+  const port = await internalListener(t, app)
+  // A gauge that counts its own collects and takes 50 ms: the render's cost, and its count.
+  let collects = 0
+  let value = 1
+  app.metrics.registry.registerMetric(new Gauge({
+    name: 'email_otp_test_collects',
+    help: 'Collects of this registry, for the test.',
+    registers: [],
+    async collect () {
+      collects++
+      await sleep(50)
+      this.set(value)
+    }
+  }))
+  const scrape = async (onPort = port) => {
+    const answer = await send({ port: onPort, method: 'GET', path: '/metrics', headers: bearer(TEST_METRICS_TOKEN) })
+    t.equal(answer.status, 200)
+    return Number(/^email_otp_test_collects (\d+)$/m.exec(answer.body)?.[1])
+  }
+
+  const concurrent = await Promise.all(Array.from({ length: 8 }, async (_, index) => await scrape(index % 2 === 0 ? port : publicPort)))
+  t.same([concurrent, collects], [Array(8).fill(1), 1], '8 scrapes at once, on the internal and the public listener: one render')
+
+  value = 2
+  const started = performance.now()
+  t.equal(await scrape(), 2, 'the next scrape sees the new value')
+  const waited = performance.now() - started
+  t.equal(collects, 2, 'from a render of its own')
+  t.ok(waited >= 500, `after a pause of 20 times the last render's duration, at most a second (${Math.round(waited)} ms)`)
+
+  // Eight loops of scrapes for 1.5 s: renders stay about one a second.
+  const before = collects
+  let scrapes = 0
+  const until = performance.now() + 1500
+  await Promise.all(Array.from({ length: 8 }, async () => { while (performance.now() < until) { await scrape(); scrapes++ } }))
+  t.ok(collects - before <= 3, `${scrapes} scrapes, ${collects - before} renders`)
+})
+
+t.test('sharedRender: a failed render fails the scrapes that shared it, and the next one renders again', async (t) => {
+  let calls = 0
+  const render = sharedRender(async () => {
+    calls++
+    await sleep(10)
+    if (calls === 1) throw new Error('a collect failed')
+    return `render ${calls}`
+  }, () => 0)
+  const first = await Promise.allSettled([render(), render()])
+  t.same(first.map((outcome) => outcome.status), ['rejected', 'rejected'])
+  t.same(await Promise.all([render(), render()]), ['render 2', 'render 2'])
+  t.equal(calls, 2)
 })
 
 t.test('a real process with METRICS_PORT: metrics on the internal listener only', async (t) => {

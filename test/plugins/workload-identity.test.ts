@@ -9,6 +9,7 @@ import t, { type Test } from 'tap'
 import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
+import { workloadBucket } from '../../lib/net/workload-identity.js'
 
 const SIDECAR = '127.0.0.6'
 const STRANGER = '127.0.0.7'
@@ -31,6 +32,7 @@ async function scenario (t: Test, store: Record<string, string>): Promise<void> 
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/payments/sa/api`), 'a@example.com')), [200, 'ok'], 'a bound key from its workload')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/jobs/sa/nightly`), 'b@example.com')), [200, 'ok'], 'from a service account of its namespace')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/web/sa/frontend`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'from another workload')
+  t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, xfcc(`${td}/jobs/sa/..`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'nor a last segment no SPIFFE ID holds')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, {})), [403, 'WORKLOAD_NOT_ALLOWED'], 'through the sidecar without an identity')
   t.same(outcome(await dispatch(keys.acmeLive, STRANGER, xfcc(`${td}/payments/sa/api`))), [403, 'WORKLOAD_NOT_ALLOWED'], 'a leaked key with a forged header from outside the mesh')
   t.same(outcome(await dispatch(keys.acmeLive, SIDECAR, { 'x-forwarded-client-cert': `By=x;URI=${td}/payments/sa/api;Subject="unterminated` })), [400, 'INVALID_WORKLOAD_IDENTITY'], 'a malformed header from the sidecar')
@@ -291,4 +293,19 @@ t.test('a restricted key\'s Idempotency-Key needs a visitor the mesh can tell ap
   t.same(await dispatch(keys.acmeBrowser, page, 'jo@example.com'), [200, 'ok'], 'without the header: served')
   t.same(await dispatch(keys.acmeBrowser, { ...page, ...login, ...xfcc(GATEWAY), 'x-forwarded-for': '203.0.113.9' }, 'jo@example.com'), [200, 'ok'], 'through an identified gateway the visitor has its own namespace')
   t.same(await dispatch(keys.acmeLive, login, 'jo@example.com'), [200, 'ok'], 'a secret key\'s records are its backend\'s own, identity or not')
+})
+
+t.test('an internal workload\'s log lines name its identity and the bucket it is counted in, never the address it wrote', async (t) => {
+  const { path, keys } = writeTenants(t)
+  const built = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: GATEWAY, LOG_LEVEL: 'info' })
+  const port = await listenApp(built.app)
+  const verify = async (headers: Record<string, string>) => await send({ port, localAddress: SIDECAR, path: '/otp/verify', headers: { ...json, ...bearer(keys.acmeTest), ...headers }, body: JSON.stringify({ requestId: 'otp_unknown', userGuess: '000000' }) })
+  const evil = `${td}/evil/sa/evil`
+  t.equal((await verify({ ...xfcc(evil), 'x-forwarded-for': '8.8.8.8' })).status, 400)
+  t.equal((await verify(viaGateway('203.0.113.7'))).status, 400)
+
+  const requestLines = built.logs.lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'incoming request')
+  t.match(requestLines[0]?.req, { remoteAddress: workloadBucket(evil), workload: evil }, 'the workload: its bucket and its identity')
+  t.notMatch(built.logs.text, /8\.8\.8\.8/, 'the address it wrote is in no line')
+  t.match(requestLines[1]?.req, { remoteAddress: '203.0.113.7', workload: GATEWAY }, 'a gateway\'s end client: its address, and the gateway that forwarded it')
 })

@@ -208,6 +208,41 @@ t.test('the base Deployment, as written: configuration, probes, shutdown, securi
   t.match(dockerfile, /^EXPOSE 3000 9464$/m, 'the image declares the API and the internal listener')
 })
 
+/**
+ * The Istio example's policies, as written: the internal listener (tenants' volumes and
+ * allowances on /metrics) answers Prometheus's principal alone, never anyone in the cluster,
+ * and no side door serves what it holds: no plain-text port, no metrics merged into the
+ * sidecar agent's. The kubelet's probes go through that agent, which Istio rewrites them to.
+ */
+t.test('examples/istio: the metrics port only for Prometheus\'s principal, mutual TLS everywhere, no merged metrics', async (t) => {
+  const dir = join(root, 'examples/istio')
+  const [base] = documents(readFileSync(join(root, 'base/deployment.yaml'), 'utf8'))
+  const container = base?.spec.template.spec.containers.find((entry: Manifest) => entry.name === 'email-otp')
+  const metricsPort = String(container?.ports.find((port: Manifest) => port.name === 'metrics')?.containerPort)
+  const apiPort = String(container?.ports.find((port: Manifest) => port.name === 'http')?.containerPort)
+  const [policy] = documents(readFileSync(join(dir, 'authorizationpolicy.yaml'), 'utf8'))
+  t.equal(policy?.spec.action, 'ALLOW')
+  const rules = (policy?.spec.rules ?? []) as Manifest[]
+  const reaches = (rule: Manifest, port: string): boolean => (rule.to ?? []).some((to: Manifest) => (to.operation?.ports ?? [port]).includes(port))
+  for (const port of [metricsPort, apiPort]) {
+    const open = rules.filter((rule) => reaches(rule, port) && !(rule.from ?? []).some((from: Manifest) => (from.source?.principals ?? []).length > 0))
+    t.same(open, [], `port ${port}: every rule that reaches it names the principals it lets in`)
+  }
+  const metricsRules = rules.filter((rule) => reaches(rule, metricsPort))
+  t.same(metricsRules.flatMap((rule) => (rule.from ?? []).flatMap((from: Manifest) => from.source?.principals ?? [])), ['cluster.local/ns/monitoring/sa/prometheus'], 'the metrics port: Prometheus\'s service account, the placeholder docs/kubernetes.md names')
+  t.same(metricsRules.flatMap((rule) => (rule.to ?? []).flatMap((to: Manifest) => [to.operation?.methods, to.operation?.paths])), [['GET'], ['/metrics']], 'GET /metrics only: the probes\' paths need no rule')
+
+  const [peer] = documents(readFileSync(join(dir, 'peerauthentication.yaml'), 'utf8'))
+  t.equal(peer?.spec.mtls?.mode, 'STRICT')
+  t.same(Object.values(peer?.spec.portLevelMtls ?? {}).filter((level: any) => level.mode !== 'STRICT'), [], 'no port takes plain text, where no principal can be checked')
+
+  const [patch] = documents(readFileSync(join(dir, 'deployment.yaml'), 'utf8'))
+  const annotations = patch?.spec.template.metadata.annotations ?? {}
+  t.equal(annotations['prometheus.istio.io/merge-metrics'], 'false', 'the sidecar\'s agent does not serve the metrics in plain text on :15020')
+  t.not(annotations['sidecar.istio.io/rewriteAppHTTPProbers'], 'false', 'the probes are rewritten to the sidecar\'s agent (Istio\'s default)')
+  t.match(container?.readinessProbe, { httpGet: { port: 'metrics' } }, 'HTTP probes, which Istio rewrites')
+})
+
 /** Every label selector of an object, with where it is: workloads, Services, budgets, spread constraints, policies. */
 function selectorsOf (object: Manifest): Array<[string, Record<string, string>]> {
   const found: Array<[string, Record<string, string>]> = []

@@ -57,6 +57,12 @@ t.test('workloads patterns: exact, or one more path segment after /*', async (t)
   t.notOk(allows('spiffe://td/ns/jobs/sa/'), 'the segment is not empty')
   t.notOk(allows('spiffe://td/ns/jobs/sa/x/y'), 'one segment, not a subtree')
   t.notOk(allows('spiffe://td/ns/jobsx/sa/nightly'))
+  // The segment as MESH_GATEWAY_IDENTITIES asks of an entry's: what a SPIFFE ID can hold.
+  for (const last of ['.', '..', 'a%2Fb', 'a?x', 'a#x', 'a:b', 'a@b', 'a b', 'a\u0000', '*']) {
+    t.notOk(allows(`spiffe://td/ns/jobs/sa/${last}`), `not ${JSON.stringify(last)}`)
+  }
+  t.ok(allows('spiffe://td/ns/jobs/sa/a.b_c-9'), 'letters, digits, ".", "-", "_"')
+  t.ok(allows('spiffe://td/ns/jobs/sa/...'), 'three dots are a name, as the spec has it')
   t.ok(allows('web.default.serviceaccount.identity.linkerd.cluster.local'))
   t.notOk(allows('web.default.serviceaccount.identity.linkerd.cluster.local.evil'))
 })
