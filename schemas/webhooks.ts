@@ -109,7 +109,7 @@ export const ReviewUsedPayload = payload('review.used', 'A dispatch went to one 
   requestId: RequestId,
   addressHash: AddressHash,
   keyId: Type.String({ description: 'The API key that asked.' }),
-  source: Type.String({ description: 'The source address the request came from (the end user\'s, with End-User-IP).' })
+  source: Type.String({ description: 'Where the request came from: the source address (the end user\'s, with End-User-IP), or for a workload inside a service mesh the bucket it is counted in (`wl:` and its identity, or `mesh:unidentified`).' })
 }, { additionalProperties: false }))
 
 export const WebhookPayloads = [

@@ -355,7 +355,8 @@ export class OtpService {
       await this.#options.mailer.withhold({ mode, tenantId: tenant.id })
     }
     const { refunded } = await this.#refund(caller, admitted)
-    const source = caller.endUserAddress ?? caller.address
+    // A mesh workload's own address is one it chose (X-Forwarded-For): name the bucket it is counted in.
+    const source = caller.endUserAddress ?? caller.meshSource ?? caller.address
     observer.reviewed(key)
     log.warn({ tenant: tenant.id, mode, keyId: key.id, source, requestId }, 'review address used: no mail sent, nothing charged')
     events.emit(tenant, mode, 'review.used', { requestId, addressHash, keyId: key.id, source })

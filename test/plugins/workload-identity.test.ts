@@ -5,6 +5,7 @@
  * Requests "through the ingress gateway" carry the gateway's identity, as our sidecar names the
  * peer of its mTLS, and the X-Forwarded-For the gateway wrote (the sidecars add nothing to it).
  */
+import { createHash } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants } from '../helper.js'
 import { listenApp, send } from '../support/http.js'
@@ -308,4 +309,18 @@ t.test('an internal workload\'s log lines name its identity and the bucket it is
   t.match(requestLines[0]?.req, { remoteAddress: workloadBucket(evil), workload: evil }, 'the workload: its bucket and its identity')
   t.notMatch(built.logs.text, /8\.8\.8\.8/, 'the address it wrote is in no line')
   t.match(requestLines[1]?.req, { remoteAddress: '203.0.113.7', workload: GATEWAY }, 'a gateway\'s end client: its address, and the gateway that forwarded it')
+})
+
+t.test('a review address used by an internal workload is reported with the workload\'s bucket, never the address it wrote', async (t) => {
+  const { path, keys } = writeTenants(t, (file) => {
+    file.tenants[0]!.reviewAddresses = [{ address: 'reviewer@acme.test', codeSha256: createHash('sha256').update('424242').digest('hex'), expiresAt: new Date(Date.now() + 86_400_000).toISOString() }]
+  })
+  const built = await buildApp(t, { TENANTS_FILE: path, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: 'none', LOG_LEVEL: 'info' })
+  const port = await listenApp(built.app)
+  const workload = `${td}/shop/sa/frontend`
+  const answer = await send({ port, localAddress: SIDECAR, path: '/otp/request', headers: { ...json, ...bearer(keys.acmeLive), ...xfcc(workload), 'x-forwarded-for': '8.8.8.8' }, body: JSON.stringify({ email: 'reviewer@acme.test' }) })
+  t.equal(answer.status, 200, JSON.stringify(answer.body))
+  const used = built.logs.lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'review address used: no mail sent, nothing charged')
+  t.same(used.map((line) => line.source), [workloadBucket(workload)], 'the use names the bucket the workload is counted in')
+  t.notMatch(built.logs.text, /8\.8\.8\.8/, 'the address it wrote is in no line')
 })
