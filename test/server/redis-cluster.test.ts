@@ -269,7 +269,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
     t.test('admission: over the cap, a dispatch within its tenant\'s reserve stands; past it, it is undone with its unit of the tenant\'s count', async (t) => {
       const admission = new RedisAdmission(client)
       const dispatch = async (tenantId: string, requestId: string) => await admission.dispatch({
-        audience: 'backend',
+        lane: 'backend',
         recipient: { tenantId, mode: 'live', recipientTag: 'reserved' },
         suppression: 'refuse',
         laneSubject: 'reserved',
