@@ -519,26 +519,28 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.equal(await client.get('rl:m:{mailbox:live:ada}'), '1', 'the cap counts the attempt, as it counts every dispatch that reached it')
   })
 
-  t.test('a dispatch or a verify is one command to Redis', async (t) => {
+  t.test('a dispatch or a verify is one command to Redis, the mailbox cap and the tenant\'s reserve included', async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
     const gate = new AdmissionGate(new RedisAdmission(client))
+    const mailbox: MailboxCap = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 15, windowMs: 60_000, reserve: 2 }
     // The first call of each script loads it (EVAL); from then on it is called by its hash.
-    await gate.dispatch(dispatchPlan('warm'))
+    await gate.dispatch(dispatchPlan('warm', { mailbox }))
     await gate.verify(verifyPlan('warm', []))
     const monitor = await client.monitor()
     t.teardown(() => { monitor.disconnect() })
     const seen: string[] = []
     // MONITOR also shows the commands a script runs, with `lua` as their source.
     monitor.on('monitor', (_time: string, args: string[], source: string) => { if (source !== 'lua') seen.push(args[0]?.toLowerCase() ?? '') })
-    await gate.dispatch(dispatchPlan('one'))
+    t.equal((await gate.dispatch(dispatchPlan('one', { mailbox }))).kind, 'admitted')
     await gate.verify(verifyPlan('one', ['k1.code-one']))
     // MONITOR reports commands in the order Redis ran them: once this marker shows, so has
     // everything before it.
     await client.echo('end of the commands under test')
     await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
     t.strictSame(seen, ['evalsha', 'evalsha', 'echo'])
+    t.equal(await client.get(`rl:mc:${TAG}:ada`), '2', 'the tenant\'s count was taken in that one command')
   })
 })
 
