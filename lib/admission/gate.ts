@@ -217,4 +217,9 @@ export class AdmissionGate {
   async unsuppress (mailbox: Mailbox): Promise<boolean> {
     return await this.#store.unsuppress(mailbox)
   }
+
+  /** After a failed delivery: the unit of its tenant's mailbox count an admitted dispatch took. */
+  async refundMailboxCount (plan: DispatchPlan): Promise<void> {
+    await this.#store.refundMailboxCount(plan)
+  }
 }

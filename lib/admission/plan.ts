@@ -78,14 +78,24 @@ export function bothLanes (tenantId: string, mode: KeyMode, recipientTag: string
 }
 
 /**
+ * Codes a tenant may send a mailbox per lane within the cap's window whatever the cap's count
+ * (MailboxCap): enough for a user to ask again once after a lost mail, few enough that tenants
+ * sending one mailbox their reserves add little to the cap. A constant: no deployment has asked
+ * for another figure, and 0 would bring back the shut-out it prevents.
+ */
+export const MAILBOX_RESERVE = 2
+
+/**
  * The service-wide bucket of a mailbox in a lane. Live and sandbox traffic are counted apart:
  * sandbox keys send no mail, and a public sandbox key must not use up a real person's
  * allowance. Each lane has its own, so that strangers filling the browser lane's cap through
- * several tenants' public keys cannot stop the partners' backends from reaching the owner.
+ * several tenants' public keys cannot stop the partners' backends from reaching the owner; and
+ * each tenant its reserve inside it, so that other tenants filling it (with accounts of their
+ * own, secret keys included) cannot either.
  */
 function mailboxLimit (policy: AdmissionPolicy, mode: KeyMode, subject: string): DispatchPlan['mailbox'] {
   if (policy.mailbox === null) return null
-  return { name: 'mailbox', mode, bucket: subject, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs }
+  return { name: 'mailbox', mode, bucket: subject, max: policy.mailbox.max, windowMs: policy.mailbox.windowMs, reserve: MAILBOX_RESERVE }
 }
 
 export interface DispatchRequest {

@@ -388,26 +388,31 @@ export class OtpService {
    */
   async #undo (caller: Caller, requestId: string, admitted: Admitted): Promise<boolean> {
     const { tenant, mode } = caller.key
-    const [[deleted], { refunded, shareRefunded }] = await Promise.all([
+    const [[deleted], { refunded, shareRefunded, countRefunded }] = await Promise.all([
       Promise.allSettled([this.#options.stores.tokens.delete({ tenantId: tenant.id, mode, requestId })]),
       this.#refund(caller, admitted)
     ])
-    for (const outcome of [deleted, refunded, shareRefunded]) {
+    for (const outcome of [deleted, refunded, shareRefunded, countRefunded]) {
       if (outcome.status === 'rejected') caller.log.error({ err: outcome.reason, requestId }, 'cleanup after a failed dispatch failed (an unsent code expires by itself)')
     }
     return refunded.status === 'fulfilled'
   }
 
-  /** Gives back the unit an admitted dispatch took: from the tenant's allowance, and from the key's share if it has one. */
-  async #refund (caller: Caller, { plan, quota }: Admitted): Promise<{ refunded: PromiseSettledResult<void>, shareRefunded: PromiseSettledResult<void> }> {
-    const { stores } = this.#options
+  /**
+   * Gives back the unit an admitted dispatch took: from the tenant's allowance, and from the key's
+   * share if it has one; and from its tenant's mailbox count, so that mail that never left does
+   * not use up the tenant's reserve inside the mailbox cap.
+   */
+  async #refund (caller: Caller, { plan, quota }: Admitted): Promise<{ refunded: PromiseSettledResult<void>, shareRefunded: PromiseSettledResult<void>, countRefunded: PromiseSettledResult<void> }> {
+    const { stores, gate } = this.#options
     const { tenant, mode, id } = caller.key
     const scope = tenantScope(tenant.id, mode)
-    const [refunded, shareRefunded] = await Promise.allSettled([
+    const [refunded, shareRefunded, countRefunded] = await Promise.allSettled([
       stores.quota.refund(scope, quota.windowId),
-      plan.quota.share !== null ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve()
+      plan.quota.share !== null ? stores.quota.refund(scope, quota.windowId, id) : Promise.resolve(),
+      gate.refundMailboxCount(plan)
     ])
-    return { refunded, shareRefunded }
+    return { refunded, shareRefunded, countRefunded }
   }
 }
 

@@ -38,6 +38,18 @@ export type LimitHit =
   /** The service-wide cap of a mailbox (its lane subject is the bucket), across tenants. */
   | Counter & { name: 'mailbox' }
 
+/**
+ * The service-wide cap of a mailbox in a lane, and the reserve each tenant keeps inside it. The
+ * cap alone let a few tenants (an attacker may hold several accounts) fill it and leave every
+ * other tenant's backend no way to reach the owner. So each tenant's own codes to the mailbox in
+ * the lane are counted too, over the cap's window (its *mailbox count*: the codes it was admitted,
+ * less those given back after a failed delivery); while that count is below `reserve`, the cap
+ * does not refuse the tenant (its own limits still do). Its dispatches count against the cap all
+ * the same, so what one mailbox receives per lane and window is bounded by `max` plus `reserve`
+ * per tenant that sends it codes.
+ */
+export type MailboxCap = Extract<LimitHit, { name: 'mailbox' }> & { reserve: number }
+
 /** One allowance counter a dispatch takes a unit of: the tenant's, or a restricted key's share. */
 export interface QuotaClaim {
   /** The tenant's scope (`acme:live`, lib/keys/scope.ts), as the quota port counts it. */
@@ -80,7 +92,8 @@ export interface MailboxLanes {
  * other callers (`sharedLimits`: the recipient's in its lane, the key's). So a source past its
  * own limit, or a dispatch to a locked mailbox, no longer counts against what other callers
  * need. Then the service-wide mailbox cap (counted only for a dispatch that passed everything
- * else), the allowance (every claim, or none), and the new token.
+ * else; a tenant below its reserve passes it whatever its count), the allowance (every claim, or
+ * none), and the new token with a unit of the tenant's mailbox count.
  */
 export interface DispatchPlan {
   lane: Lane
@@ -98,7 +111,8 @@ export interface DispatchPlan {
   laneSubject: string
   ownLimits: readonly LimitHit[]
   sharedLimits: readonly LimitHit[]
-  mailbox: Extract<LimitHit, { name: 'mailbox' }> | null
+  /** The cap and the reserve, in the lane of `laneSubject`; null when the cap is off. */
+  mailbox: MailboxCap | null
   /** The tenant's allowance and, for a restricted key, its own share: a unit of both or of none. */
   quota: { tenant: QuotaClaim, share: QuotaClaim | null, nowMs: number, description: string }
   /** The new code's token, in the recipient's tenant and mode. */
@@ -188,6 +202,13 @@ export interface AdmissionStore {
   suppress (mailbox: Mailbox, ttlMs: number): Promise<void>
   /** Lifts a suppression; true when there was one. */
   unsuppress (mailbox: Mailbox): Promise<boolean>
+  /**
+   * Gives back the unit an admitted dispatch added to its tenant's mailbox count (MailboxCap),
+   * once its mail did not leave: never below zero, nothing once the count's window is over.
+   * The admission's own undo (a lost reply, too few replicas, a Cluster's cap) gives it back with
+   * the token and the quota units.
+   */
+  refundMailboxCount (plan: DispatchPlan): Promise<void>
 }
 
 /** Every claim of a dispatch: the tenant's first, then the key's share if it has one. */

@@ -197,7 +197,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
           ownLimits: [],
           sharedLimits: limits,
           // The service-wide bucket is tagged by the mailbox: another slot, counted by a second command.
-          mailbox: { name: 'mailbox', mode: 'live', bucket: 'ada', max: 1_000_000, windowMs: 60_000 },
+          mailbox: { name: 'mailbox', mode: 'live', bucket: 'ada', max: 1_000_000, windowMs: 60_000, reserve: 2 },
           quota: {
             tenant: { scope, share: null, limit: 1000, window: hour },
             share: { scope, share: 'rk1', limit: 100, window: hour },
@@ -254,7 +254,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
         laneSubject: 'capped',
         ownLimits: [],
         sharedLimits: [],
-        mailbox: { name: 'mailbox', mode: 'live', bucket: 'capped', max: 1, windowMs: 60_000 },
+        mailbox: { name: 'mailbox', mode: 'live', bucket: 'capped', max: 1, windowMs: 60_000, reserve: 0 },
         quota: { tenant: { scope, share: null, limit: 1000, window: hour }, share: { scope, share: 'rk1', limit: 100, window: hour }, nowMs: Date.now(), description: 'allowance' },
         token: { requestId, record: 'k1.x|capped', ttlMs: 60_000 }
       })
@@ -264,6 +264,28 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       t.equal(await client.get(`otp:${tag}:second`), null, 'its token is gone')
       t.equal((await quota.usage(scope, hour, Date.now())).used, 1, 'its unit is back')
       t.equal((await quota.usage(scope, hour, Date.now(), 'rk1')).used, 1, 'and its share\'s')
+    })
+
+    t.test('admission: over the cap, a dispatch within its tenant\'s reserve stands; past it, it is undone with its unit of the tenant\'s count', async (t) => {
+      const admission = new RedisAdmission(client)
+      const dispatch = async (tenantId: string, requestId: string) => await admission.dispatch({
+        lane: 'backend',
+        recipient: { tenantId, mode: 'live', recipientTag: 'reserved' },
+        suppression: 'refuse',
+        laneSubject: 'reserved',
+        ownLimits: [],
+        sharedLimits: [],
+        mailbox: { name: 'mailbox', mode: 'live', bucket: 'reserved', max: 2, windowMs: 60_000, reserve: 1 },
+        quota: { tenant: { scope: `${tenantId}:live`, share: null, limit: 1000, window: hour }, share: null, nowMs: Date.now(), description: 'allowance' },
+        token: { requestId, record: 'k1.x|reserved', ttlMs: 60_000 }
+      })
+      for (const requestId of ['f1', 'f2']) t.equal((await dispatch('filler', requestId)).kind, 'issued', 'another tenant fills the cap')
+      t.equal((await dispatch('late', 'l1')).kind, 'issued', 'the cap is full, but this tenant has its reserve')
+      const past = await dispatch('late', 'l2')
+      t.equal(past.kind === 'limited' && past.exceeded.limit.name, 'mailbox', 'past its reserve, the cap refuses it')
+      t.equal(await client.get('otp:{late:live}:l2'), null, 'its token is gone')
+      t.equal(await client.get('rl:mc:{late:live}:reserved'), '1', 'and its unit of the tenant\'s count is back: only the code that stands is counted')
+      t.equal((await new RedisQuotaStore(client).usage('late:live', hour, Date.now())).used, 1, 'as is its quota unit')
     })
 
     t.test('sandbox inbox: newest first, capped, per tenant', async (t) => {

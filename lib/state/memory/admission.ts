@@ -11,8 +11,9 @@ import { lockoutKey, lockoutShare, MemoryLockout } from './lockout.js'
 import { MemoryVelocityCounter } from './velocity.js'
 
 /**
- * Velocity buckets kept in process per share (one kind of limit of one tenant and mode, or the
- * mailbox cap of one mode); past this many the share's least recently hit are forgotten.
+ * Velocity buckets kept in process per share (one kind of limit of one tenant and mode, the
+ * mailbox cap of one mode, or a tenant's mailbox counts in one mode); past this many the share's
+ * least recently hit are forgotten.
  */
 export const VELOCITY_BUCKETS_PER_SHARE = 50_000
 /**
@@ -35,6 +36,11 @@ export const SUPPRESSIONS_PER_SHARE = 100_000
  */
 function velocityShare (limit: LimitHit): string {
   return limit.name === 'mailbox' ? `mailbox:${limit.mode}` : `${limit.name}:${tenantScope(limit.tenantId, limit.mode)}`
+}
+
+/** The share of a tenant's mailbox counts (MailboxCap) in one mode: only its own dispatches displace them. */
+function mailboxCountShare ({ tenantId, mode }: Mailbox): string {
+  return `mailbox-count:${tenantScope(tenantId, mode)}`
 }
 
 function sameForm (stored: string, candidate: string): boolean {
@@ -81,7 +87,8 @@ export class MemoryAdmission implements AdmissionStore {
     if (shared !== null) return { kind: 'limited', counts, exceeded: shared }
     if (mailbox !== null) {
       const count = this.#velocity.hit(velocityShare(mailbox), mailbox.bucket, mailbox.windowMs, now)
-      if (count.current > mailbox.max) return { kind: 'limited', counts, exceeded: { limit: mailbox, count } }
+      const withinReserve = this.#velocity.peek(mailboxCountShare(recipient), mailbox.bucket, now) < mailbox.reserve
+      if (count.current > mailbox.max && !withinReserve) return { kind: 'limited', counts, exceeded: { limit: mailbox, count } }
     }
     const claims = quotaClaims(quota)
     const decision = this.#quota.reserveAll(claims, quota.nowMs)
@@ -101,6 +108,7 @@ export class MemoryAdmission implements AdmissionStore {
       await refund()
       return { kind: 'collision' }
     }
+    if (mailbox !== null) this.#velocity.hit(mailboxCountShare(recipient), mailbox.bucket, mailbox.windowMs, now)
     return { kind: suppressed ? 'withheld' : 'issued', counts, quota: decision }
   }
 
@@ -151,6 +159,10 @@ export class MemoryAdmission implements AdmissionStore {
     const active = this.#suppressedUntil(mailbox) > Date.now()
     this.#suppressions.delete(tenantScope(mailbox.tenantId, mailbox.mode), mailbox.recipientTag)
     return active
+  }
+
+  async refundMailboxCount ({ recipient, mailbox }: DispatchPlan): Promise<void> {
+    if (mailbox !== null) this.#velocity.giveBack(mailboxCountShare(recipient), mailbox.bucket)
   }
 
   #suppressedUntil ({ tenantId, mode, recipientTag }: Mailbox): number {

@@ -33,4 +33,16 @@ export class MemoryVelocityCounter {
     entry.count++
     return { current: entry.count, ttlMs: entry.endsAtMs - nowMs }
   }
+
+  /** The bucket's count in its current window, without a hit (0 when it has none). */
+  peek (share: string, bucket: string, nowMs = Date.now()): number {
+    const entry = this.#buckets.get(share, bucket)
+    return entry === undefined || entry.endsAtMs <= nowMs ? 0 : entry.count
+  }
+
+  /** Takes one hit back from the bucket's current window: never below zero, nothing once the window is over. */
+  giveBack (share: string, bucket: string, nowMs = Date.now()): void {
+    const entry = this.#buckets.get(share, bucket)
+    if (entry !== undefined && entry.endsAtMs > nowMs && entry.count > 0) entry.count--
+  }
 }

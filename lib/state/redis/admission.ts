@@ -1,16 +1,16 @@
 import { randomBytes } from 'node:crypto'
 import { Cluster } from 'ioredis'
-import { quotaDecision, quotaSlot, type QuotaSlot } from './quota-store.js'
+import { quotaDecision, quotaSlot } from './quota-store.js'
 import type { RedisClient } from './client.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { ReplicaAcks, type TrackedWrite } from './replica-acks.js'
 import { storeCall, StoreUnavailableError, storeUndo } from '../../store-errors.js'
 import { quotaClaims, type AdmissionStore, type DispatchCounts, type Exceeded, type VerifyCounts } from '../admission.js'
 import { assertLimit } from '../quota.js'
-import type { DispatchPlan, LimitHit, Mailbox, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
-import { limitKey, lockoutKey, lockoutKeyPrefix, suppressionKey, tokenKey } from './keys.js'
-import { packArgs } from './script-args.js'
-import { COUNT_ARGS, COUNT_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_ARGS, MAILBOX_LUA, RESTORE_TOKEN_ARGS, RESTORE_TOKEN_LUA, UNDO_DISPATCH_ARGS, UNDO_DISPATCH_LUA, VERIFY, VERIFY_ARGS, VERIFY_LUA } from './scripts.js'
+import type { DispatchPlan, LimitHit, Mailbox, MailboxCap, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
+import { limitKey, lockoutKey, lockoutKeyPrefix, mailboxCountKey, suppressionKey, tokenKey } from './keys.js'
+import { packArgs, type PackedArgs } from './script-args.js'
+import { COUNT_ARGS, COUNT_LUA, COUNTER_REFUND_ARGS, COUNTER_REFUND_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_ARGS, MAILBOX_LUA, RESTORE_TOKEN_ARGS, RESTORE_TOKEN_LUA, UNDO_DISPATCH_ARGS, UNDO_DISPATCH_LUA, VERIFY, VERIFY_ARGS, VERIFY_LUA } from './scripts.js'
 
 /*
  * The scripts (scripts.ts) are assembled from the Lua functions of the concerns they decide:
@@ -18,7 +18,8 @@ import { COUNT_ARGS, COUNT_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_A
  * carry its `{tenant:mode}` hash tag, so on a Cluster each script runs on one slot. The
  * service-wide mailbox bucket is tagged by the mailbox instead; on a single server or
  * Sentinel it is part of the dispatch script, on a Cluster it is counted by a second command
- * once the dispatch is admitted (and the dispatch undone if the mailbox is over its cap).
+ * once the dispatch is admitted (and the dispatch undone if the mailbox is over its cap and the
+ * dispatch script found the tenant past its reserve: the tenant's mailbox count is in its slot).
  * The verify script builds the lockout key from the tag it reads in the token (it cannot be
  * declared beforehand); the prefix it is given carries the same hash tag, so that key lives in
  * the token's slot.
@@ -32,7 +33,8 @@ import { COUNT_ARGS, COUNT_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_A
 
 /**
  * The most keys a script takes: a dispatch's token, lockout, two quota counters, the mailbox
- * bucket, four limits (source, recipient, backend, key) and the suppression, with room to spare.
+ * bucket, the tenant's mailbox count, four limits (source, recipient, backend, key) and the
+ * suppression, with room to spare.
  */
 const MAX_KEYS = 12
 
@@ -44,6 +46,9 @@ const COMMANDS = {
   verify: { name: 'emailOtpAdmitVerify', lua: VERIFY_LUA, fenced: true },
   count: { name: 'emailOtpCountRefused', lua: COUNT_LUA, fenced: true }
 } as const
+
+/** Gives back a unit of a tenant's mailbox count: one key, defined apart as its reply is no list. */
+const REFUND_MAILBOX_COUNT = 'emailOtpRefundMailboxCount'
 
 /** A verify attempt's id: this process's, and a count. Unique enough for one requestId's attempts. */
 const PROCESS_ID = randomBytes(6).toString('base64url')
@@ -111,6 +116,7 @@ export class RedisAdmission implements AdmissionStore {
     for (const { name, lua } of Object.values(COMMANDS)) {
       for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
     }
+    client.defineCommand(REFUND_MAILBOX_COUNT, { lua: COUNTER_REFUND_LUA, numberOfKeys: COUNTER_REFUND_ARGS.keys.length })
     this.#client = client
     this.#clock = redisClock(client)
     this.#commands = client as unknown as AdmissionCommands
@@ -150,11 +156,13 @@ export class RedisAdmission implements AdmissionStore {
     })
     const slots = counters.map(({ slot }) => slot)
     const mailbox = this.#crossSlot ? plan.mailbox : null
+    const reserve = plan.mailbox === null ? [] : [{ key: mailboxCountKey(tenantId, mode, plan.mailbox.bucket), max: plan.mailbox.reserve, windowMs: plan.mailbox.windowMs }]
     const call = packArgs(DISPATCH_ARGS, {
       tokenKey: tokenAt,
       lockoutKey: lockoutKey(tenantId, mode, plan.laneSubject),
       quotas: slots.map((slot) => slot.key),
       mailbox: mailbox === null ? [] : [limitKey(mailbox)],
+      reserve: reserve.map(({ key }) => key),
       limits: limits.map(limitKey),
       suppressionKey: suppressionKey(tenantId, mode, recipient.recipientTag),
       record: token.record,
@@ -163,9 +171,10 @@ export class RedisAdmission implements AdmissionStore {
       withhold: plan.suppression === 'withhold',
       quotaArgs: counters.map(({ limit, slot }) => ({ limit, expireAtMs: slot.expireAtMs })),
       mailboxArgs: mailbox === null ? [] : [mailbox],
+      reserveArgs: reserve,
       limitArgs: limits
     })
-    const undo = packArgs(UNDO_DISPATCH_ARGS, { tokenKey: tokenAt, quotas: slots.map((slot) => slot.key) })
+    const undo = packArgs(UNDO_DISPATCH_ARGS, { tokenKey: tokenAt, counters: [...slots.map((slot) => slot.key), ...reserve.map(({ key }) => key)] })
     const issued = this.#acks.write(tokenAt)
     const { raw, reply } = await this.#run('dispatch', call).then(issued.landed, async (error: unknown) => {
       // No answer (or an unreadable one): the script may have run all the same, its reply
@@ -195,7 +204,7 @@ export class RedisAdmission implements AdmissionStore {
     const writes = [issued]
     if (plan.mailbox !== null && mailbox === null) {
       const counted = this.#acks.write(limitKey(plan.mailbox))
-      const over = await this.#mailboxOverCap(plan.mailbox, tokenAt, slots, counted)
+      const over = await this.#mailboxOverCap(plan.mailbox, reply[1] === 1, undo, counted)
       if (over !== null) return { kind: 'limited', counts: hits, exceeded: over }
       writes.push(counted)
     }
@@ -209,23 +218,32 @@ export class RedisAdmission implements AdmissionStore {
   }
 
   /**
-   * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap, or
-   * not counted (the answer is then 503), the dispatch is undone. `write` tracks the count.
+   * On a Cluster: the mailbox bucket, counted once the dispatch is admitted; over its cap while
+   * the tenant was past its reserve (`withinReserve`: as the dispatch script found it), or not
+   * counted (the answer is then 503), the dispatch is undone with `undo`. `write` tracks the count.
    */
-  async #mailboxOverCap (mailbox: LimitHit, tokenAt: string, slots: readonly QuotaSlot[], write: TrackedWrite): Promise<Exceeded | null> {
-    const undo = async (): Promise<void> => { await this.#run('undo', packArgs(UNDO_DISPATCH_ARGS, { tokenKey: tokenAt, quotas: slots.map((slot) => slot.key) })) }
+  async #mailboxOverCap (mailbox: MailboxCap, withinReserve: boolean, undo: PackedArgs, write: TrackedWrite): Promise<Exceeded | null> {
     let counted: { raw: unknown, reply: number[] }
     try {
       counted = await this.#run('mailbox', packArgs(MAILBOX_ARGS, { bucketKey: limitKey(mailbox), max: mailbox.max, windowMs: mailbox.windowMs })).then(write.landed)
     } catch (error) {
-      await undo().catch(() => {})
+      await this.#run('undo', undo).catch(() => {})
       throw error
     }
     const [current, ttlMs] = counted.reply
     if (current === undefined || ttlMs === undefined) throw unexpected('mailbox', counted.raw)
-    if (current <= mailbox.max) return null
-    await undo()
+    if (current <= mailbox.max || withinReserve) return null
+    await this.#run('undo', undo)
     return { limit: mailbox, count: { current, ttlMs } }
+  }
+
+  /** Not fenced: a refund that lands late only brings the count closer to the mail that left. */
+  async refundMailboxCount ({ recipient, mailbox }: DispatchPlan): Promise<void> {
+    if (mailbox === null) return
+    const { keys } = packArgs(COUNTER_REFUND_ARGS, { counter: mailboxCountKey(recipient.tenantId, recipient.mode, mailbox.bucket) })
+    const refund = this.#commands[REFUND_MAILBOX_COUNT]
+    if (refund === undefined) throw new Error(`${REFUND_MAILBOX_COUNT} is not defined`)
+    await storeUndo('mailbox count refund', async () => await refund.call(this.#client, ...keys))
   }
 
   async verify (plan: VerifyPlan): Promise<VerifyCounts> {

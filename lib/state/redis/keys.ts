@@ -14,7 +14,7 @@ import type { LimitHit, TenantLimitName } from '../admission.js'
  * The part in braces is the Redis Cluster hash tag, the part of a key that picks its slot.
  * Every key one script touches carries the same tag, so the script runs on one slot:
  *   {<tenant>:<mode>}        a tenant's traffic in one mode: tokens, velocity, lockout,
- *                            suppression, quota, idempotency, receipts
+ *                            suppression, quota, its mailbox counts, idempotency, receipts
  *   {mailbox:<mode>:<lane>}  the service-wide bucket of one mailbox (its own slot: on a
  *                            Cluster it is counted by a second command, lib/state/redis/admission.ts)
  *   {<tenant>}               the sandbox inbox: its addresses' boxes and their index
@@ -48,6 +48,15 @@ function velocityBucket (limit: TenantLimitName, tenantId: string, mode: KeyMode
 /** A mailbox's service-wide bucket (its lane subject), tagged by the mailbox. */
 function mailboxBucket (mode: KeyMode, laneSubject: string): string {
   return `${VELOCITY}m:{mailbox:${mode}:${laneSubject}}`
+}
+
+/**
+ * A tenant's mailbox count in a lane (lib/state/admission.ts, MailboxCap: its reserve inside
+ * the mailbox cap), in the tenant's slot: the dispatch script reads and counts it on a Cluster
+ * too. Instances that predate the reserve neither read nor write it.
+ */
+export function mailboxCountKey (tenantId: string, mode: KeyMode, laneSubject: string): string {
+  return `${VELOCITY}mc:${scopeTag(tenantId, mode)}:${laneSubject}`
 }
 
 /** The counter of a limit a request counts against. */

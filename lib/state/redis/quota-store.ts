@@ -4,7 +4,7 @@ import { storeCall, storeUndo } from '../../store-errors.js'
 import { assertScope, type QuotaDecision, type QuotaStore, type QuotaUsage } from '../quota.js'
 import { currentWindow, type QuotaWindow } from '../../limits/window.js'
 import { packArgs } from './script-args.js'
-import { QUOTA_REFUND_ARGS, QUOTA_REFUND_LUA } from './scripts.js'
+import { COUNTER_REFUND_ARGS, COUNTER_REFUND_LUA } from './scripts.js'
 
 /**
  * A window's counter outlives its reset by this much. Instances' clocks differ slightly: were the
@@ -67,13 +67,13 @@ export class RedisQuotaStore implements QuotaStore {
     this.#client = client
     // defineCommand runs EVALSHA and falls back to EVAL when the server lacks the script
     // (first use, restart, failover), so the script is sent in full only when needed.
-    client.defineCommand(REFUND_COMMAND, { lua: QUOTA_REFUND_LUA, numberOfKeys: QUOTA_REFUND_ARGS.keys.length })
+    client.defineCommand(REFUND_COMMAND, { lua: COUNTER_REFUND_LUA, numberOfKeys: COUNTER_REFUND_ARGS.keys.length })
     this.#commands = client as unknown as QuotaCommands
   }
 
   async refund (scope: string, windowId: string, share: string | null = null): Promise<void> {
     assertScope(scope)
-    const { keys } = packArgs(QUOTA_REFUND_ARGS, { counter: quotaKey(scope, share, windowId) })
+    const { keys } = packArgs(COUNTER_REFUND_ARGS, { counter: quotaKey(scope, share, windowId) })
     await storeUndo('quota refund', async () => await this.#commands[REFUND_COMMAND](...keys))
   }
 

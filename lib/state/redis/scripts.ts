@@ -90,7 +90,7 @@ local function setTokenAside (key, attempt)
 end
 `
 
-/* Quota reservation (a function of the dispatch script) and refund (lib/state/redis/quota-store.ts). */
+/* Quota reservation (a function of the dispatch script) and refund (lib/state/redis/quota-store.ts, and a tenant's mailbox count: lib/state/redis/admission.ts). */
 
 /**
  * Takes a unit of every counter or of none (a restricted key's share and its tenant's whole
@@ -115,15 +115,15 @@ local function reserveQuotas (first, count, firstArg)
   return 1, firstUsed
 end
 `
-/** A quota counter. */
-export const QUOTA_REFUND_ARGS = scriptArgs({ keys: [key('counter')], argv: [] })
+/** A counter a dispatch took a unit of: a quota counter, or a tenant's mailbox count. */
+export const COUNTER_REFUND_ARGS = scriptArgs({ keys: [key('counter')], argv: [] })
 /**
- * QUOTA_REFUND_ARGS. A missing key means the window is over (or never counted anything), and
+ * COUNTER_REFUND_ARGS. A missing key means the window is over (or never counted anything), and
  * recreating it would leave a counter without an expiry, so that is a no-op. DECR keeps the TTL.
  * Not fenced, and run at Redis's memory limit too: a refund that lands late, or on a full
  * Redis, only brings the count closer to the mail that left.
  */
-export const QUOTA_REFUND_LUA = `${UNDO_SHEBANG}${luaPrologue(QUOTA_REFUND_ARGS)}local used = tonumber(redis.call('GET', counter) or '0')
+export const COUNTER_REFUND_LUA = `${UNDO_SHEBANG}${luaPrologue(COUNTER_REFUND_ARGS)}local used = tonumber(redis.call('GET', counter) or '0')
 if used > 0 then
   redis.call('DECR', counter)
 end
@@ -162,22 +162,28 @@ end
 `
 /**
  * The dispatch's token, lockout, quota counters (tenant, then a key's share), the mailbox
- * bucket when counted here, one bucket per limit (the caller's own, then the shared ones), the
- * mailbox's suppression; the record, its TTL, how many of the limits are the caller's own,
- * what a suppression does (withhold rather than refuse), and each counter's and bucket's
- * limit and expiry.
+ * bucket when counted here, the tenant's mailbox count when the cap is on (`reserve`: the count
+ * its reserve inside the cap is measured by, in the tenant's slot), one bucket per limit (the
+ * caller's own, then the shared ones), the mailbox's suppression; the record, its TTL, how many
+ * of the limits are the caller's own, what a suppression does (withhold rather than refuse), and
+ * each counter's and bucket's limit and expiry (the reserve's: its size and the cap's window).
  */
 export const DISPATCH_ARGS = scriptArgs({
-  keys: [key('tokenKey'), key('lockoutKey'), keys('quotas'), keys('mailbox'), keys('limits'), key('suppressionKey')],
+  keys: [key('tokenKey'), key('lockoutKey'), keys('quotas'), keys('mailbox'), keys('reserve'), keys('limits'), key('suppressionKey')],
   argv: [
-    text('record'), number('ttlMs'), count('quotas'), count('mailbox'), number('ownLimits'), flag('withhold'),
-    tuples('quotaArgs', ['limit', 'expireAtMs'], 'quotas'), tuples('mailboxArgs', ['max', 'windowMs'], 'mailbox'), tuples('limitArgs', ['max', 'windowMs'], 'limits')
+    text('record'), number('ttlMs'), count('quotas'), count('mailbox'), count('reserve'), number('ownLimits'), flag('withhold'),
+    tuples('quotaArgs', ['limit', 'expireAtMs'], 'quotas'), tuples('mailboxArgs', ['max', 'windowMs'], 'mailbox'),
+    tuples('reserveArgs', ['max', 'windowMs'], 'reserve'), tuples('limitArgs', ['max', 'windowMs'], 'limits')
   ]
 })
 /**
- * DISPATCH_ARGS. Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count,
- * quota allowed 0|1 | mailbox ms left, quota used, then count and ms left per limit counted }.
- * A withheld dispatch replies like an issued one, under its own verdict.
+ * DISPATCH_ARGS. Reply: { verdict, then by verdict: lock ms left | exceeded limit | mailbox count
+ * | 1 when admitted within the tenant's reserve (else 0), quota allowed 0|1 | mailbox ms left,
+ * quota used, then count and ms left per limit counted }. A withheld dispatch replies like an
+ * issued one, under its own verdict. The tenant's mailbox count is read before the cap and
+ * counted with the token, in this one step: two dispatches of a tenant never both take its
+ * last unit of reserve, and only a dispatch that wrote its token counted it (the undo gives it
+ * back on that condition).
  */
 export const DISPATCH_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${HIT_LIMITS_LUA}${LOCKOUT_LUA}${SUPPRESSION_LUA}${RESERVE_QUOTA_LUA}${TOKEN_LUA}${luaPrologue(DISPATCH_ARGS)}
 if tokenExists(tokenKey) then return { ${DISPATCH.collision} } end
@@ -204,9 +210,11 @@ if exceeded > 0 then
   reply[2] = ownLimits + exceeded
   return reply
 end
+local withinReserve = false
+if reserveCount == 1 then withinReserve = tonumber(redis.call('GET', KEYS[reserveAt]) or '0') < tonumber(ARGV[reserveArgsAt]) end
 if mailboxCount == 1 then
   local current, ttl = hitLimit(KEYS[mailboxAt], ARGV[mailboxArgsAt + 1])
-  if current > tonumber(ARGV[mailboxArgsAt]) then
+  if current > tonumber(ARGV[mailboxArgsAt]) and not withinReserve then
     reply[1] = ${DISPATCH.mailboxLimited}
     reply[2] = current
     reply[3] = ttl
@@ -221,6 +229,10 @@ if allowed == 0 then
   return reply
 end
 writeToken(tokenKey, record, ttlMs)
+if reserveCount == 1 then
+  hitLimit(KEYS[reserveAt], ARGV[reserveArgsAt + 1])
+  if withinReserve then reply[2] = 1 end
+end
 if withhold and suppressed(suppressionKey) then reply[1] = ${DISPATCH.withheld} end
 return reply
 `
@@ -230,15 +242,15 @@ export const MAILBOX_ARGS = scriptArgs({ keys: [key('bucketKey')], argv: [number
 export const MAILBOX_LUA = `${WRITES_SHEBANG}${FENCE_LUA}${HIT_LIMIT_LUA}${luaPrologue(MAILBOX_ARGS)}
 return { hitLimit(bucketKey, windowMs) }
 `
-/** An admitted dispatch's token and quota counters. */
-export const UNDO_DISPATCH_ARGS = scriptArgs({ keys: [key('tokenKey'), keys('quotas')], argv: [] })
+/** An admitted dispatch's token and the counters it took a unit of: its quota counters, its tenant's mailbox count. */
+export const UNDO_DISPATCH_ARGS = scriptArgs({ keys: [key('tokenKey'), keys('counters')], argv: [] })
 /**
  * UNDO_DISPATCH_ARGS. Takes back an admitted dispatch: the token, and a unit of each counter,
  * if the token is there (it is only if this dispatch wrote it: its requestId was never told to
  * anyone).
  */
 export const UNDO_DISPATCH_LUA = `${UNDO_SHEBANG}${luaPrologue(UNDO_DISPATCH_ARGS)}if redis.call('DEL', tokenKey) == 0 then return { 0 } end
-for i = quotasAt, quotasAt + quotasCount - 1 do
+for i = countersAt, countersAt + countersCount - 1 do
   if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
 end
 return { 1 }

@@ -4,14 +4,15 @@ import type { AdmissionStore } from '../../../lib/state/admission.js'
 import { MemoryAdmission } from '../../../lib/state/memory/admission.js'
 import { OVER_LIMIT_MEMORY_ENTRIES, OVER_LIMIT_MEMORY_MS, OverLimitMemory } from '../../../lib/admission/over-limit.js'
 import type { LockoutPolicy } from '../../../lib/limits/lockout-policy.js'
-import type { DispatchPlan, LimitHit, Mailbox, TenantLimitName, VerifyPlan } from '../../../lib/state/admission.js'
+import type { DispatchPlan, LimitHit, Mailbox, MailboxCap, TenantLimitName, VerifyPlan } from '../../../lib/state/admission.js'
 import { bothLanes } from '../../../lib/admission/plan.js'
 import { RedisAdmission } from '../../../lib/state/redis/admission.js'
 import { MemoryQuotaStore } from '../../../lib/state/memory/quota-store.js'
 import type { QuotaStore } from '../../../lib/state/quota.js'
 import { RedisQuotaStore } from '../../../lib/state/redis/quota-store.js'
 import { parseWindow } from '../../../lib/limits/window.js'
-import { StoreFullError } from '../../../lib/store-errors.js'
+import { StoreFullError, StoreUnavailableError } from '../../../lib/store-errors.js'
+import { ReplicaAcks } from '../../../lib/state/redis/replica-acks.js'
 import { MemoryTokenStore } from '../../../lib/state/memory/token-store.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../../support/redis.js'
 import { until } from '../../support/wait.js'
@@ -31,8 +32,8 @@ const SCOPE = 'acme:live'
 const TAG = `{${SCOPE}}`
 const ADA: Mailbox = { tenantId: 'acme', mode: 'live', recipientTag: 'ada' }
 
-function limit (name: TenantLimitName, max: number): LimitHit {
-  return { name, tenantId: 'acme', mode: 'live', bucket: 'x', max, windowMs: 60_000 }
+function limit (name: TenantLimitName, max: number, tenantId = 'acme'): LimitHit {
+  return { name, tenantId, mode: 'live', bucket: 'x', max, windowMs: 60_000 }
 }
 
 function quota (limit: number, share: number | null = null): DispatchPlan['quota'] {
@@ -59,6 +60,21 @@ function dispatchPlan (requestId: string, overrides: Partial<DispatchPlan> = {})
     token: { requestId, record: `k1.code-${requestId}|ada`, ttlMs: 60_000 },
     ...overrides
   }
+}
+
+/**
+ * A dispatch of `tenantId`'s to the cap's mailbox, with a recipient limit (five by default, as
+ * configured by default): each tenant's own buckets, allowance and token.
+ */
+function cappedPlan (cap: MailboxCap, tenantId: string, requestId: string, recipientMax = 5): DispatchPlan {
+  return dispatchPlan(`${tenantId}-${requestId}`, {
+    recipient: { ...ADA, tenantId, recipientTag: cap.bucket },
+    laneSubject: cap.bucket,
+    ownLimits: [limit('source', 100, tenantId)],
+    sharedLimits: [{ ...limit('recipient', recipientMax, tenantId), bucket: cap.bucket }],
+    mailbox: cap,
+    quota: { ...quota(100), tenant: { scope: `${tenantId}:live`, share: null, limit: 100, window } }
+  })
 }
 
 function verifyPlan (requestId: string, storedForms: string[], overrides: Partial<VerifyPlan> = {}): VerifyPlan {
@@ -225,13 +241,45 @@ function admissionSuite (t: Test, makePeers: (t: Test) => Promise<Peers>): void 
 
   t.test('the service-wide mailbox cap counts only dispatches that pass everything else', async (t) => {
     const { gate, quota: quotaStore } = await makePeers(t)
-    const mailbox: DispatchPlan['mailbox'] = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 2, windowMs: 60_000 }
+    const mailbox: DispatchPlan['mailbox'] = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 2, windowMs: 60_000, reserve: 0 }
     const plan = (requestId: string, recipientMax = 100): DispatchPlan => dispatchPlan(requestId, { mailbox, sharedLimits: [{ ...limit('recipient', recipientMax), bucket: requestId }] })
     t.match(await gate.dispatch(plan('a', 0)), { kind: 'refused', refusal: { message: /recipient/ } }, 'a dispatch refused by its tenant\'s limit')
     t.equal((await gate.dispatch(plan('b'))).kind, 'admitted')
     t.equal((await gate.dispatch(plan('c'))).kind, 'admitted', 'the refused one did not count against the mailbox')
     t.match(await gate.dispatch(plan('d')), { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: 'Too many requests for this recipient; retry in 60 s', headers: { 'retry-after': '60', 'ratelimit-limit': '100', 'ratelimit-remaining': '0', 'ratelimit-reset': '60' } } }, 'the cap answers as the tenant\'s recipient limit, with its whole window')
     t.equal((await quotaStore.usage(SCOPE, window, Date.now())).used, 2, 'nothing charged for the capped one')
+  })
+
+  t.test('each tenant keeps a reserve inside the mailbox cap: three tenants filling it leave a fourth its first two codes, and no more', async (t) => {
+    const { gate, store } = await makePeers(t)
+    const cap: MailboxCap = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 15, windowMs: 60_000, reserve: 2 }
+    const kinds = async (tenantId: string, tries: number): Promise<string[]> => {
+      const found: string[] = []
+      for (let i = 0; i < tries; i++) found.push((await gate.dispatch(cappedPlan(cap, tenantId, `${found.length}`))).kind)
+      return found
+    }
+    for (const attacker of ['atk1', 'atk2', 'atk3']) t.strictSame(await kinds(attacker, 6), ['admitted', 'admitted', 'admitted', 'admitted', 'admitted', 'refused'], `${attacker} sends its five: fifteen fill the cap`)
+    t.strictSame(await kinds('victim', 2), ['admitted', 'admitted'], 'the victim tenant\'s backend still reaches its user')
+    const third = await store.dispatch(cappedPlan(cap, 'victim', 'third'))
+    t.equal(third.kind === 'limited' && third.exceeded.limit.name, 'mailbox', 'its third meets the cap')
+    t.match(await gate.dispatch(cappedPlan(cap, 'victim', 'fourth')), { kind: 'refused', refusal: { code: 'RATE_LIMITED', message: 'Too many requests for this recipient; retry in 60 s' } }, 'in the words of its own recipient limit')
+    t.strictSame(await kinds('atk4', 3), ['admitted', 'admitted', 'refused'], 'a fourth attacker gets its reserve and no more: the cap plus two per tenant')
+    const other = await store.dispatch(cappedPlan({ ...cap, bucket: 'bob' }, 'atk1', 'bob'))
+    t.equal(other.kind, 'issued', 'another mailbox has a cap of its own')
+  })
+
+  t.test('a refund gives back one unit of the tenant\'s mailbox count, never below zero: the reserve is for codes that left', async (t) => {
+    const { gate } = await makePeers(t)
+    const cap: MailboxCap = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 1, windowMs: 60_000, reserve: 2 }
+    const send = async (requestId: string): Promise<string> => (await gate.dispatch(cappedPlan(cap, 'victim', requestId, 100))).kind
+    t.equal((await gate.dispatch(cappedPlan(cap, 'other', 'fill'))).kind, 'admitted', 'another tenant fills the cap')
+    t.strictSame([await send('a'), await send('b'), await send('c')], ['admitted', 'admitted', 'refused'])
+    await gate.refundMailboxCount(cappedPlan(cap, 'victim', 'b'))
+    t.strictSame([await send('d'), await send('e')], ['admitted', 'refused'], 'the refunded unit, and only it, is there again')
+    for (let i = 0; i < 3; i++) await gate.refundMailboxCount(cappedPlan(cap, 'victim', 'more'))
+    t.strictSame([await send('f'), await send('g'), await send('h')], ['admitted', 'admitted', 'refused'], 'three refunds of a count of two left it at zero, not below: two codes, then the cap')
+    await gate.refundMailboxCount(dispatchPlan('no-cap'))
+    t.pass('a plan without the cap refunds nothing')
   })
 
   t.test('a used-up allowance refuses with 402 and its Quota-* headers, without a token', async (t) => {
@@ -457,26 +505,42 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     t.equal(decisions.filter((decision) => decision.kind === 'refused').length, 53)
   })
 
-  t.test('a dispatch or a verify is one command to Redis', async (t) => {
+  t.test('a dispatch undone for want of replicas gives back its unit of the tenant\'s mailbox count, with its token and quota unit', async (t) => {
+    const client = await connectFailFast(server.url)
+    t.teardown(() => { client.disconnect() })
+    await client.flushall()
+    // No replica answers this standalone server: every admitted dispatch is undone.
+    const store = new RedisAdmission(client, new ReplicaAcks(client, { count: 1, timeoutMs: 10 }))
+    const cap: MailboxCap = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 15, windowMs: 60_000, reserve: 2 }
+    await t.rejects(store.dispatch(cappedPlan(cap, 'acme', 'undone')), StoreUnavailableError)
+    t.equal(await client.exists(`otp:${TAG}:acme-undone`), 0, 'the token is gone')
+    t.equal((await new RedisQuotaStore(client).usage(SCOPE, window, Date.now())).used, 0, 'the unit is back')
+    t.equal(await client.get(`rl:mc:${TAG}:ada`), '0', 'and so is the tenant\'s count')
+    t.equal(await client.get('rl:m:{mailbox:live:ada}'), '1', 'the cap counts the attempt, as it counts every dispatch that reached it')
+  })
+
+  t.test('a dispatch or a verify is one command to Redis, the mailbox cap and the tenant\'s reserve included', async (t) => {
     const client = await connectFailFast(server.url)
     t.teardown(() => { client.disconnect() })
     await client.flushall()
     const gate = new AdmissionGate(new RedisAdmission(client))
+    const mailbox: MailboxCap = { name: 'mailbox', mode: 'live', bucket: 'ada', max: 15, windowMs: 60_000, reserve: 2 }
     // The first call of each script loads it (EVAL); from then on it is called by its hash.
-    await gate.dispatch(dispatchPlan('warm'))
+    await gate.dispatch(dispatchPlan('warm', { mailbox }))
     await gate.verify(verifyPlan('warm', []))
     const monitor = await client.monitor()
     t.teardown(() => { monitor.disconnect() })
     const seen: string[] = []
     // MONITOR also shows the commands a script runs, with `lua` as their source.
     monitor.on('monitor', (_time: string, args: string[], source: string) => { if (source !== 'lua') seen.push(args[0]?.toLowerCase() ?? '') })
-    await gate.dispatch(dispatchPlan('one'))
+    t.equal((await gate.dispatch(dispatchPlan('one', { mailbox }))).kind, 'admitted')
     await gate.verify(verifyPlan('one', ['k1.code-one']))
     // MONITOR reports commands in the order Redis ran them: once this marker shows, so has
     // everything before it.
     await client.echo('end of the commands under test')
     await until('MONITOR to report the marker', () => seen.at(-1) === 'echo')
     t.strictSame(seen, ['evalsha', 'evalsha', 'echo'])
+    t.equal(await client.get(`rl:mc:${TAG}:ada`), '2', 'the tenant\'s count was taken in that one command')
   })
 })
 

@@ -204,6 +204,14 @@ function serviceSuite (t: Test, makeState: (t: Test) => Promise<State>): void {
     t.same(await state.sandboxInbox.list('acme', 'fail@simulator.invalid'), [], 'nothing in the inbox')
   })
 
+  t.test('a failed delivery gives back its unit of the tenant\'s mailbox count: mail that never left does not use up the reserve inside the cap', async (t) => {
+    // A cap of one: from the second code on, only the tenant's reserve of two admits it.
+    const { service, sandbox } = await harness(t, await makeState(t), () => {}, { RATE_LIMIT_MAILBOX: '1/1m' })
+    const codes = []
+    for (let i = 0; i < 4; i++) codes.push((await refusal(service.dispatch(sandbox, { email: 'fail@simulator.invalid' }))).code)
+    t.strictSame(codes, ['DELIVERY_FAILED', 'DELIVERY_FAILED', 'DELIVERY_FAILED', 'DELIVERY_FAILED'], 'each try fails at the provider, none at the cap')
+  })
+
   t.test('a page\'s dispatch to a suppressed mailbox: the failed delivery\'s 502 and clean-up, and no delivery.failed for the tenant', async (t) => {
     const pageKey = generateKey('restricted', 'live')
     const { service, live, callerOf, state, mail, events } = await harness(t, await makeState(t), (file) => {

@@ -65,6 +65,18 @@ const MAIN_KEY_PATTERNS = [
   'webhooks:{webhooks}:version'
 ]
 
+/**
+ * Names added since, each beside none of main's: a tenant's mailbox count per lane, its reserve
+ * inside the mailbox cap (lib/state/redis/keys.ts, mailboxCountKey). Instances that predate it
+ * neither read nor write it; what a mixed fleet does is in docs/abuse-controls.md.
+ */
+const ADDED_KEY_PATTERNS = [
+  'rl:mc:{acme:live}:<id>',
+  'rl:mc:{acme:live}:browser:<id>',
+  'rl:mc:{acme:test}:<id>',
+  'rl:mc:{globex:test}:<id>'
+]
+
 function wrong (code: string): string {
   return String((Number(code) + 1) % 1_000_000).padStart(6, '0')
 }
@@ -133,7 +145,7 @@ t.test('the flows leave the key names deployed instances use', { ...redisTestOpt
     for (const key of batch) found.add(pattern(key))
     cursor = next
   } while (cursor !== '0')
-  t.same([...found].sort(), MAIN_KEY_PATTERNS, 'the key patterns of main')
+  t.same([...found].sort(), [...MAIN_KEY_PATTERNS, ...ADDED_KEY_PATTERNS].sort(), 'the key patterns of main, and the ones added since')
 })
 
 t.test('the keys a script derives share the slot of the key they derive from', async (t) => {

@@ -20,6 +20,7 @@ const dispatch = packArgs(DISPATCH_ARGS, {
   lockoutKey: 'lockout:{acme:live}:tag',
   quotas: ['quota:{acme:live}:w', 'quota:{acme:live}:k:share:w'],
   mailbox: ['rl:m:{mailbox:live:tag}'],
+  reserve: ['rl:mc:{acme:live}:tag'],
   limits: ['rl:s:{acme:live}:src', 'rl:r:{acme:live}:tag'],
   suppressionKey: 'suppressed:{acme:live}:tag',
   record: 'k1.mac|tag|hash',
@@ -28,6 +29,7 @@ const dispatch = packArgs(DISPATCH_ARGS, {
   withhold: true,
   quotaArgs: [{ limit: 1000, expireAtMs: 1_800_000_000_000 }, { limit: 100, expireAtMs: 1_800_000_000_001 }],
   mailboxArgs: [{ max: 20, windowMs: 86_400_000 }],
+  reserveArgs: [{ max: 2, windowMs: 86_400_000 }],
   limitArgs: [own, shared]
 })
 
@@ -46,17 +48,19 @@ const verify = packArgs(VERIFY_ARGS, {
 })
 
 t.test('the packed arrays are the wire format deployed instances send', async (t) => {
+  // The dispatch script with the tenant's reserve is a script of its own (another SHA): instances
+  // that predate it go on sending the arrays of theirs, which it never reads.
   t.same(dispatch, {
-    keys: ['otp:{acme:live}:r1', 'lockout:{acme:live}:tag', 'quota:{acme:live}:w', 'quota:{acme:live}:k:share:w', 'rl:m:{mailbox:live:tag}', 'rl:s:{acme:live}:src', 'rl:r:{acme:live}:tag', 'suppressed:{acme:live}:tag'],
-    args: ['k1.mac|tag|hash', '600000', '2', '1', '1', '1', '1000', '1800000000000', '100', '1800000000001', '20', '86400000', '5', '60000', '30', '3600000']
-  }, 'dispatch: token, lockout, quotas, mailbox, limits, suppression; record, TTL, the three counts, withhold, then the pairs')
+    keys: ['otp:{acme:live}:r1', 'lockout:{acme:live}:tag', 'quota:{acme:live}:w', 'quota:{acme:live}:k:share:w', 'rl:m:{mailbox:live:tag}', 'rl:mc:{acme:live}:tag', 'rl:s:{acme:live}:src', 'rl:r:{acme:live}:tag', 'suppressed:{acme:live}:tag'],
+    args: ['k1.mac|tag|hash', '600000', '2', '1', '1', '1', '1', '1000', '1800000000000', '100', '1800000000001', '20', '86400000', '2', '86400000', '5', '60000', '30', '3600000']
+  }, 'dispatch: token, lockout, quotas, mailbox, reserve, limits, suppression; record, TTL, the four counts, withhold, then the pairs')
   t.same(verify, {
     keys: ['otp:{acme:live}:r1', 'rl:s:{acme:live}:src', 'rl:r:{acme:live}:tag'],
     args: ['lockout:{acme:live}:', '10', '900000', '2592000000', '86400000', '2', '1', 'k1.a', 'k2.b', '5', '60000', '30', '3600000', 'p1']
   }, 'verify: the lockout prefix and policy, the counts, the forms, the pairs, the attempt')
   t.same(packArgs(COUNT_ARGS, { limits: ['a', 'b'], limitArgs: [own, shared] }), { keys: ['a', 'b'], args: ['5', '60000', '30', '3600000'] })
   t.same(packArgs(MAILBOX_ARGS, { bucketKey: 'm', max: 20, windowMs: 1000 }), { keys: ['m'], args: ['20', '1000'] })
-  t.same(packArgs(UNDO_DISPATCH_ARGS, { tokenKey: 'otp', quotas: ['q1', 'q2'] }), { keys: ['otp', 'q1', 'q2'], args: [] })
+  t.same(packArgs(UNDO_DISPATCH_ARGS, { tokenKey: 'otp', counters: ['q1', 'q2', 'mc'] }), { keys: ['otp', 'q1', 'q2', 'mc'], args: [] }, 'undo: the quota counters and the tenant\'s mailbox count, one list as before')
   t.same(packArgs(RESTORE_TOKEN_ARGS, { tokenKey: 'otp', attempt: 'p1' }), { keys: ['otp'], args: ['p1'] })
   t.same(packArgs(IDEMPOTENCY_BEGIN_ARGS, { record: 'r', lock: 'l', fingerprint: 'f', attempt: 'a', ttlMs: 86_400_000, lockMs: 30_000 }), { keys: ['r', 'l'], args: ['f', 'a', '86400000', '30000'] })
   t.same(packArgs(IDEMPOTENCY_SENDING_ARGS, { record: 'r', attempt: 'a' }), { keys: ['r'], args: ['a'] })
@@ -102,10 +106,10 @@ t.test('the prologue reads back what was packed, on Redis', redisTestOptions(), 
   // The fence's deadline, last of every fenced call's arguments.
   const deadline = '99999999999999'
 
-  const readDispatch = `${luaPrologue(DISPATCH_ARGS)}return { tokenKey, lockoutKey, KEYS[quotasAt], quotasCount, KEYS[mailboxAt], mailboxCount, KEYS[limitsAt], limitsCount, suppressionKey, record, ttlMs, ownLimits, tostring(withhold), ARGV[quotaArgsAt + 2], ARGV[mailboxArgsAt + 1], ARGV[limitArgsAt + 2 * limitsCount - 1] }`
+  const readDispatch = `${luaPrologue(DISPATCH_ARGS)}return { tokenKey, lockoutKey, KEYS[quotasAt], quotasCount, KEYS[mailboxAt], mailboxCount, KEYS[reserveAt], reserveCount, KEYS[limitsAt], limitsCount, suppressionKey, record, ttlMs, ownLimits, tostring(withhold), ARGV[quotaArgsAt + 2], ARGV[mailboxArgsAt + 1], ARGV[reserveArgsAt], ARGV[limitArgsAt + 2 * limitsCount - 1] }`
   t.same(await client.eval(readDispatch, dispatch.keys.length, ...dispatch.keys, ...dispatch.args, deadline), [
-    'otp:{acme:live}:r1', 'lockout:{acme:live}:tag', 'quota:{acme:live}:w', 2, 'rl:m:{mailbox:live:tag}', 1, 'rl:s:{acme:live}:src', 2,
-    'suppressed:{acme:live}:tag', 'k1.mac|tag|hash', 600000, 1, 'true', '100', '86400000', '3600000'
+    'otp:{acme:live}:r1', 'lockout:{acme:live}:tag', 'quota:{acme:live}:w', 2, 'rl:m:{mailbox:live:tag}', 1, 'rl:mc:{acme:live}:tag', 1, 'rl:s:{acme:live}:src', 2,
+    'suppressed:{acme:live}:tag', 'k1.mac|tag|hash', 600000, 1, 'true', '100', '86400000', '2', '3600000'
   ], 'dispatch: every key, count and argument where the script reads it')
 
   const readVerify = `${luaPrologue(VERIFY_ARGS)}return { tokenKey, KEYS[limitsAt], limitsCount, lockoutPrefix, threshold, baseMs, maxMs, resetAfterMs, ownLimits, ARGV[formsAt], formsCount, ARGV[limitArgsAt + 1], attempt }`
@@ -121,8 +125,11 @@ t.test('the prologue reads back what was packed, on Redis', redisTestOptions(), 
   t.same(await client.eval(readLegacyDone, legacyDone.keys.length, ...legacyDone.keys, ...legacyDone.args), ['c', 2, '2-0', 0, 1, '3-0'], 'legacy done: each list found after the one before')
 
   const noMailbox = packArgs(DISPATCH_ARGS, { ...dispatchValues(), mailbox: [], mailboxArgs: [] })
-  t.same(await client.eval(`${luaPrologue(DISPATCH_ARGS)}return { mailboxCount, KEYS[limitsAt], limitsCount, suppressionKey, ARGV[limitArgsAt] }`, noMailbox.keys.length, ...noMailbox.keys, ...noMailbox.args, deadline),
-    [0, 'rl:s:{acme:live}:src', 2, 'suppressed:{acme:live}:tag', '5'], 'dispatch without the mailbox bucket (a Cluster counts it apart)')
+  t.same(await client.eval(`${luaPrologue(DISPATCH_ARGS)}return { mailboxCount, KEYS[reserveAt], ARGV[reserveArgsAt + 1], KEYS[limitsAt], limitsCount, suppressionKey, ARGV[limitArgsAt] }`, noMailbox.keys.length, ...noMailbox.keys, ...noMailbox.args, deadline),
+    [0, 'rl:mc:{acme:live}:tag', '1', 'rl:s:{acme:live}:src', 2, 'suppressed:{acme:live}:tag', '5'], 'dispatch without the mailbox bucket (a Cluster counts it apart), with the tenant\'s count')
+  const capOff = packArgs(DISPATCH_ARGS, { ...dispatchValues(), mailbox: [], mailboxArgs: [], reserve: [], reserveArgs: [] })
+  t.same(await client.eval(`${luaPrologue(DISPATCH_ARGS)}return { mailboxCount, reserveCount, KEYS[limitsAt], limitsCount, suppressionKey, ARGV[limitArgsAt] }`, capOff.keys.length, ...capOff.keys, ...capOff.args, deadline),
+    [0, 0, 'rl:s:{acme:live}:src', 2, 'suppressed:{acme:live}:tag', '5'], 'dispatch with the cap off: neither')
 })
 
 function dispatchValues (): ArgValues<typeof DISPATCH_ARGS> {
@@ -131,6 +138,7 @@ function dispatchValues (): ArgValues<typeof DISPATCH_ARGS> {
     lockoutKey: 'lockout:{acme:live}:tag',
     quotas: ['quota:{acme:live}:w'],
     mailbox: ['rl:m:{mailbox:live:tag}'],
+    reserve: ['rl:mc:{acme:live}:tag'],
     limits: ['rl:s:{acme:live}:src', 'rl:r:{acme:live}:tag'],
     suppressionKey: 'suppressed:{acme:live}:tag',
     record: 'k1.mac|tag',
@@ -139,6 +147,7 @@ function dispatchValues (): ArgValues<typeof DISPATCH_ARGS> {
     withhold: false,
     quotaArgs: [{ limit: 1000, expireAtMs: 1 }],
     mailboxArgs: [{ max: 20, windowMs: 1 }],
+    reserveArgs: [{ max: 2, windowMs: 1 }],
     limitArgs: [own, shared]
   }
 }
