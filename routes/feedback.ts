@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
+import { CERT_FETCH_IPV6_PREFIX } from '../lib/feedback/sns-certificates.js'
+import { isSnsEnvelope } from '../lib/feedback/sns-envelope.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
@@ -13,17 +15,21 @@ import { ref } from '../schemas/ref.js'
  * topic, the age, the certificate URL and the signature are checked.
  */
 const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastify) {
-  // SNS posts JSON as text/plain; it is parsed here, in this scope only.
+  // SNS posts JSON as text/plain; it is parsed here, in this scope only, and only when it has
+  // an envelope's shape: anyone may post 256 KiB here, and JSON.parse of 256 KiB of `[` took
+  // every tenant's event loop.
   fastify.removeContentTypeParser(['text/plain', 'application/json'])
   fastify.addContentTypeParser(['text/plain', 'application/json'], { parseAs: 'string', bodyLimit: SNS_BODY_LIMIT }, (_request, body, done) => {
-    try {
-      done(null, JSON.parse(body as string))
-    } catch {
-      done(apiError('SNS_MESSAGE_INVALID', 'The body is not JSON'), undefined)
+    if (!isSnsEnvelope(body as string)) {
+      done(apiError('SNS_MESSAGE_INVALID', 'The body is not an SNS message: a JSON object of strings'), undefined)
+      return
     }
+    done(null, JSON.parse(body as string))
   })
   fastify.post('/feedback/ses', {
     bodyLimit: SNS_BODY_LIMIT,
+    // No key: each of its refusals (a malformed body included) is paced per source like a 401.
+    config: { paceRefusals: 'every-4xx' },
     // The body schema is the document's: the message is checked by the feedback receiver,
     // whose refusals carry SNS's own codes, and the text/plain form is a string only before
     // the parser above has read it.
@@ -43,12 +49,10 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
   }, async function receive (request) {
     const { feedback, metrics } = fastify
     // Every caller through the sidecar without an identity is one source: charging SNS's
-    // fetches to it would let one stranger spend them (SigningCertificates.publicKey).
-    const source = request.meshSource === UNIDENTIFIED_MESH_SOURCE
-      ? null
-      : request.meshSource ?? sourceBucket(request.clientAddress, fastify.config.ipv6BucketPrefix) ?? request.clientAddress
+    // fetches to its tokens would let one stranger spend them; it holds one fetch at most.
+    const source = request.meshSource ?? sourceBucket(request.clientAddress, Math.min(fastify.config.ipv6BucketPrefix, CERT_FETCH_IPV6_PREFIX)) ?? request.clientAddress
     try {
-      const outcome = await feedback.receive(request.body, source)
+      const outcome = await feedback.receive(request.body, { source, spendsTokens: source !== UNIDENTIFIED_MESH_SOURCE })
       metrics.sesFeedback.inc({ outcome })
       return { success: true as const, message: outcome }
     } catch (error) {
