@@ -34,7 +34,8 @@ function isRefusal (status: number, request: FastifyRequest): boolean {
  * client it forwarded), per IPV6_BUCKET_PREFIX, or an internal caller's workload identity
  * (every workload behind a sidecar has the sidecar's address). A partner's backend is the
  * source of its secret key's requests, not the End-User-IP it names: it is the one that keeps
- * asking. Admitted answers are never held.
+ * asking. Admitted answers are never held. A route whose config says `paceRefusals: 'every-4xx'`
+ * has each of its 4xx paced too.
  */
 export default fp(async function refusalPacingPlugin (fastify) {
   const { refusalPace, ipv6BucketPrefix } = fastify.config

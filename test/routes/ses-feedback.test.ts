@@ -381,10 +381,13 @@ for (const store of ['memory', 'redis'] as const) {
     let fetches = 0
     await playHost(t, 'sns.eu-west-1.amazonaws.com', (request, response) => {
       const path = request.url ?? ''
-      if (!path.endsWith('.pem')) return void response.writeHead(404).end()
+      if (!path.endsWith('.pem')) {
+        response.writeHead(404).end()
+        return
+      }
       fetches++
-      if (path === PEM) return void response.writeHead(200).end(CERT)
-      stalled.push(response)
+      if (path === PEM) response.writeHead(200).end(CERT)
+      else stalled.push(response)
     })
     const origin = 'https://sns.eu-west-1.amazonaws.com'
     const { path, keys } = writeTenants(t)
@@ -401,7 +404,8 @@ for (const store of ['memory', 'redis'] as const) {
       })
       t.teardown(async () => { await Promise.all(pending) })
       const deadline = Date.now() + 3000
-      while ((answers.length < 15 || fetches === before) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+      const waiting = (): boolean => (answers.length < 15 || fetches === before) && Date.now() < deadline
+      while (waiting()) await new Promise((resolve) => setTimeout(resolve, 20))
       return { answers, fetched: fetches - before }
     }
     const genuine = async (app: FastifyInstance, client: string, email: string) => {
