@@ -156,7 +156,7 @@ t.test('a certificate whose day is up is fetched again even while strangers spen
   await t.rejects(certificates.publicKey(host.url(pem('ab')), from('sns')), FeedbackUnavailable, 'a day later it is gone: its old key is not used')
 })
 
-t.test('a sender without a bucket of its own (every caller through the sidecar without an identity) is bound by the fetches in flight alone', async (t) => {
+t.test('a sender without a bucket of its own (every caller through the sidecar without an identity) spends no tokens, one fetch at a time', async (t) => {
   const routes: Record<string, Route> = { [pem('ab')]: (response) => response.writeHead(200).end(CERT) }
   for (let index = 0; index < 10; index++) routes[pem(`c${index}`)] = (response) => response.writeHead(404).end()
   const host = await startHost(t, routes)
@@ -164,4 +164,40 @@ t.test('a sender without a bucket of its own (every caller through the sidecar w
   // A stranger behind the same sidecar spends more than any bucket's burst on made-up URLs.
   for (let index = 0; index < 10; index++) await t.rejects(certificates.publicKey(host.url(pem(`c${index}`)), UNIDENTIFIED), FeedbackUnavailable, 'a failed fetch, never a 429')
   t.equal((await certificates.publicKey(host.url(pem('ab')), UNIDENTIFIED)).asymmetricKeyType, 'rsa', 'SNS\'s certificate through the same sidecar is still fetched')
+})
+
+t.test('one source has one new fetch under way at a time: the next is 503 and spends no token; a renewal and a shared fetch are no source\'s', async (t) => {
+  let now = 1_000_000
+  const stalled: ServerResponse[] = []
+  const notFound: Route = (response) => response.writeHead(404).end()
+  const host = await startHost(t, {
+    [pem('f0')]: (response) => { stalled.push(response) },
+    [pem('f1')]: notFound,
+    [pem('f2')]: notFound,
+    [pem('f3')]: notFound,
+    [pem('f4')]: notFound,
+    [pem('ab')]: (response) => response.writeHead(200).end(CERT)
+  })
+  const certificates = new SigningCertificates({ now: () => now, timeoutMs: 60_000 })
+  const hangs = async (count: number): Promise<void> => {
+    const deadline = Date.now() + 10_000
+    while (stalled.length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  await certificates.publicKey(host.url(pem('ab')), from('sns'))
+  const hanging = certificates.publicKey(host.url(pem('f0')), from('stranger')).catch((error: unknown) => error)
+  await hangs(1)
+  await t.rejects(certificates.publicKey(host.url(pem('f1')), from('stranger')), FeedbackUnavailable, 'a second new URL of the same source while its first hangs: 503')
+  const sharing = certificates.publicKey(host.url(pem('f0')), from('stranger')).catch((error: unknown) => error)
+  await t.rejects(certificates.publicKey(host.url(pem('f1')), UNIDENTIFIED), FeedbackUnavailable, 'another source\'s new URL is fetched (and fails)')
+  t.same(paths(host).filter((path) => path === pem('f1')), [pem('f1')], 'the refused URL was fetched only for the other source')
+  for (const response of stalled.splice(0)) response.destroy()
+  t.ok((await hanging) instanceof FeedbackUnavailable && (await sharing) instanceof FeedbackUnavailable, 'the hanging fetch fails for both who waited on it')
+  for (const name of ['f2', 'f3']) await t.rejects(certificates.publicKey(host.url(pem(name)), from('stranger')), FeedbackUnavailable, `its fetch over, the source starts another (${name})`)
+  await t.rejects(certificates.publicKey(host.url(pem('f4')), from('stranger')), FeedbackThrottled, 'then its burst is spent by f0, f2 and f3: the 503 took no token')
+  now += CERT_KEPT_MS
+  const again = certificates.publicKey(host.url(pem('f0')), from('stranger')).catch((error: unknown) => error)
+  await hangs(1)
+  t.equal((await certificates.publicKey(host.url(pem('ab')), from('stranger'))).asymmetricKeyType, 'rsa', 'a renewal asked for by a source whose fetch hangs is fetched: it is no source\'s')
+  for (const response of stalled) response.destroy()
+  t.ok((await again) instanceof FeedbackUnavailable)
 })
