@@ -4,14 +4,26 @@ import { Counter, Gauge } from 'prom-client'
 import { RefusalPacer } from '../lib/net/refusal-pacing.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * `every-4xx`: every 4xx of the route is a refusal to pace, not only 401, 403 and 429. For a
+     * route without a key whose every 4xx refuses a message nobody genuine sends
+     * (POST /feedback/ses): a 400 there costs the parse of a body, and is asked again at once.
+     */
+    paceRefusals?: 'every-4xx'
+  }
+}
+
 /** Sources whose pace is remembered at once (a few MB at most). */
 const PACED_SOURCES = 100_000
 /** Refusals held at once in the process: past it they are answered at once, as without a pace. */
 const HELD_REFUSALS = 10_000
 
 /** The answers a caller gets for asking what it may not: these are paced. */
-function isRefusal (status: number): boolean {
-  return status === 429 || status === 401 || status === 403
+function isRefusal (status: number, request: FastifyRequest): boolean {
+  if (status === 429 || status === 401 || status === 403) return true
+  return status >= 400 && status < 500 && request.routeOptions.config.paceRefusals === 'every-4xx'
 }
 
 /**
@@ -22,7 +34,8 @@ function isRefusal (status: number): boolean {
  * client it forwarded), per IPV6_BUCKET_PREFIX, or an internal caller's workload identity
  * (every workload behind a sidecar has the sidecar's address). A partner's backend is the
  * source of its secret key's requests, not the End-User-IP it names: it is the one that keeps
- * asking. Admitted answers are never held.
+ * asking. Admitted answers are never held. A route whose config says `paceRefusals: 'every-4xx'`
+ * has each of its 4xx paced too.
  */
 export default fp(async function refusalPacingPlugin (fastify) {
   const { refusalPace, ipv6BucketPrefix } = fastify.config
@@ -43,7 +56,7 @@ export default fp(async function refusalPacingPlugin (fastify) {
   }
   // Synchronous, like the other hooks on the hot path: most answers pass straight through.
   fastify.addHook('onSend', (request, reply, payload, done) => {
-    if (!isRefusal(reply.statusCode)) {
+    if (!isRefusal(reply.statusCode, request)) {
       done(null, payload)
       return
     }

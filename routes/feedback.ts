@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
+import { CERT_FETCH_IPV6_PREFIX } from '../lib/feedback/sns-certificates.js'
+import { isSnsEnvelope } from '../lib/feedback/sns-envelope.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
@@ -13,17 +15,21 @@ import { ref } from '../schemas/ref.js'
  * topic, the age, the certificate URL and the signature are checked.
  */
 const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastify) {
-  // SNS posts JSON as text/plain; it is parsed here, in this scope only.
+  // SNS posts JSON as text/plain; it is parsed here, in this scope only, and only when it has
+  // an envelope's shape: anyone may post 256 KiB here, and JSON.parse of 256 KiB of `[` took
+  // every tenant's event loop.
   fastify.removeContentTypeParser(['text/plain', 'application/json'])
   fastify.addContentTypeParser(['text/plain', 'application/json'], { parseAs: 'string', bodyLimit: SNS_BODY_LIMIT }, (_request, body, done) => {
-    try {
-      done(null, JSON.parse(body as string))
-    } catch {
-      done(apiError('SNS_MESSAGE_INVALID', 'The body is not JSON'), undefined)
+    if (!isSnsEnvelope(body as string)) {
+      done(apiError('SNS_MESSAGE_INVALID', 'The body is not an SNS message: a JSON object of strings'), undefined)
+      return
     }
+    done(null, JSON.parse(body as string))
   })
   fastify.post('/feedback/ses', {
     bodyLimit: SNS_BODY_LIMIT,
+    // No key: each of its refusals (a malformed body included) is paced per source like a 401.
+    config: { paceRefusals: 'every-4xx' },
     // The body schema is the document's: the message is checked by the feedback receiver,
     // whose refusals carry SNS's own codes, and the text/plain form is a string only before
     // the parser above has read it.
@@ -31,7 +37,7 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
     schema: {
       operationId: 'receiveSesFeedback',
       summary: 'SES delivery events, as an SNS HTTPS subscription',
-      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when too many are being fetched or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
+      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A body is parsed only when it has the shape of an SNS message (a JSON object of strings, objects at most three deep), and every 4xx here counts in the refusal pace of its sender. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when a fetch of the sender is under way (each address, IPv6 /48 or mesh workload has one at a time; every caller through the sidecar without an identity is one sender), too many are being fetched, or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
       tags: ['feedback'],
       security: [],
       body: SnsRequestBody,
@@ -43,12 +49,10 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
   }, async function receive (request) {
     const { feedback, metrics } = fastify
     // Every caller through the sidecar without an identity is one source: charging SNS's
-    // fetches to it would let one stranger spend them (SigningCertificates.publicKey).
-    const source = request.meshSource === UNIDENTIFIED_MESH_SOURCE
-      ? null
-      : request.meshSource ?? sourceBucket(request.clientAddress, fastify.config.ipv6BucketPrefix) ?? request.clientAddress
+    // fetches to its tokens would let one stranger spend them; it holds one fetch at most.
+    const source = request.meshSource ?? sourceBucket(request.clientAddress, Math.min(fastify.config.ipv6BucketPrefix, CERT_FETCH_IPV6_PREFIX)) ?? request.clientAddress
     try {
-      const outcome = await feedback.receive(request.body, source)
+      const outcome = await feedback.receive(request.body, { source, spendsTokens: source !== UNIDENTIFIED_MESH_SOURCE })
       metrics.sesFeedback.inc({ outcome })
       return { success: true as const, message: outcome }
     } catch (error) {

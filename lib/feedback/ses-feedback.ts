@@ -3,7 +3,7 @@ import type { FeedbackDedupe } from '../state/feedback-dedupe.js'
 import { isKeyMode, type KeyMode } from '../keys/api-keys.js'
 import type { Tenant } from '../tenants/tenant.js'
 import { FeedbackRefused, FeedbackUnavailable } from './refusals.js'
-import { SigningCertificates } from './sns-certificates.js'
+import { SigningCertificates, type CertificateRequester } from './sns-certificates.js'
 import { signatureVerifies, signingCertificateUrl, snsMessage, subscribeUrl, type CertificateUrl, type SnsMessage } from './sns-message.js'
 
 /** SNS retries a delivery for up to an hour: an older message is a replay. */
@@ -136,8 +136,8 @@ export class SesFeedback {
     this.#confirm = options.confirm ?? defaultConfirm
   }
 
-  /** `source`: the sender's per-source bucket, which new certificate fetches are counted against (null: none, see SigningCertificates.publicKey). */
-  async receive (body: unknown, source: string | null): Promise<FeedbackOutcome> {
+  /** `requester`: the sender's source, which new certificate fetches are counted against (see SigningCertificates). */
+  async receive (body: unknown, requester: CertificateRequester): Promise<FeedbackOutcome> {
     const message = snsMessage(body)
     if (!this.#options.topicArns.has(message.topicArn)) throw new FeedbackRefused('SNS_TOPIC_NOT_ALLOWED', 'the topic is not one of SES_FEEDBACK_TOPIC_ARNS')
     const sentAt = Date.parse(message.timestamp)
@@ -146,7 +146,7 @@ export class SesFeedback {
     if (sentAt < now - MAX_MESSAGE_AGE_MS || sentAt > now + MAX_CLOCK_SKEW_MS) throw new FeedbackRefused('SNS_MESSAGE_STALE', 'the message is older than an hour (or from the future)')
     const certificateUrl = signingCertificateUrl(message.signingCertUrl, this.#options.certUrlPattern)
     if (!onTopicsRegion(certificateUrl.hostname, message.topicArn)) throw new FeedbackRefused('SNS_CERT_URL_NOT_ALLOWED', 'the certificate is not on the SNS host of the topic\'s region')
-    if (!signatureVerifies(message, await this.#certificates.publicKey(certificateUrl, source))) throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
+    if (!signatureVerifies(message, await this.#certificates.publicKey(certificateUrl, requester))) throw new FeedbackRefused('SNS_SIGNATURE_INVALID', 'the signature does not verify')
 
     if (!await this.#options.dedupe.claim(message.messageId)) return 'duplicate'
     try {

@@ -12,15 +12,24 @@ export const CERT_MAX_BYTES = 16_384
  * Fetches under way at once, whoever asked: past it, a message naming a new URL is answered 503.
  * No budget of new URLs is shared by every source: a few strangers could spend it at the start
  * of each minute and keep SNS's own certificate out of an instance that has not fetched it. A fetch from
- * SNS's hosts ends within a fraction of a second, so keeping eight in flight takes thousands of
- * sources at one new URL a minute each.
+ * SNS's hosts ends within a fraction of a second, and each source holds at most one of them
+ * (CERT_FETCHES_PER_SOURCE.inFlight), so keeping the eight in flight takes eight sources at
+ * every moment and, at one new URL a minute each, thousands of them.
  */
 export const CERT_FETCHES_IN_FLIGHT = 8
 /**
- * Fetches one source may start: a burst, then one a minute. SNS posts from many addresses and
- * needs a fetch a day; a stranger naming made-up URLs spends its own tokens, not the others'.
+ * Fetches one source may start: a burst, then one a minute; and at most `inFlight` under way at
+ * once. SNS posts from many addresses and needs a fetch a day; a stranger naming made-up URLs
+ * spends its own tokens, not the others', and holds one of the fetches in flight at most,
+ * also where it spends no tokens (every caller through the mesh sidecar without an identity).
  */
-export const CERT_FETCHES_PER_SOURCE = { burst: 3, refillMs: 60_000 }
+export const CERT_FETCHES_PER_SOURCE = { burst: 3, refillMs: 60_000, inFlight: 1 }
+/**
+ * An IPv6 source is counted per /48 here (or the shorter IPV6_BUCKET_PREFIX), not per /64: a
+ * /48 is what one site is given (a tunnel broker hands one out free), so 65,536 /64s are one
+ * source, with one fetch in flight and one bucket.
+ */
+export const CERT_FETCH_IPV6_PREFIX = 48
 /** A certificate is fetched again after this long, so a rotated or revoked one is not trusted forever. */
 export const CERT_KEPT_MS = 24 * 60 * 60 * 1000
 /** A certificate URL whose fetch failed is not fetched again for this long. */
@@ -28,6 +37,18 @@ export const FAILED_CERT_URL_MS = 60_000
 /** Public keys kept, failing URLs remembered and sources counted (each a small object). */
 const CERT_URLS_REMEMBERED = 1000
 const SOURCES_REMEMBERED = 10_000
+
+/** Who asks for a certificate: its source, and whether it spends tokens of its own. */
+export interface CertificateRequester {
+  /** The sender's bucket: an address, an IPv6 /48, a workload, or every caller through the sidecar without an identity. */
+  source: string
+  /**
+   * False for a source that cannot be told apart from any other (every caller through the mesh
+   * sidecar without an identity), whose one shared bucket would let a stranger spend SNS's own
+   * tokens: its fetches are bound by its one fetch in flight and the fetches in flight alone.
+   */
+  spendsTokens: boolean
+}
 
 export interface SigningCertificatesOptions {
   now?: () => number
@@ -40,11 +61,12 @@ export interface SigningCertificatesOptions {
  * more memory than a short one): fetched over node:https from the checked host and path on
  * port 443 (the system's trust store, no redirect followed) within a deadline and a size
  * bound, kept in a bounded LRU for a day, with concurrent requests for one URL sharing one
- * fetch. A fetch is started only within three bounds, checked in this order: a URL that failed
- * is not tried again for a minute (503); the source that asks has a token (429, Retry-After);
- * fewer than CERT_FETCHES_IN_FLIGHT fetches are under way (503: SNS retries later). Renewing a certificate after its day is bound
- * by the first and the fetches in flight only. A renewal that fails (the certificate is gone)
- * drops trust in it: the old key is not used past its day.
+ * fetch. A fetch is started only within four bounds, checked in this order: a URL that failed
+ * is not tried again for a minute (503); the source that asks has no fetch of its own under way
+ * (503); it has a token (429, Retry-After); fewer than CERT_FETCHES_IN_FLIGHT fetches are under
+ * way (503: SNS retries later). Renewing a certificate after its day is bound by the first and
+ * the fetches in flight only. A renewal that fails (the certificate is gone) drops trust in it:
+ * the old key is not used past its day.
  */
 export class SigningCertificates {
   readonly #now: () => number
@@ -53,19 +75,16 @@ export class SigningCertificates {
   readonly #failedUntil = new LruMap<number>(CERT_URLS_REMEMBERED)
   readonly #sources = new LruMap<{ tokens: number, at: number }>(SOURCES_REMEMBERED)
   readonly #fetching = new Map<string, Promise<KeyObject>>()
+  /** Fetches under way per source that started them (renewals are no source's). */
+  readonly #inFlight = new Map<string, number>()
 
   constructor (options: SigningCertificatesOptions = {}) {
     this.#now = options.now ?? Date.now
     this.#timeoutMs = options.timeoutMs ?? CERT_FETCH_TIMEOUT_MS
   }
 
-  /**
-   * The public key of the certificate at `url` (checked by signingCertificateUrl), for a message
-   * from `source`; null when the sender cannot be told apart from any other (every caller
-   * through the mesh sidecar without an identity), whose one shared bucket would let a stranger
-   * spend SNS's own tokens: such fetches are bound by the fetches in flight alone.
-   */
-  async publicKey (url: CertificateUrl, source: string | null): Promise<KeyObject> {
+  /** The public key of the certificate at `url` (checked by signingCertificateUrl), for a message from `requester`. */
+  async publicKey (url: CertificateUrl, requester: CertificateRequester): Promise<KeyObject> {
     const id = hash('sha256', url.href, 'base64url')
     const known = this.#keys.get(id)
     if (known !== undefined && known.until > this.#now()) return known.key
@@ -75,31 +94,39 @@ export class SigningCertificates {
     // SNS's sources' tokens with made-up URLs must not stop SNS's own certificate from being
     // fetched again when its day is up. At most one renewal per URL a day, of at most 1,000 URLs
     // that served a certificate.
-    this.#admit(id, known === undefined ? source : null)
+    const source = known === undefined ? requester : null
+    this.#admit(id, source)
     const fetch = this.#fetch(id, url)
     this.#fetching.set(id, fetch)
+    if (source !== null) this.#inFlight.set(source.source, (this.#inFlight.get(source.source) ?? 0) + 1)
     try {
       return await fetch
     } finally {
       this.#fetching.delete(id)
+      if (source !== null) {
+        const left = (this.#inFlight.get(source.source) ?? 1) - 1
+        if (left === 0) this.#inFlight.delete(source.source)
+        else this.#inFlight.set(source.source, left)
+      }
     }
   }
 
-  /** `source`: null for a renewal or a sender without a bucket of its own, which only the failed-URL memory and the fetches in flight bound. */
-  #admit (id: string, source: string | null): void {
+  /** `requester`: null for a renewal, which only the failed-URL memory and the fetches in flight bound. */
+  #admit (id: string, requester: CertificateRequester | null): void {
     const now = this.#now()
     const failedUntil = this.#failedUntil.get(id)
     if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('the signing certificate could not be fetched a moment ago')
-    if (source === null) {
+    const { burst, refillMs, inFlight } = CERT_FETCHES_PER_SOURCE
+    if (requester !== null && (this.#inFlight.get(requester.source) ?? 0) >= inFlight) throw new FeedbackUnavailable('this source\'s signing certificate fetch is under way')
+    if (requester === null || !requester.spendsTokens) {
       if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
       return
     }
-    const { burst, refillMs } = CERT_FETCHES_PER_SOURCE
-    const bucket = this.#sources.get(source) ?? { tokens: burst, at: now }
+    const bucket = this.#sources.get(requester.source) ?? { tokens: burst, at: now }
     const tokens = Math.min(burst, bucket.tokens + (now - bucket.at) / refillMs)
     if (tokens < 1) throw new FeedbackThrottled('this source asked for too many new signing certificates', Math.ceil((1 - tokens) * refillMs / 1000))
     if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
-    this.#sources.set(source, { tokens: tokens - 1, at: now })
+    this.#sources.set(requester.source, { tokens: tokens - 1, at: now })
   }
 
   async #fetch (id: string, url: CertificateUrl): Promise<KeyObject> {

@@ -15,9 +15,9 @@ export interface RefusalPacingOptions {
 }
 
 /**
- * How long to hold a refusal (401, 403, 429) before sending it, per source address: a source
- * that keeps asking after it was refused gets its refusals at `perSecond` after a burst,
- * whatever it sends. Every request costs the event loop the same whether it is admitted or not,
+ * How long to hold a refusal (401, 403, 429, and any 4xx of a route that asks for it:
+ * plugins/refusal-pacing.ts) before sending it, per source address: a source that keeps asking
+ * after it was refused gets its refusals at `perSecond` after a burst, whatever it sends. Every request costs the event loop the same whether it is admitted or not,
  * so without a pace a closed loop of refused requests from one tenant's callers takes as much of
  * the process as its connections can carry, and every other tenant's requests queue behind it.
  * Held, a refusal costs a timer and the connection it came on (the client waits for its

@@ -132,6 +132,28 @@ test('a flood of 429s is held past its burst, source by source', async (t) => {
   t.same(new Set(await closeAndCollect(paced)), new Set([429]))
 })
 
+const feedback = (port: number, localAddress: string, body: string, contentType = 'text/plain', chunked = false): Ask => async () =>
+  await send({ port, localAddress, path: '/feedback/ses', headers: { 'content-type': contentType }, body, chunked, timeoutMs: 60_000 })
+
+test('POST /feedback/ses takes no key: a flood of malformed bodies (400, 413, 415) is held past its burst, source by source; 404s elsewhere are not', async (t) => {
+  const paced = await pacedApp(t, { SES_FEEDBACK_TOPIC_ARNS: 'arn:aws:sns:eu-west-1:123456789012:ses-events' })
+  const { port } = paced
+  // The red team's body: 256 KiB of `[`, refused 400 SNS_MESSAGE_INVALID.
+  const deep = '['.repeat(262_000)
+  const pacedCount = await flood(paced, feedback(port, '127.0.0.2', deep))
+  t.ok(pacedCount >= 1, `the flood of 400s is held past its burst (${pacedCount} of ${FLOOD} held)`)
+  t.same((await held(paced, feedback(port, '127.0.0.2', '{"Type":"Notification"}'))).held, true, 'an envelope that is not SNS\'s (400) is held')
+  t.same((await held(paced, feedback(port, '127.0.0.2', '{}', 'image/png'))).held, true, 'a 415 is held')
+  t.same((await held(paced, feedback(port, '127.0.0.2', `"${'x'.repeat(300_000)}"`, 'text/plain', true))).held, true, 'a 413 is held')
+  const other = await held(paced, feedback(port, '127.0.0.3', deep))
+  t.same(other.held, false, 'another source\'s malformed body is not held')
+  t.match(await other.answer, { status: 400, body: { code: 'SNS_MESSAGE_INVALID' } })
+  const elsewhere = await held(paced, async () => await send({ port, localAddress: '127.0.0.2', method: 'GET', path: '/nope' }))
+  t.same(elsewhere.held, false, 'the paced source\'s 404 on another route is not held: only this route paces every 4xx')
+  t.equal((await elsewhere.answer).status, 404)
+  t.same(new Set(await closeAndCollect(paced)), new Set([400, 404, 413, 415]))
+})
+
 test('IPv6 clients are paced per /64: another address of the /64 shares the pace, another /64 has its own', async (t) => {
   const paced = await pacedApp(t, { TRUST_PROXY: '127.0.0.1/32' })
   const { port } = paced

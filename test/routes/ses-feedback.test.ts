@@ -361,3 +361,72 @@ for (const store of ['memory', 'redis'] as const) {
     t.same(receiver.verified.map((hook) => (hook.payload as { type: string }).type), ['delivery.delivered'], 'no webhook for any forgery')
   })
 }
+
+const SIDECAR = '127.0.0.6'
+const GATEWAY = 'spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account'
+/** What the sidecar adds for a caller with an identity (here the ingress gateway's). */
+const viaGateway = (client: string): Record<string, string> => ({ 'x-forwarded-client-cert': `By=spiffe://cluster.local/ns/otp/sa/email-otp;Hash=9f86d081;URI=${GATEWAY}`, 'x-forwarded-for': client })
+
+/**
+ * Holding the fetches in flight with made-up certificate URLs that SNS's host is slow to answer
+ * (here it never answers, until the fetch's 5 s deadline): one caller through the sidecar without
+ * an identity (it spends no tokens, being every such caller), or 16 /64s of one IPv6 /48 through
+ * the gateway (a /48 is free to have, and holds 65,536 /64s). Each holds one fetch, so SNS's new
+ * certificate, asked for from elsewhere meanwhile, is fetched.
+ */
+for (const store of ['memory', 'redis'] as const) {
+  t.test(`one source holds one certificate fetch at a time, an IPv6 /48 is one source, and callers without an identity are one: none keeps SNS's new certificate out (${store})`, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+    const env = await storeEnv(t, store)
+    const stalled: Array<{ destroy: () => void }> = []
+    let fetches = 0
+    await playHost(t, 'sns.eu-west-1.amazonaws.com', (request, response) => {
+      const path = request.url ?? ''
+      if (!path.endsWith('.pem')) {
+        response.writeHead(404).end()
+        return
+      }
+      fetches++
+      if (path === PEM) response.writeHead(200).end(CERT)
+      else stalled.push(response)
+    })
+    const origin = 'https://sns.eu-west-1.amazonaws.com'
+    const { path, keys } = writeTenants(t)
+    const base = { TENANTS_FILE: path, ...env, SES_FEEDBACK_TOPIC_ARNS: TOPIC, TRUST_PROXY: `${SIDECAR}/32`, MESH_IDENTITY_HEADER: 'x-forwarded-client-cert', MESH_GATEWAY_IDENTITIES: GATEWAY }
+    let made = 0
+    const madeUp = (): Sns => sign(notification(origin, {}, { SigningCertURL: `${origin}/SimpleNotificationService-aa${(made++).toString(16)}.pem` }))
+    /** Posts every body at once; the answers that came within 3 s (15 of them, and a fetch, end the wait), and the fetches started. */
+    const flood = async (app: FastifyInstance, from: (index: number) => Record<string, string>): Promise<{ answers: number[], fetched: number }> => {
+      const before = fetches
+      const answers: number[] = []
+      const pending = Array.from({ length: 16 }, async (_, index) => {
+        const answer = await app.inject({ method: 'POST', url: '/feedback/ses', remoteAddress: SIDECAR, headers: { 'content-type': 'text/plain', ...from(index) }, payload: JSON.stringify(madeUp()) })
+        answers.push(answer.statusCode)
+      })
+      t.teardown(async () => { await Promise.all(pending) })
+      const deadline = Date.now() + 3000
+      const waiting = (): boolean => (answers.length < 15 || fetches === before) && Date.now() < deadline
+      while (waiting()) await new Promise((resolve) => setTimeout(resolve, 20))
+      return { answers, fetched: fetches - before }
+    }
+    const genuine = async (app: FastifyInstance, client: string, email: string) => {
+      const requestId = (await app.inject({ method: 'POST', url: '/otp/request', remoteAddress: SIDECAR, headers: { ...bearer(keys.acmeLive), ...viaGateway('198.51.100.7') }, payload: { email } })).json().data.requestId as string
+      const answer = await app.inject({ method: 'POST', url: '/feedback/ses', remoteAddress: SIDECAR, headers: { 'content-type': 'text/plain', ...viaGateway(client) }, payload: JSON.stringify(sign(notification(origin, permanentBounce(requestId, email)))) })
+      return [answer.statusCode, answer.json().message ?? answer.json().code]
+    }
+
+    // (a) A stranger through the sidecar without an identity, 16 loops.
+    const { app: unmeshed } = await buildApp(t, base)
+    const a = await flood(unmeshed, () => ({}))
+    t.equal(a.fetched, 1, 'one fetch in flight for every caller without an identity')
+    t.same(a.answers, Array.from({ length: 15 }, () => 503), 'the others are answered 503 at once, never 429 (they spend no tokens)')
+    t.same(await genuine(unmeshed, '203.0.113.9', 'kim@example.com'), [200, 'handled'], 'SNS through the gateway: its new certificate is fetched and the bounce handled')
+
+    // (b) Through the gateway, 16 /64s of one /48.
+    const { app: gatewayed } = await buildApp(t, base)
+    const b = await flood(gatewayed, (index) => viaGateway(`2001:db8:1:${index.toString(16)}::1`))
+    t.equal(b.fetched, 1, 'one fetch in flight for a whole /48')
+    t.same(b.answers, Array.from({ length: 15 }, () => 503), 'the other /64s are answered 503, and spend nothing')
+    t.same(await genuine(gatewayed, '203.0.113.9', 'lu@example.com'), [200, 'handled'], 'SNS\'s new certificate is fetched')
+    for (const response of stalled) response.destroy()
+  })
+}
