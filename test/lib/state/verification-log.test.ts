@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap'
 import { MemoryVerificationLog } from '../../../lib/state/memory/verification-log.js'
-import { RedisVerificationLog } from '../../../lib/state/redis/verification-log.js'
+import { MAX_BUFFERED_EVENTS, RedisVerificationLog } from '../../../lib/state/redis/verification-log.js'
 import { MAX_EVENTS, type VerificationEvent, type VerificationId, type VerificationLog, type VerificationLogLimits } from '../../../lib/state/verification-log.js'
 import { connectFailFast, redisTestOptions, redisWithClients } from '../../support/redis.js'
 import { attemptUntil } from '../../support/wait.js'
@@ -69,10 +69,13 @@ function logSuite (t: Test, makeLog: (limits: VerificationLogLimits) => Verifica
     const other = freshId(`other-${ids}`)
     log.record(other, requested)
     const mine = Array.from({ length: 5 }, () => freshId(tenant))
-    for (const id of mine) log.record(id, requested)
+    const kept = async (): Promise<boolean[]> => await Promise.all(mine.map(async (id) => await log.read(id) !== null))
+    for (const id of mine.slice(0, 4)) log.record(id, requested)
     await log.flush()
-    const kept = await Promise.all(mine.map(async (id) => await log.read(id) !== null))
-    t.strictSame(kept, [false, false, true, true, true], 'the three most recent')
+    t.strictSame(await kept(), [false, true, true, true, false], 'one past the cap: the oldest goes')
+    log.record(mine[4] as VerificationId, requested)
+    await log.flush()
+    t.strictSame(await kept(), [false, false, true, true, true], 'the three most recent')
     t.not(await log.read(other), null, "another tenant's story stays")
   })
 }
@@ -111,6 +114,16 @@ t.test('redis', redisTestOptions(), async (t) => {
     }
   })
 
+  t.test('a story past its listed events stays one bounded hash', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId('noisy')
+    log.record(id, requested)
+    for (let i = 0; i < 50; i++) log.record(id, { type: 'delayed', at })
+    await log.flush()
+    // The listed events, `listed`, and a count per type.
+    t.equal(await client.hlen(`vlog:{noisy:live}:${id.requestId}`), MAX_EVENTS + 3)
+  })
+
   t.test('a story goes at the end of retention', async (t) => {
     const log = new RedisVerificationLog(client, { retentionMs: 300, maxPerScope: 100 })
     const id = freshId()
@@ -131,6 +144,19 @@ t.test('redis', redisTestOptions(), async (t) => {
     await log.flush()
     t.equal(await scripts() - before, 1, 'one script call for 40 events')
     t.strictSame((await log.read(stories[19] as VerificationId))?.counts, { requested: 1, sent: 1 })
+  })
+
+  t.test('the queue waiting for the next write is bounded: past it events are dropped and counted', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: MAX_BUFFERED_EVENTS * 2 })
+    const stories = Array.from({ length: MAX_BUFFERED_EVENTS + 5 }, () => freshId('flooded'))
+    for (const id of stories) log.record(id, requested)
+    await log.flush()
+    t.equal(log.dropped(), 5)
+    t.not(await log.read(stories[MAX_BUFFERED_EVENTS - 1] as VerificationId), null, 'the last one within the bound was written')
+    t.equal(await log.read(stories[MAX_BUFFERED_EVENTS] as VerificationId), null, 'the first past it was not')
+    log.record(stories[MAX_BUFFERED_EVENTS] as VerificationId, requested)
+    await log.flush()
+    t.not(await log.read(stories[MAX_BUFFERED_EVENTS] as VerificationId), null, 'once written, the queue takes events again')
   })
 
   t.test('a write that fails loses its events, counted, and throws to nobody', async (t) => {
