@@ -1,3 +1,4 @@
+import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
 import { verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
@@ -61,7 +62,8 @@ export class RedisVerificationLog implements VerificationLog {
   }
 
   async read (id: VerificationId): Promise<VerificationStory | null> {
-    const fields = await this.#client.hgetall(verificationLogKeys(id.tenantId, id.mode).story(id.requestId))
+    const key = verificationLogKeys(id.tenantId, id.mode).story(id.requestId)
+    const fields = await storeCall('verification story read', async () => await this.#client.hgetall(key))
     if (fields.e1 === undefined) return null
     const events: VerificationEvent[] = []
     for (let i = 1; i <= MAX_EVENTS; i++) {
