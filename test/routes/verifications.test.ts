@@ -2,9 +2,9 @@ import { createSign, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants, type FixtureKeys } from '../helper.js'
+import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys } from '../helper.js'
 import { playHost } from '../support/https-hosts.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 
@@ -166,3 +166,24 @@ for (const store of ['memory', 'redis'] as const) {
     })
   })
 }
+
+t.test('a log Redis refuses to write changes no answer: dispatch and verify as ever, the lost events counted', redisTestOptions(), async (t) => {
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  const admin = await connectFailFast(redis.url)
+  t.teardown(() => { admin.disconnect() })
+  // A user that may touch every key of the service but the verification log's.
+  await admin.call('ACL', 'SETUSER', 'nolog', 'on', '>nolog-password', '+@all', '~otp:*', '~rl:*', '~quota:*', '~lockout:*', '~suppressed:*', '~idem:*', '~receipt*', '~recipient-tag*', '~sandbox*', '~webhooks:*', '~feedback:*')
+  const { path, keys } = writeTenants(t)
+  const { app, mail } = await buildApp(t, { TENANTS_FILE: path, REDIS_URL: redis.url.replace('redis://', 'redis://nolog:nolog-password@'), OTP_HMAC_KEYS: TEST_HMAC_KEYS })
+  const sent = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(keys.acmeLive), payload: { email: 'fe@example.com' } })
+  t.equal(sent.statusCode, 200, 'dispatched')
+  const { requestId } = sent.json().data
+  const verified = await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId, userGuess: mail.codeFor('fe@example.com') } })
+  t.equal(verified.statusCode, 200, 'verified')
+  await app.state.verificationLog.flush()
+  t.equal(app.state.verificationLog.dropped(), 3, 'requested, sent and verified: lost and counted')
+  t.equal((await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })).body.match(/^email_otp_verification_log_dropped_total (\d+)/m)?.[1], '3', 'on /metrics')
+  const story = await app.inject({ method: 'GET', url: `/verifications/${String(requestId)}`, headers: bearer(keys.acmeLive) })
+  t.equal(story.statusCode, 503, 'reading what cannot be read is the store unavailable, not a 404 or a 500')
+})
