@@ -13,7 +13,8 @@ const VerificationEvent = Type.Union([
     expiresAt: Type.String({ format: 'date-time', description: 'When the code stops verifying.' })
   }),
   event('sent', 'The mail left through a provider.', {
-    provider: Type.String({ description: 'The provider that accepted it: `ses`, `smtp`, `log`, or `sandbox` for a sandbox key.' })
+    provider: Type.String({ description: 'The provider that accepted it: `ses`, `smtp`, `log`, or `sandbox` for a sandbox key.' }),
+    messageId: Type.Optional(Type.String({ description: "The provider's id of the message, to look it up there: SES's MessageId, or the Message-ID the SMTP relay was given. Absent for `log` and `sandbox`." }))
   }),
   event('delivery_failed', 'The mail could not be handed to the provider (dispatch answered 502); the code was destroyed and nothing was charged.', {
     reason: Type.String({ description: 'As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), or `suppressed`: a page\'s dispatch to a suppressed mailbox, answered as a failed delivery.' })

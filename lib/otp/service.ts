@@ -5,7 +5,7 @@ import type { AdmissionGate, Headers } from '../admission/gate.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/templating/message.js'
-import type { Mailer } from '../mail/delivery/mailer.js'
+import type { DeliveredBy, Mailer } from '../mail/delivery/mailer.js'
 import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../mail/delivery/transport.js'
 import { sourceBucket } from '../net/source-address.js'
 import { quotaHeaders } from '../quota/allowance.js'
@@ -200,7 +200,7 @@ export class OtpService {
       }
       if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted, compose)
 
-      let deliveredBy: string
+      let deliveredBy: DeliveredBy
       let sendStarted: number | null = null
       try {
         const message = await compose()
@@ -222,8 +222,8 @@ export class OtpService {
         if (plan.lane === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
-      observer.dispatched(key, { sentBy: deliveredBy })
-      verifications.record(story, { type: 'sent', at: new Date().toISOString(), provider: deliveredBy })
+      observer.dispatched(key, { sentBy: deliveredBy.provider })
+      verifications.record(story, { type: 'sent', at: new Date().toISOString(), provider: deliveredBy.provider, ...(deliveredBy.messageId === null ? {} : { messageId: deliveredBy.messageId }) })
       // Once the mail left, so that a refunded unit never reports a threshold.
       const { quota } = decision
       const allowance = plan.quota.tenant
@@ -232,7 +232,7 @@ export class OtpService {
           requestId: minted.requestId, threshold, limit: allowance.limit, used: quota.used, window: allowance.window.spec, resetsAt: new Date(quota.resetMs).toISOString()
         }, { key: `quota:${allowance.scope}:${quota.windowId}:${threshold}`, ttlMs: Math.max(1, quota.resetMs - Date.now()) })
       }
-      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy }, 'code dispatched')
+      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy.provider }, 'code dispatched')
       return { requestId: minted.requestId, headers: decision.headers }
     }
     throw new Error('could not allocate a unique requestId')

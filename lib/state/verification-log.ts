@@ -14,7 +14,7 @@ export interface VerificationId {
  */
 export type VerificationEvent =
   | { type: 'requested', at: string, keyId: string, expiresAt: string }
-  | { type: 'sent', at: string, provider: string }
+  | { type: 'sent', at: string, provider: string, messageId?: string }
   | { type: 'delivery_failed', at: string, reason: string }
   | { type: 'delivered' | 'delayed' | 'complained', at: string }
   | { type: 'bounced', at: string, bounceType: 'permanent' | 'transient' }

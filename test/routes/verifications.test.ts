@@ -6,6 +6,8 @@ import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, typ
 import { playHost } from '../support/https-hosts.js'
 import { connectFailFast, redisTestOptions, startRedis } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
+import { startSmtp } from '../support/mail-peers.js'
+import { until } from '../support/wait.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 
 const SNS_KEY = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
@@ -100,6 +102,16 @@ for (const store of ['memory', 'redis'] as const) {
       const redeemed = await h.app.inject({ method: 'POST', url: '/otp/receipts/redeem', headers: bearer(h.keys.acmeLive), payload: { receipt: answer.json().data.receipt, email: 'bo@example.com' } })
       t.equal(redeemed.statusCode, 200)
       t.strictSame(types((await h.story(second)).body), ['requested', 'sent', 'verified', 'receipt_redeemed'])
+    })
+
+    t.test('sent through a real SMTP relay: the provider and the Message-ID it was given', async (t) => {
+      const peer = await startSmtp(t)
+      const h = await harness(t, store, { MAIL_TRANSPORT: 'smtp', SMTP_URL: `smtp://127.0.0.1:${peer.port}?tls=off`, MAIL_FROM: 'Codes <codes@otp.test>' })
+      const requestId = await h.dispatch('gu@example.com')
+      const [sent] = (await h.story(requestId)).body.data.events.slice(1)
+      t.match(sent, { type: 'sent', provider: 'smtp', messageId: /^<.+@otp\.test>$/ })
+      await until('the relay to have parsed the message', () => peer.received.length === 1)
+      t.equal(sent.messageId, peer.received[0]?.messageId, 'the Message-ID the relay received')
     })
 
     t.test('a wrong guess that locks the mailbox', async (t) => {

@@ -479,6 +479,8 @@ export interface components {
                     at: string;
                     /** @description The provider that accepted it: `ses`, `smtp`, `log`, or `sandbox` for a sandbox key. */
                     provider: string;
+                    /** @description The provider's id of the message, to look it up there: SES's MessageId, or the Message-ID the SMTP relay was given. Absent for `log` and `sandbox`. */
+                    messageId?: string;
                 } | {
                     /** @enum {string} */
                     type: "delivery_failed";
