@@ -35,6 +35,7 @@ import receiptRoutes, { jwksRoutes } from './routes/receipts.js'
 import sandboxRoutes from './routes/sandbox.js'
 import templateRoutes from './routes/templates.js'
 import usageRoutes from './routes/usage.js'
+import verificationRoutes from './routes/verifications.js'
 
 export interface AppOptions {
   config: Config
@@ -164,6 +165,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(captchaPlugin)
     await api.register(otpRoutes)
     await api.register(usageRoutes)
+    await api.register(verificationRoutes)
     await api.register(recipientRoutes)
     await api.register(receiptRoutes)
     await api.register(sandboxRoutes)

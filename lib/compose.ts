@@ -14,6 +14,7 @@ import { IpRangeSet } from './net/ip-ranges.js'
 import { OtpService, type OtpObserver } from './otp/service.js'
 import { CodeSigner } from './otp/signer.js'
 import { UsageService } from './quota/usage.js'
+import { VerificationStories } from './otp/verification-story.js'
 import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
@@ -74,6 +75,7 @@ export interface Services {
   readonly otp: OtpService
   readonly feedback: SesFeedback
   readonly usage: UsageService
+  readonly verifications: VerificationStories
   readonly sandbox: SandboxMessages
   readonly previews: TemplatePreviews
   /** Webhook deliveries queued per tenant of the tenants file. */
@@ -159,6 +161,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       feedbackDedupeTtlMs: DEDUPE_TTL_MS,
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
+      verificationLog: config.verificationLog,
       log,
       ...(config.redis === null
         ? {}
@@ -189,7 +192,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       ...(observers.mailSend === undefined ? {} : { sent: observers.mailSend })
     })
     stops.push(async () => { await mailer.close() })
-    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), state.redemptions)
+    const receipts = new Receipts(await receiptIssuer(config, log), new AddressHasher(config.recipientTagKey.secret), state.redemptions, state.verificationLog)
 
     const queue = state.webhookQueue
     const policy = new AddressPolicy({
@@ -240,12 +243,13 @@ export async function createServices (config: Config, options: ServicesOptions):
       receipts,
       events: webhooks,
       observer: observers.otp ?? NO_OTP_OBSERVER,
-      turns: new TenantTurns(COMPOSE_QUANTUM_MS)
+      turns: new TenantTurns(COMPOSE_QUANTUM_MS),
+      verifications: state.verificationLog
     })
 
     // SES feedback (lib/feedback/apply.ts). MessageIds are remembered in Redis when there is
     // one, so every instance handles a message once.
-    const applyEffects = applyFeedback({ receipts, mailboxes: otp, webhooks, log })
+    const applyEffects = applyFeedback({ receipts, mailboxes: otp, webhooks, verifications: state.verificationLog, log })
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
@@ -271,6 +275,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       otp,
       feedback,
       usage: new UsageService(state.quota),
+      verifications: new VerificationStories(state.verificationLog),
       sandbox: new SandboxMessages(state.sandboxInbox),
       previews: new TemplatePreviews(config.otpTtlSeconds),
       async webhookBacklogs () {

@@ -293,6 +293,15 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       }
     }))
   }
+  registry.registerMetric(new Counter({
+    name: 'email_otp_verification_log_dropped_total',
+    help: 'Verification story events lost: past the in-process queue waiting for the next write, or in a Redis write that failed (the requests that made them answered all the same).',
+    registers: [],
+    collect () {
+      this.reset()
+      this.inc(state.verificationLog.dropped())
+    }
+  }))
   registry.registerMetric(new Gauge({
     name: 'email_otp_blocklist_age_seconds',
     help: 'Age of each network block list since its last good load.',

@@ -10,6 +10,7 @@ import type { TemplatePreviews } from '../lib/previews/template-previews.js'
 import type { Blocklists } from '../lib/net/blocklist.js'
 import type { Caller, OtpService } from '../lib/otp/service.js'
 import type { UsageService } from '../lib/quota/usage.js'
+import type { VerificationStories } from '../lib/otp/verification-story.js'
 import type { Receipts } from '../lib/receipts/receipts.js'
 import type { RedisClient } from '../lib/state/index.js'
 import type { SandboxMessages } from '../lib/sandbox/messages.js'
@@ -32,6 +33,8 @@ declare module 'fastify' {
     otp: OtpService
     feedback: SesFeedback
     usage: UsageService
+    /** Each verification's story, read for its tenant (GET /verifications/{requestId}). */
+    verifications: VerificationStories
     sandbox: SandboxMessages
     previews: TemplatePreviews
   }
@@ -76,6 +79,7 @@ export default fp<ServicesPluginOptions>(async function servicesPlugin (fastify,
   fastify.decorate('otp', services.otp)
   fastify.decorate('feedback', services.feedback)
   fastify.decorate('usage', services.usage)
+  fastify.decorate('verifications', services.verifications)
   fastify.decorate('sandbox', services.sandbox)
   fastify.decorate('previews', services.previews)
   observeServices(fastify.metrics, services)

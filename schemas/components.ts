@@ -7,6 +7,7 @@ import { FeedbackReply, SuppressBody, SuppressReply, UnlockBody, UnlockReply, Un
 import { SandboxMessagesReply } from './sandbox.js'
 import { TemplatePreviewBody, TemplatePreviewReply } from './templates.js'
 import { UsageReply } from './usage.js'
+import { VerificationReply } from './verifications.js'
 
 /**
  * The named schemas, registered once with Fastify and published as
@@ -16,7 +17,7 @@ import { UsageReply } from './usage.js'
 export const namedSchemas: readonly TSchema[] = [
   ErrorCodeSchema, ErrorBody,
   DispatchBody, DispatchReply, VerifyBody, VerifyReply,
-  UsageReply, SandboxMessagesReply, UnlockBody, UnlockReply, SuppressBody, SuppressReply, UnsuppressReply, FeedbackReply,
+  UsageReply, VerificationReply, SandboxMessagesReply, UnlockBody, UnlockReply, SuppressBody, SuppressReply, UnsuppressReply, FeedbackReply,
   RedeemBody, RedeemReply, JwksReply,
   TemplatePreviewBody, TemplatePreviewReply,
   LiveReply, ReadyReply

@@ -96,6 +96,7 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   // The routes outside the OTP admission step (@fastify/rate-limit): the account routes count
   // after authentication (readiness, a probe, is never limited).
   { headers: rateLimit, operations: ['getUsage'], statuses: [200, 503] },
+  { headers: rateLimit, operations: ['getVerification'], statuses: [200, 404, 503] },
   { headers: rateLimit, operations: ['unlockRecipient', 'suppressRecipient', 'unsuppressRecipient'], statuses: [200, 400, 503] },
   { headers: rateLimit, operations: ['previewTemplate'], statuses: [200, 400] },
   { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },

@@ -13,6 +13,8 @@ export interface StateConfig {
   redisReplicaAcks: { count: number, timeoutMs: number }
   /** The embedded default's cap on live codes per tenant and mode. */
   memoryStoreMaxTokens: number
+  /** VERIFICATION_LOG_DAYS and VERIFICATION_LOG_MAX_PER_TENANT. */
+  verificationLog: { retentionMs: number, maxPerScope: number }
 }
 
 const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const
@@ -78,7 +80,8 @@ export function stateConfig (env: Env, redis: { topology: RedisTopology, variabl
     redis: redis?.topology ?? null,
     redisCommandTimeoutMs: commandTimeoutMs,
     redisReplicaAcks: replicaAcks,
-    memoryStoreMaxTokens: env.MEMORY_STORE_MAX_TOKENS
+    memoryStoreMaxTokens: env.MEMORY_STORE_MAX_TOKENS,
+    verificationLog: { retentionMs: env.VERIFICATION_LOG_DAYS * 86_400_000, maxPerScope: env.VERIFICATION_LOG_MAX_PER_TENANT }
   }
 }
 

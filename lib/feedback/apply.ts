@@ -1,5 +1,6 @@
 import type { KeyMode } from '../keys/api-keys.js'
 import type { Receipts } from '../receipts/receipts.js'
+import type { VerificationLog } from '../state/verification-log.js'
 import type { EventSink } from '../webhooks/events.js'
 import type { DeliveryFeedback } from './ses-feedback.js'
 
@@ -13,14 +14,16 @@ export interface FeedbackEffects {
   receipts: Pick<Receipts, 'addressHash'>
   mailboxes: MailboxSuppression
   webhooks: Pick<EventSink, 'emit'>
+  /** The verification's story the outcome is added to. */
+  verifications: Pick<VerificationLog, 'record'>
   log: { info (bindings: object, message: string): void }
 }
 
 /**
- * What a recipient's outcome does: it becomes the tenant's `delivery.*` webhook, and a
- * permanent bounce or a complaint suppresses the mailbox.
+ * What a recipient's outcome does: it becomes the tenant's `delivery.*` webhook and an event of
+ * the verification's story, and a permanent bounce or a complaint suppresses the mailbox.
  */
-export function applyFeedback ({ receipts, mailboxes, webhooks, log }: FeedbackEffects): (feedback: DeliveryFeedback) => Promise<void> {
+export function applyFeedback ({ receipts, mailboxes, webhooks, verifications, log }: FeedbackEffects): (feedback: DeliveryFeedback) => Promise<void> {
   return async ({ tenant, mode, requestId, address, type, bounceType, suppress }) => {
     const addressHash = receipts.addressHash(tenant, address)
     if (suppress) {
@@ -35,6 +38,9 @@ export function applyFeedback ({ receipts, mailboxes, webhooks, log }: FeedbackE
         log.info({ tenant: tenant.id, mode, requestId, type }, 'recipient suppressed by provider feedback')
       }
     }
+    const at = new Date().toISOString()
+    const story = { tenantId: tenant.id, mode, requestId }
+    verifications.record(story, type === 'bounced' ? { type, at, bounceType: bounceType ?? 'transient' } : { type, at })
     switch (type) {
       case 'delivered': webhooks.emit(tenant, mode, 'delivery.delivered', { requestId, addressHash }); break
       case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break

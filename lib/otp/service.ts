@@ -5,7 +5,7 @@ import type { AdmissionGate, Headers } from '../admission/gate.js'
 import type { State } from '../state/index.js'
 import { apiError, type ApiError } from '../errors.js'
 import { composeVerificationMessage } from '../mail/templating/message.js'
-import type { Mailer } from '../mail/delivery/mailer.js'
+import type { DeliveredBy, Mailer } from '../mail/delivery/mailer.js'
 import { DeliveryError, type DeliveryFailureKind, type OutgoingMessage } from '../mail/delivery/transport.js'
 import { sourceBucket } from '../net/source-address.js'
 import { quotaHeaders } from '../quota/allowance.js'
@@ -13,6 +13,7 @@ import type { QuotaDecision } from '../state/quota.js'
 import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../recipients/address.js'
 import type { RecipientTagger } from '../recipients/tag.js'
 import { tokenRecord } from '../state/tokens.js'
+import type { VerificationLog } from '../state/verification-log.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
@@ -95,6 +96,8 @@ export interface OtpServiceOptions {
   events: Pick<EventSink, 'emit'>
   /** Whose message is composed next when several tenants' dispatches wait for the event loop. */
   turns: Pick<TenantTurns, 'run'>
+  /** Each verification's story: recorded in passing, never awaited, never failing a request. */
+  verifications: Pick<VerificationLog, 'record'>
 }
 
 /**
@@ -141,7 +144,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns } = this.#options
+    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns, verifications } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -172,6 +175,8 @@ export class OtpService {
       if (decision.kind === 'collision') continue
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
       const admitted: Admitted = { plan, quota: decision.quota, headers: decision.headers }
+      const story = { tenantId: tenant.id, mode, requestId: minted.requestId }
+      verifications.record(story, { type: 'requested', at: new Date(nowMs).toISOString(), keyId: key.id, expiresAt: new Date(nowMs + ttlSeconds * 1000).toISOString() })
       // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
       const compose = async (): Promise<OutgoingMessage> => await turns.run(tenant.id, () => composeVerificationMessage({
         to: email.address,
@@ -190,11 +195,12 @@ export class OtpService {
       if (decision.kind === 'withheld') {
         // Only a page's plan withholds: its headers are a failed delivery's as they stand.
         await this.#withhold(caller, minted.requestId, admitted, compose)
+        verifications.record(story, { type: 'delivery_failed', at: new Date().toISOString(), reason: 'suppressed' })
         throw apiError('DELIVERY_FAILED', undefined, decision.headers)
       }
       if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted, compose)
 
-      let deliveredBy: string
+      let deliveredBy: DeliveredBy
       let sendStarted: number | null = null
       try {
         const message = await compose()
@@ -209,13 +215,15 @@ export class OtpService {
         const refunded = await this.#undo(caller, minted.requestId, admitted)
         if (!(error instanceof DeliveryError)) throw error
         observer.dispatched(key, { deliveryFailed: error.kind })
+        verifications.record(story, { type: 'delivery_failed', at: new Date().toISOString(), reason: error.kind })
         events.emit(tenant, mode, 'delivery.failed', { requestId: minted.requestId, addressHash, reason: error.kind })
         log.warn({ tenant: tenant.id, kind: error.kind, domain: email.domain }, 'delivery failed')
         // The headers tell the state after the refund: the tenant was not charged.
         if (plan.lane === 'browser') throw apiError('DELIVERY_FAILED', undefined, decision.headers)
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
-      observer.dispatched(key, { sentBy: deliveredBy })
+      observer.dispatched(key, { sentBy: deliveredBy.provider })
+      verifications.record(story, { type: 'sent', at: new Date().toISOString(), provider: deliveredBy.provider, ...(deliveredBy.messageId === null ? {} : { messageId: deliveredBy.messageId }) })
       // Once the mail left, so that a refunded unit never reports a threshold.
       const { quota } = decision
       const allowance = plan.quota.tenant
@@ -224,14 +232,14 @@ export class OtpService {
           requestId: minted.requestId, threshold, limit: allowance.limit, used: quota.used, window: allowance.window.spec, resetsAt: new Date(quota.resetMs).toISOString()
         }, { key: `quota:${allowance.scope}:${quota.windowId}:${threshold}`, ttlMs: Math.max(1, quota.resetMs - Date.now()) })
       }
-      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy }, 'code dispatched')
+      log.info({ tenant: tenant.id, mode, keyId: key.id, requestId: minted.requestId, transport: deliveredBy.provider }, 'code dispatched')
       return { requestId: minted.requestId, headers: decision.headers }
     }
     throw new Error('could not allocate a unique requestId')
   }
 
   async verify (caller: Caller, requestId: string, rawGuess: string): Promise<Verified> {
-    const { policy, signer, gate, observer, receipts, events } = this.#options
+    const { policy, signer, gate, observer, receipts, events, verifications } = this.#options
     const { key, log } = caller
     const own = refusalPlan(policy, this.#requester(caller))
     this.#refuseAtOnce(own)
@@ -255,6 +263,12 @@ export class OtpService {
     const result: VerifyResult = malformed ? 'malformed' : verifiedHash !== null ? 'verified' : 'mismatch'
     observer.checked(key, result)
     log.info({ tenant: tenant.id, mode, requestId, result }, 'code checked')
+    // Any guess that did not verify is a wrong guess of this requestId's story, whether or not a
+    // code was still there (a story is only found for a requestId its tenant and mode dispatched).
+    const story = { tenantId: tenant.id, mode, requestId }
+    const at = new Date().toISOString()
+    if (verifiedHash === null) verifications.record(story, { type: 'wrong_guess', at, reason: malformed ? 'malformed_code' : 'wrong_code' })
+    if (decision.kind === 'mismatch' && decision.lockStartedMs > 0) verifications.record(story, { type: 'locked', at })
     if (decision.kind === 'mismatch' && decision.addressHash !== null) {
       const { addressHash, lockStartedMs } = decision
       events.emit(tenant, mode, 'verification.failed', { requestId, addressHash, reason: malformed ? 'malformed_code' : 'wrong_code' })
@@ -266,6 +280,7 @@ export class OtpService {
     if (result === 'malformed') throw apiError('INVALID_CODE_FORMAT', undefined, decision.headers)
     if (verifiedHash === null) throw apiError('CODE_MISMATCH', undefined, decision.headers)
     events.emit(tenant, mode, 'verification.succeeded', { requestId, addressHash: verifiedHash })
+    verifications.record(story, { type: 'verified', at })
     // Signed on success only: a wrong guess costs no signature.
     return { receipt: await receipts.issue(key, requestId, verifiedHash), headers: decision.headers }
   }

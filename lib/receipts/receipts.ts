@@ -4,6 +4,7 @@ import type { Tenant, TenantKey } from '../tenants/tenant.js'
 import type { JwksType, ReceiptClaimsType } from '../../schemas/receipts.js'
 import type { AddressHasher } from './address-hash.js'
 import type { ReceiptIssuer } from './receipt-issuer.js'
+import type { VerificationLog } from '../state/verification-log.js'
 import type { RedemptionStore } from '../state/redemptions.js'
 
 export type RedeemOutcome =
@@ -21,11 +22,14 @@ export class Receipts {
   readonly #issuer: ReceiptIssuer
   readonly #hasher: AddressHasher
   readonly #redemptions: RedemptionStore
+  readonly #verifications: Pick<VerificationLog, 'record'> | null
 
-  constructor (issuer: ReceiptIssuer, hasher: AddressHasher, redemptions: RedemptionStore) {
+  /** `verifications`: where a redemption is told to its verification's story (nowhere when not given). */
+  constructor (issuer: ReceiptIssuer, hasher: AddressHasher, redemptions: RedemptionStore, verifications?: Pick<VerificationLog, 'record'>) {
     this.#issuer = issuer
     this.#hasher = hasher
     this.#redemptions = redemptions
+    this.#verifications = verifications ?? null
   }
 
   get jwks (): JwksType {
@@ -60,7 +64,9 @@ export class Receipts {
     }
     const ttlMs = Math.max(1, claims.exp * 1000 - nowMs) + REDEMPTION_MARGIN_MS
     switch (await this.#redemptions.redeem(tenantScope(claims.tenant, claims.mode), claims.jti, claims.epoch, ttlMs)) {
-      case 'redeemed': return { ok: true, claims }
+      case 'redeemed':
+        this.#verifications?.record({ tenantId: claims.tenant, mode: claims.mode, requestId: claims.requestId }, { type: 'receipt_redeemed', at: new Date(nowMs).toISOString() })
+        return { ok: true, claims }
       case 'already_redeemed': return { ok: false, refusal: 'already_redeemed' }
       case 'other_epoch': return { ok: false, refusal: 'not_redeemable' }
     }

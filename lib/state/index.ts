@@ -30,6 +30,9 @@ import type { TokenStore } from './tokens.js'
 import { MemoryWebhookQueue } from './memory/webhook-queue.js'
 import type { WebhookQueue, WebhookQueueLimits } from './webhook-queue.js'
 import { RedisWebhookQueue } from './redis/webhook-queue.js'
+import type { VerificationLog, VerificationLogLimits } from './verification-log.js'
+import { MemoryVerificationLog } from './memory/verification-log.js'
+import { RedisVerificationLog } from './redis/verification-log.js'
 
 export { connectRedis, type RedisClient } from './redis/client.js'
 export type { RedisAccess, RedisNode, RedisTopology } from './redis/topology.js'
@@ -57,6 +60,8 @@ export interface State {
   readonly webhookQueue: WebhookQueue
   /** Provider feedback messages already handled (SNS delivers at least once). */
   readonly feedbackDedupe: FeedbackDedupe
+  /** Each verification's story (GET /verifications/{requestId}): observational, written off the request's round trip. */
+  readonly verificationLog: VerificationLog
   /** Where @fastify/rate-limit counts the routes outside admission: in Redis beside the other stores, or in its own memory. */
   readonly routeLimits: RouteLimitStore
   /**
@@ -93,6 +98,8 @@ export interface StateOptions {
   webhookQueue?: WebhookQueueLimits
   /** Where a Redis that may evict keys, or is not what the settings name, is reported (the service's logger; tools may leave it out). */
   log?: EvictionLog & ServerCheckLog & TagKeyLog
+  /** How long verification stories are kept, and how many per tenant and mode (defaults when not given). */
+  verificationLog?: VerificationLogLimits
   /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
   topology?: RedisTopology
   /** How long a probe of a listed Sentinel or Cluster node may take to connect. */
@@ -101,13 +108,18 @@ export interface StateOptions {
   tagKey?: TagKeyCheck
 }
 
+/** VERIFICATION_LOG_DAYS and VERIFICATION_LOG_MAX_PER_TENANT's defaults. */
+const VERIFICATION_LOG_DEFAULTS: VerificationLogLimits = { retentionMs: 7 * 86_400_000, maxPerScope: 100_000 }
+
 export function createState (redis: RedisClient | null, options: StateOptions): State {
+  const logLimits = options.verificationLog ?? VERIFICATION_LOG_DEFAULTS
   if (redis === null) {
     const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
     const quota = new MemoryQuotaStore()
     const idempotency = new MemoryIdempotencyStore()
     const redemptions = new MemoryRedemptionStore()
     const webhookQueue = new MemoryWebhookQueue(options.webhookQueue)
+    const verificationLog = new MemoryVerificationLog(logLimits)
     return {
       kind: 'memory',
       tokens,
@@ -118,12 +130,13 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       redemptions,
       webhookQueue,
       feedbackDedupe: new MemoryFeedbackDedupe(options.feedbackDedupeTtlMs),
+      verificationLog,
       routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: null },
       ready: async () => ({ ok: await tokens.ready(), reason: null, refused: null, warnings: [], replicas: null }),
       unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
         idempotency.close()
-        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close()])
+        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close(), verificationLog.close()])
       }
     }
   }
@@ -133,6 +146,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   const replicaAcks = options.replicaAcks ?? { count: 0, timeoutMs: 0 }
   const acks = new ReplicaAcks(redis, replicaAcks)
   const tagKey = options.tagKey === undefined ? null : new TagKeyGuard(redis, options.tagKey, log)
+  const verificationLog = new RedisVerificationLog(redis, logLimits)
   const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
     kind: 'redis',
@@ -144,6 +158,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     redemptions: new RedisRedemptionStore(redis, { acks }),
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis, options.feedbackDedupeTtlMs),
+    verificationLog,
     routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: withinRequestBudget(redis) },
     ready: async () => {
       // Side by side, each read of a node bounded (READINESS_READ_MS): a frozen primary delays
@@ -163,7 +178,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       return { ok, reason, ...found }
     },
     unacknowledgedWrites: () => acks.shortfalls,
-    close: async () => {}
+    // The events of the last turn are written before the caller closes the client.
+    close: async () => { await verificationLog.close() }
   }
 }
 

@@ -68,7 +68,7 @@ function contractBreach (method: string, answer: RawAnswer): string | null {
   return null
 }
 
-const PATHS = ['/otp/request', '/otp/verify', '/usage', '/sandbox/messages', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/docs/json', '/docs/static/index.html', '/docs/static/nope', '/nope', '/otp', '/otp/request/']
+const PATHS = ['/otp/request', '/otp/verify', '/usage', '/verifications/otp_unknownRequest0000000', '/verifications/', '/verifications/a/b', '/sandbox/messages', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/docs/json', '/docs/static/index.html', '/docs/static/nope', '/nope', '/otp', '/otp/request/']
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'PROPFIND', 'SEARCH']
 const CONTENT_TYPES = [undefined, 'application/json', 'application/json; charset=latin1', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'garbage/']
 const BODIES = [undefined, '', '{}', '{"email":', 'x'.repeat(5000)]

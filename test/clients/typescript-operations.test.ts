@@ -22,6 +22,7 @@ const EVERY_METHOD: Record<keyof EmailOtpClient, (client: EmailOtpClient) => Pro
   redeemReceipt: async (client) => await client.redeemReceipt('a.b.c', { email: 'ada@example.com' }),
   sandboxMessages: async (client) => await client.sandboxMessages('ada@example.com'),
   usage: async (client) => await client.usage(),
+  verification: async (client) => await client.verification('otp_request'),
   unlockRecipient: async (client) => await client.unlockRecipient('ada@example.com'),
   suppressRecipient: async (client) => await client.suppressRecipient('ada@example.com'),
   unsuppressRecipient: async (client) => await client.unsuppressRecipient('ada@example.com'),
@@ -33,7 +34,12 @@ const EVERY_METHOD: Record<keyof EmailOtpClient, (client: EmailOtpClient) => Pro
 
 t.test('every operation of openapi.json has a client method', async (t) => {
   const document = JSON.parse(readFileSync(new URL('../../openapi.json', import.meta.url), 'utf8')) as { paths: Record<string, Record<string, { operationId: string }>> }
-  const operationOf = new Map(Object.entries(document.paths).flatMap(([path, item]) => Object.entries(item).map(([method, operation]): [string, string] => [`${method.toUpperCase()} ${path}`, operation.operationId])))
+  // A path's parameters (`{requestId}`) match one segment of the request.
+  const operations = Object.entries(document.paths).flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({
+    pattern: new RegExp(`^${method.toUpperCase()} ${path.replace(/\{[^}]+\}/g, '[^/]+')}$`),
+    id: operation.operationId
+  })))
+  const operationOf = { has: (request: string) => operations.some(({ pattern }) => pattern.test(request)), get: (request: string) => operations.find(({ pattern }) => pattern.test(request))?.id }
   const called = new Set<string>()
   // Records what each method asks for; answers nothing the client accepts.
   const recording: Fetch = async (url, init) => {
@@ -44,7 +50,7 @@ t.test('every operation of openapi.json has a client method', async (t) => {
   for (const call of Object.values(EVERY_METHOD)) await call(client).catch(() => {})
   t.same([...called].filter((request) => !operationOf.has(request)), [], 'every request a method makes is an operation of the document')
   const covered = new Set([...called].map((request) => operationOf.get(request)))
-  const missing = [...operationOf.values()].filter((operation) => !covered.has(operation) && !NOT_FOR_THE_CLIENT.has(operation))
+  const missing = operations.map(({ id }) => id).filter((operation) => !covered.has(operation) && !NOT_FOR_THE_CLIENT.has(operation))
   t.same(missing, [], 'every operation of the document is called by a method (or listed as not the client\'s, with why)')
 })
 
@@ -74,6 +80,11 @@ t.test('each method against the running service, typed by the document', async (
   const usage = await client.usage()
   t.match(usage, { tenant: 'demo', tier: String, sandbox: { used: Number, remaining: Number } })
   t.ok(usage.sandbox.used >= 1, 'the dispatch was counted')
+  const story = await client.verification(sent.requestId)
+  t.match(story, { requestId: sent.requestId, mode: 'test', state: 'verified', wrongGuesses: 0 }, "the verification's story")
+  t.same(story.events.map((event) => event.type), ['requested', 'sent', 'verified', 'receipt_redeemed'])
+  const unknown = await client.verification('otp_unknownRequest0000000').catch((error: unknown) => error)
+  t.same(unknown instanceof EmailOtpError ? [unknown.status, unknown.code] : unknown, [404, 'NOT_FOUND'], 'an unknown requestId')
 
   t.same(await client.suppressRecipient(email).then((data) => typeof data.suppressedUntil), 'string')
   const refused = await client.dispatch(email).catch((error: unknown) => error)

@@ -30,12 +30,12 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
-  ...['dispatchCode', 'verifyCode', 'getUsage', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`],
   ['getReadiness 429', `the cap on connections per source: ${connectionLayer}`],
@@ -136,6 +136,15 @@ t.test('every answer the service sends is the one the document describes', async
   await get('getUsage', 'restricted key', '/usage', keys.acmeBrowser, { origin: 'https://app.acme.test' })
   await get('getUsage', 'no key', '/usage', null)
   await get('getUsage', 'malformed URL', '/usage%zz', keys.acmeLive)
+  const story = `/verifications/${String(message.requestId)}`
+  await get('getVerification', 'story', story, keys.acmeTest)
+  await get('getVerification', 'the other mode', story, keys.acmeLive)
+  await get('getVerification', 'unknown', '/verifications/otp_unknownRequest0000000', keys.acmeTest)
+  await get('getVerification', 'too long', `/verifications/${'a'.repeat(300)}`, keys.acmeTest)
+  await get('getVerification', 'restricted key', story, keys.acmeBrowser, { origin: 'https://app.acme.test' })
+  await get('getVerification', 'no key', story, null)
+  await get('getVerification', 'secret key in a browser', story, keys.acmeTest, { origin: 'https://app.acme.test' })
+  await get('getVerification', 'malformed URL', `${story}%zz`, keys.acmeTest)
   await get('listSandboxMessages', 'live key', '/sandbox/messages?email=vera@example.com', keys.acmeLive)
   await get('listSandboxMessages', 'no address', '/sandbox/messages', keys.acmeTest)
   await get('listSandboxMessages', 'refused address', '/sandbox/messages?email=nope', keys.acmeTest)
@@ -182,7 +191,7 @@ t.test('every answer the service sends is the one the document describes', async
   await preview('no key', null, {})
   await preview('secret key in a browser', keys.acmeLive, {}, { origin: 'https://app.acme.test' })
   await preview('unknown field', keys.acmeLive, { brand: 'x' })
-  for (const [operationId, method, url] of [['dispatchCode', 'POST', '/otp/request'], ['verifyCode', 'POST', '/otp/verify'], ['getUsage', 'GET', '/usage'], ['previewTemplate', 'POST', '/templates/preview']] as const) {
+  for (const [operationId, method, url] of [['dispatchCode', 'POST', '/otp/request'], ['verifyCode', 'POST', '/otp/verify'], ['getUsage', 'GET', '/usage'], ['getVerification', 'GET', '/verifications/otp_unknownRequest0000000'], ['previewTemplate', 'POST', '/templates/preview']] as const) {
     await exchange(main.app, operationId, 'a refused tenant', { method, url, headers: bearer(refusedKey), ...(method === 'POST' ? { payload: {} } : {}) })
   }
   await exchange(main.app, 'previewTemplate', 'broken JSON', { method: 'POST', url: '/templates/preview', headers: { ...bearer(keys.acmeLive), ...json }, payload: '{' })
@@ -202,6 +211,7 @@ t.test('every answer the service sends is the one the document describes', async
   await verify('key limit', keys.acmeLive, { requestId: dora.json().data.requestId, userGuess: '000000' }, {}, limited.app)
   for (const what of ['first', 'account limit']) {
     await get('getUsage', what, '/usage', keys.acmeTest, {}, limited.app)
+    await get('getVerification', what, '/verifications/otp_unknownRequest0000000', keys.acmeTest, {}, limited.app)
     await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)
     await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await suppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
@@ -233,6 +243,7 @@ t.test('every answer the service sends is the one the document describes', async
   await dispatch('store down', keys.acmeTest, 'gus@example.com', {}, down.app)
   await verify('store down', keys.acmeTest, { requestId: 'abc', userGuess: '123456' }, {}, down.app)
   await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
+  await get('getVerification', 'store down', '/verifications/otp_unknownRequest0000000', keys.acmeLive, {}, down.app)
   await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await suppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await unsuppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)

@@ -105,6 +105,8 @@ t.test('through Prism as a validating proxy, every operation\'s happy path and a
   const verified = await pass('verifyCode', 'POST', '/otp/verify', { key: keys.acmeTest, json: { requestId: sent.body.data.requestId, userGuess: message.code } })
   await pass('redeemReceipt', 'POST', '/otp/receipts/redeem', { key: keys.acmeTest, json: { receipt: verified.body.data.receipt, email } })
   await pass('getUsage', 'GET', '/usage', { key: keys.acmeTest })
+  const story = await pass('getVerification', 'GET', `/verifications/${String(sent.body.data.requestId)}`, { key: keys.acmeTest })
+  t.equal(story.body.data.state, 'verified', 'the story of the verification above')
   await pass('unlockRecipient', 'POST', '/recipients/unlock', { key: keys.acmeTest, json: { email } })
   await pass('suppressRecipient', 'POST', '/recipients/suppress', { key: keys.acmeTest, json: { email } })
   await pass('unsuppressRecipient', 'POST', '/recipients/unsuppress', { key: keys.acmeTest, json: { email } })

@@ -242,7 +242,7 @@ export async function startSilentPeer (t: Test): Promise<number> {
 }
 
 /** Runs fn and returns the DeliveryError it rejects with, and how long that took. */
-export async function deliveryFailure (fn: () => Promise<void>): Promise<{ error: DeliveryError, elapsed: number }> {
+export async function deliveryFailure (fn: () => Promise<unknown>): Promise<{ error: DeliveryError, elapsed: number }> {
   const started = performance.now()
   try {
     await fn()

@@ -23,6 +23,8 @@ export type VerifyErrorCode = ErrorCodes<operations['verifyCode']['responses']>
 export type RedeemErrorCode = ErrorCodes<operations['redeemReceipt']['responses']>
 /** The codes sandboxMessages can answer, from the document. */
 export type SandboxMessagesErrorCode = ErrorCodes<operations['listSandboxMessages']['responses']>
+/** The codes verification can answer, from the document (`NOT_FOUND` for any requestId it will not tell about). */
+export type VerificationErrorCode = ErrorCodes<operations['getVerification']['responses']>
 /** The codes previewTemplate can answer, from the document. */
 export type PreviewTemplateErrorCode = ErrorCodes<operations['previewTemplate']['responses']>
 
@@ -40,6 +42,13 @@ export type SandboxMessage = SandboxMessagesReply['data']['messages'][number]
 export type UsageReply = Schemas['UsageReply']
 /** The tenant's tier and its live and sandbox allowance in the current window. */
 export type Usage = UsageReply['data']
+export type VerificationReply = Schemas['VerificationReply']
+/** The story of one verification: its state and its events, without the address or the code. */
+export type Verification = VerificationReply['data']
+/** Where a verification stands: `pending`, `verified`, `failed`, `locked`, `expired`, `delivery_failed`. */
+export type VerificationState = Verification['state']
+/** One event of a verification's story; `type` tells which fields it has. */
+export type VerificationEvent = Verification['events'][number]
 export type UnlockReply = Schemas['UnlockReply']
 export type SuppressReply = Schemas['SuppressReply']
 export type UnsuppressReply = Schemas['UnsuppressReply']
@@ -147,6 +156,8 @@ export interface EmailOtpClient {
   sandboxMessages (email: string, options?: SandboxMessagesOptions): Promise<SandboxMessage[]>
   /** The tenant's tier and allowance in the current window (secret keys). */
   usage (): Promise<Usage>
+  /** The story of one verification of the key's tenant and mode (secret keys); `NOT_FOUND` past VERIFICATION_LOG_DAYS. */
+  verification (requestId: string): Promise<Verification>
   /** Clears a recipient's lockout and run of wrong guesses (secret keys). */
   unlockRecipient (email: string): Promise<UnlockReply['data']>
   /** Stops all mail to a recipient for SUPPRESSION_DAYS (secret keys). */
@@ -312,6 +323,10 @@ export function createClient (options: ClientOptions): EmailOtpClient {
 
     async usage () {
       return await callForData<Usage>('/usage', undefined, SAFE_RETRIES, (answer) => typeof answer.tier === 'string')
+    },
+
+    async verification (requestId) {
+      return await callForData<Verification>(`/verifications/${encodeURIComponent(requestId)}`, undefined, SAFE_RETRIES, (answer) => typeof answer.state === 'string' && Array.isArray(answer.events))
     },
 
     async unlockRecipient (email) {

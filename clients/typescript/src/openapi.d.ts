@@ -144,6 +144,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/verifications/{requestId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The story of one verification: its state and what happened to it, when
+         * @description Secret keys only (a restricted key gets 403 KEY_NOT_PERMITTED), of the tenant and mode that dispatched it. Never the address, the code or a guess. Kept VERIFICATION_LOG_DAYS after the dispatch. A requestId that is unknown, past that, forgotten for the tenant's cap, malformed, another tenant's or of the other mode answers one and the same 404 NOT_FOUND.
+         */
+        get: operations["getVerification"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/recipients/unlock": {
         parameters: {
             query?: never;
@@ -415,6 +435,139 @@ export interface components {
                      */
                     resetsAt: string;
                 };
+            };
+        };
+        /** @description The story of one verification, without the address or the code. */
+        VerificationReply: {
+            /** @enum {boolean} */
+            success: true;
+            data: {
+                requestId: string;
+                /** @description The mode of the keys that can read it: `test` for sandbox keys. */
+                mode: "live" | "test";
+                /** @description `pending`: sent, not yet guessed, within its lifetime; `verified`; `failed`: a guess that was not the code used it up; `locked`: that guess also locked the mailbox; `expired`: unused past its lifetime; `delivery_failed`: the mail never left. */
+                state: "pending" | "verified" | "failed" | "locked" | "expired" | "delivery_failed";
+                /** Format: date-time */
+                createdAt: string;
+                /** Format: date-time */
+                expiresAt: string;
+                /** @description Verifies of this requestId that did not verify. */
+                wrongGuesses: number;
+                /** @description In the order they happened; at most 32 are listed (feedback can repeat). */
+                events: ({
+                    /** @enum {string} */
+                    type: "requested";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                    /** @description The id of the key that asked. */
+                    keyId: string;
+                    /**
+                     * Format: date-time
+                     * @description When the code stops verifying.
+                     */
+                    expiresAt: string;
+                } | {
+                    /** @enum {string} */
+                    type: "sent";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                    /** @description The provider that accepted it: `ses`, `smtp`, `log`, or `sandbox` for a sandbox key. */
+                    provider: string;
+                    /** @description The provider's id of the message, to look it up there: SES's MessageId, or the Message-ID the SMTP relay was given. Absent for `log` and `sandbox`. */
+                    messageId?: string;
+                } | {
+                    /** @enum {string} */
+                    type: "delivery_failed";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                    /** @description As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), or `suppressed`: a page's dispatch to a suppressed mailbox, answered as a failed delivery. */
+                    reason: string;
+                } | {
+                    /** @enum {string} */
+                    type: "delivered";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "delayed";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "bounced";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                    bounceType: "permanent" | "transient";
+                } | {
+                    /** @enum {string} */
+                    type: "complained";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "wrong_guess";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                    reason: "wrong_code" | "malformed_code";
+                } | {
+                    /** @enum {string} */
+                    type: "locked";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "verified";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "receipt_redeemed";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                } | {
+                    /** @enum {string} */
+                    type: "expired";
+                    /**
+                     * Format: date-time
+                     * @description When it happened.
+                     */
+                    at: string;
+                })[];
+                /** @description Events past the 32 listed: counted, not listed. */
+                eventsOmitted: number;
             };
         };
         /** @description The sandbox messages to one address, newest first. */
@@ -2178,6 +2331,282 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
+            503: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+                    };
+                };
+            };
+        };
+    };
+    getVerification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                requestId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The verification's state and its events in order. */
+            200: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VerificationReply"];
+                };
+            };
+            /** @description `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. */
+            400: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request URL is malformed",
+                     *       "code": "INVALID_URL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED";
+                    };
+                };
+            };
+            /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
+            401: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /**
+                     * @description The authentication scheme to use: `Bearer` (RFC 6750).
+                     * @example Bearer realm="email-otp"
+                     */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "A valid API key is required: Authorization: Bearer <key>",
+                     *       "code": "UNAUTHORIZED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAUTHORIZED";
+                    };
+                };
+            };
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            403: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This origin is not allowed for this key",
+                     *       "code": "ORIGIN_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
+                    };
+                };
+            };
+            /** @description `NOT_FOUND`: Not found. */
+            404: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Not found",
+                     *       "code": "NOT_FOUND"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "NOT_FOUND";
                     };
                 };
             };

@@ -1,4 +1,4 @@
-import { DeliveryError, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
+import { DeliveryError, type DeliveredBy, type DeliveryFailureKind, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface BreakerPolicy {
   /** Consecutive failed sends that open the circuit. */
@@ -107,10 +107,10 @@ export class FailoverTransport {
   }
 
   /**
-   * Resolves with the name of the provider that accepted the message; rejects with the last
+   * Resolves with the provider that accepted the message and its id of it; rejects with the last
    * DeliveryError. `around` wraps each provider's attempt (a span, a latency measurement).
    */
-  async send (message: OutgoingMessage, around: AttemptWrapper = directly): Promise<string> {
+  async send (message: OutgoingMessage, around: AttemptWrapper = directly): Promise<DeliveredBy> {
     let last: DeliveryError | null = null
     for (const [index, { transport, breaker }] of this.#providers.entries()) {
       if (breaker !== null && !breaker.admit()) {
@@ -118,9 +118,10 @@ export class FailoverTransport {
         continue
       }
       try {
-        await around(transport.name, async () => { await transport.send(message) })
+        let messageId: string | null = null
+        await around(transport.name, async () => { messageId = await transport.send(message) })
         breaker?.succeeded()
-        return transport.name
+        return { provider: transport.name, messageId }
       } catch (error) {
         if (!(error instanceof DeliveryError)) {
           breaker?.failed()

@@ -28,7 +28,7 @@ export class LogTransport implements MailTransport {
     this.#out = out
   }
 
-  async send (message: OutgoingMessage): Promise<void> {
+  async send (message: OutgoingMessage): Promise<null> {
     const text = [
       '----- email-otp log mailer: this message was NOT sent -----',
       `To: ${message.to}`,
@@ -43,6 +43,7 @@ export class LogTransport implements MailTransport {
       if (this.#pending.length === 0) setImmediate(() => { this.#flush() })
       this.#pending.push({ text, resolve, reject })
     })
+    return null
   }
 
   async ready (): Promise<boolean> {

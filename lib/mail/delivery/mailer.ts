@@ -8,7 +8,7 @@ import { LogTransport } from './log-transport.js'
 import { SesTransport } from './ses-transport.js'
 import { SmtpTransport } from './smtp-transport.js'
 import { mailSendSpan } from '../../telemetry/spans.js'
-import { DeliveryError, type MailTransport, type OutgoingMessage } from './transport.js'
+import { DeliveryError, type DeliveredBy, type MailTransport, type OutgoingMessage } from './transport.js'
 
 export interface DeliveryContext {
   mode: KeyMode
@@ -37,8 +37,7 @@ export interface MailerConfig {
 /** A provider MAIL_TRANSPORT names; `log` stands alone. */
 export type MailTransportName = 'log' | 'ses' | 'smtp'
 
-/** Where a message went: the provider that accepted it, or `sandbox`. */
-export type DeliveredBy = string
+export type { DeliveredBy } from './transport.js'
 
 const NO_OBSERVER: FailoverObserver = { failedOver () {}, skipped () {} }
 
@@ -126,7 +125,7 @@ export class Mailer {
       createdAt: new Date().toISOString()
     }, message.pieces)
     if (this.#logsLive) await this.#log.send(message)
-    return 'sandbox'
+    return { provider: 'sandbox', messageId: null }
   }
 
   /**

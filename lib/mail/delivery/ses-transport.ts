@@ -158,7 +158,7 @@ interface Waiting {
   data: string
   /** The message's own deadline, from the moment it was handed to send(). */
   deadline: AbortSignal
-  resolve: () => void
+  resolve: (messageId: string | null) => void
   reject: (error: DeliveryError) => void
 }
 
@@ -227,22 +227,16 @@ export class SesTransport implements MailTransport {
     this.#ownsClient = true
   }
 
-  async send (message: OutgoingMessage): Promise<void> {
+  async send (message: OutgoingMessage): Promise<string | null> {
     if (this.#closed) throw new DeliveryError('connection', 'SES transport is closed')
     const deadline = AbortSignal.timeout(this.#timeoutMs)
     const key = senderKey(message)
     const tags = sesTags(message.tags)
     const busy = (this.#inFlight.get(key) ?? 0) > 0 || this.#batches.has(key)
-    if (this.#batchWaitMs === 0 || !busy) {
-      await this.#sendAlone(key, message, tags, deadline)
-      return
-    }
+    if (this.#batchWaitMs === 0 || !busy) return await this.#sendAlone(key, message, tags, deadline)
     const data = JSON.stringify({ subject: message.subject, text: message.text, html: message.html })
-    if (data.length > MAX_REPLACEMENT_DATA) {
-      await this.#sendAlone(key, message, tags, deadline)
-      return
-    }
-    await new Promise<void>((resolve, reject) => {
+    if (data.length > MAX_REPLACEMENT_DATA) return await this.#sendAlone(key, message, tags, deadline)
+    return await new Promise<string | null>((resolve, reject) => {
       this.#enqueue(key, { message, tags, data, deadline, resolve, reject })
     })
   }
@@ -290,11 +284,12 @@ export class SesTransport implements MailTransport {
     return tracked
   }
 
-  async #sendAlone (key: string, message: OutgoingMessage, tags: MessageTag[], deadline: AbortSignal): Promise<void> {
+  async #sendAlone (key: string, message: OutgoingMessage, tags: MessageTag[], deadline: AbortSignal): Promise<string | null> {
     let failure: DeliveryError | undefined
+    let messageId: string | null = null
     await this.#track(key, (async () => {
       try {
-        await this.#client.send(new SendEmailCommand({
+        const answer = await this.#client.send(new SendEmailCommand({
           FromEmailAddress: message.from,
           Destination: { ToAddresses: [message.to] },
           ReplyToAddresses: message.replyTo !== undefined ? [message.replyTo] : undefined,
@@ -310,11 +305,13 @@ export class SesTransport implements MailTransport {
           EmailTags: tags.length > 0 ? tags : undefined,
           ConfigurationSetName: this.#configurationSet
         }), { abortSignal: deadline })
+        messageId = answer.MessageId ?? null
       } catch (error) {
         failure = toDeliveryError(error, deadline.aborted)
       }
     })())
     if (failure !== undefined) throw failure
+    return messageId
   }
 
   /**
@@ -357,7 +354,7 @@ export class SesTransport implements MailTransport {
     for (const [index, entry] of entries.entries()) {
       const status = results[index]?.Status
       if (status === 'SUCCESS') {
-        entry.resolve()
+        entry.resolve(results[index]?.MessageId ?? null)
         continue
       }
       // A status newer than this table is nothing we know, never a success.

@@ -97,18 +97,19 @@ function senderAddress (from: string): string {
  * encode them, and the message leaves as one raw buffer: one chunk through the SMTP data stream
  * (dot-stuffing, line ends), one socket write.
  */
-function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] } } {
+function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] }, messageId: string } {
   const from = senderAddress(message.from)
   const root = new MimeNode('multipart/alternative')
   // nodemailer's own Message-ID draws five random buffers and parses the sender again.
-  root.setHeader({ From: message.from, To: message.to, Subject: message.subject, 'Message-ID': `<${randomUUID()}@${from.includes('@') ? from.slice(from.lastIndexOf('@') + 1) : 'localhost'}>` })
+  const messageId = `<${randomUUID()}@${from.includes('@') ? from.slice(from.lastIndexOf('@') + 1) : 'localhost'}>`
+  root.setHeader({ From: message.from, To: message.to, Subject: message.subject, 'Message-ID': messageId })
   if (message.replyTo !== undefined) root.setHeader('Reply-To', message.replyTo)
   const headers = root.buildHeaders()
   const boundary = String(root.boundary)
   const part = (type: string, body: string): string =>
     `--${boundary}\r\nContent-Type: ${type}; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n${wrapQuotedPrintable(quotedPrintable(body), QP_LINE_LENGTH)}\r\n`
   const raw = Buffer.from(`${headers}\r\n\r\n${part('text/plain', message.text)}${part('text/html', message.html)}--${boundary}--\r\n`)
-  return { raw, envelope: { from, to: [message.to] } }
+  return { raw, envelope: { from, to: [message.to] }, messageId }
 }
 
 /** The fields of a nodemailer error this module looks at; all of them optional. */
@@ -180,14 +181,17 @@ export class SmtpTransport implements MailTransport {
       : createTransport({ ...smtp, pool: true, maxConnections: MAX_CONNECTIONS, maxMessages: MAX_MESSAGES_PER_CONNECTION })
   }
 
-  async send (message: OutgoingMessage): Promise<void> {
+  async send (message: OutgoingMessage): Promise<string | null> {
     if (this.#closed) throw new DeliveryError('connection', 'SMTP transport is closed')
     // nodemailer honours the signal at every stage: waiting in the pool queue, connecting,
     // and mid-conversation, where it closes the connection. message.tags have no SMTP
     // equivalent and are not sent.
     const deadline = AbortSignal.timeout(this.#timeoutMs)
     try {
-      await this.#transporter.sendMail({ ...composeRaw(message), signal: deadline })
+      // The id nodemailer reports is one it made up for a raw message; the header sent is ours.
+      const { raw, envelope, messageId } = composeRaw(message)
+      await this.#transporter.sendMail({ raw, envelope, signal: deadline })
+      return messageId
     } catch (error) {
       throw toDeliveryError(error, deadline.aborted)
     }

@@ -32,11 +32,20 @@ export class DeliveryError extends Error {
   }
 }
 
+/** Where a message went: the provider that accepted it (or `sandbox`), and its id of the message when it gives one. */
+export interface DeliveredBy {
+  provider: string
+  messageId: string | null
+}
+
 /** One way out for mail (log, ses, smtp, the sandbox inbox). */
 export interface MailTransport {
   readonly name: string
-  /** Resolves once the provider accepted the message; rejects with DeliveryError otherwise. */
-  send (message: OutgoingMessage): Promise<void>
+  /**
+   * Resolves once the provider accepted the message, with the provider's id of it (SES's
+   * MessageId, the SMTP Message-ID) or null when it gives none; rejects with DeliveryError otherwise.
+   */
+  send (message: OutgoingMessage): Promise<string | null>
   /** Whether the transport is usable right now (for /readyz). */
   ready (): Promise<boolean>
   close (): Promise<void>

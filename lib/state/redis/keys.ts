@@ -14,7 +14,8 @@ import type { LimitHit, TenantLimitName } from '../admission.js'
  * The part in braces is the Redis Cluster hash tag, the part of a key that picks its slot.
  * Every key one script touches carries the same tag, so the script runs on one slot:
  *   {<tenant>:<mode>}        a tenant's traffic in one mode: tokens, velocity, lockout,
- *                            suppression, quota, its mailbox counts, idempotency, receipts
+ *                            suppression, quota, its mailbox counts, idempotency, receipts,
+ *                            verification stories
  *   {mailbox:<mode>:<lane>}  the service-wide bucket of one mailbox (its own slot: on a
  *                            Cluster it is counted by a second command, lib/state/redis/admission.ts)
  *   {<tenant>}               the sandbox inbox: its addresses' boxes and their index
@@ -174,6 +175,15 @@ export interface SandboxShareKeys {
  */
 export function sandboxShareKeys (tenantId: string): SandboxShareKeys {
   return { boxes: `sandbox-boxes:{${tenantId}}`, bytes: `sandbox-bytes:{${tenantId}}`, total: `sandbox-total:{${tenantId}}` }
+}
+
+/**
+ * A tenant's verification stories in one mode: the index of its requestIds by when they were
+ * requested, and each story, all in the scope's slot (`vlog:{acme:live}`, `vlog:{acme:live}:<requestId>`).
+ */
+export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: string, story: (requestId: string) => string } {
+  const index = `vlog:${scopeTag(tenantId, mode)}`
+  return { index, story: (requestId) => `${index}:${requestId}` }
 }
 
 /** A handled SNS MessageId. */

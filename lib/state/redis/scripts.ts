@@ -733,3 +733,55 @@ end
 if oldest == nil then return { depth, false } end
 return { depth, tostring(oldest) }
 `
+
+/* Verification stories (lib/state/redis/verification-log.ts). */
+
+/*
+ * A story is a hash: `listed` (events listed so far), `e1`…`e<maxEvents>` (each event's JSON)
+ * and `n:<type>` (events of each type, listed or not). The scope's index is a sorted set of
+ * story keys by when they were requested, on Redis's clock.
+ */
+
+/** The scope's index, each event's story key; retention, the scope's cap, events listed per story; each event's type and JSON. */
+export const VERIFICATION_LOG_ARGS = scriptArgs({
+  keys: [key('index'), keys('stories')],
+  argv: [number('retentionMs'), number('maxStories'), number('maxEvents'), tuples('events', ['type', 'json'], 'stories')]
+})
+/**
+ * VERIFICATION_LOG_ARGS. A `requested` event starts its story (once: a repeat is dropped) and
+ * forgets the scope's oldest stories past the cap; any other event is added to a story that
+ * exists and dropped otherwise. Reply: the events written.
+ */
+export const VERIFICATION_LOG_LUA = `${WRITES_SHEBANG}${luaPrologue(VERIFICATION_LOG_ARGS)}
+local time = redis.call('TIME')
+local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', index, '-inf', nowMs - retentionMs)
+local written = 0
+for i = 0, storiesCount - 1 do
+  local story = KEYS[storiesAt + i]
+  local eventType = ARGV[eventsAt + 2 * i]
+  local json = ARGV[eventsAt + 2 * i + 1]
+  if eventType == 'requested' then
+    if redis.call('EXISTS', story) == 0 then
+      redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1)
+      redis.call('PEXPIRE', story, retentionMs)
+      redis.call('ZADD', index, nowMs, story)
+      local over = redis.call('ZCARD', index) - maxStories
+      if over > 0 then
+        for _, gone in ipairs(redis.call('ZRANGE', index, 0, over - 1)) do redis.call('DEL', gone) end
+        redis.call('ZREMRANGEBYRANK', index, 0, over - 1)
+      end
+      redis.call('PEXPIRE', index, retentionMs)
+      written = written + 1
+    end
+  elseif redis.call('EXISTS', story) == 1 then
+    redis.call('HINCRBY', story, 'n:' .. eventType, 1)
+    local listed = tonumber(redis.call('HGET', story, 'listed') or '0')
+    if listed < maxEvents then
+      redis.call('HSET', story, 'listed', listed + 1, 'e' .. (listed + 1), json)
+    end
+    written = written + 1
+  end
+end
+return written
+`

@@ -115,6 +115,7 @@ async function harness (t: Test, state: State, mutate: (file: TenantsFile) => vo
     tagger: new CountingTagger(config.recipientTagKey.secret, keyedHashes),
     gate: AdmissionGate.over(state),
     stores: state,
+    verifications: state.verificationLog,
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     suppressionMs: config.suppressionMs,

@@ -13,6 +13,7 @@ function provider (name: string, answers: Array<DeliveryFailureKind | null>): Ma
       this.calls++
       const kind = answers.shift() ?? null
       if (kind !== null) throw new DeliveryError(kind, `${name} ${kind}`)
+      return `${name}-${this.calls}`
     },
     async ready () { return true },
     async close () {}
@@ -58,14 +59,14 @@ t.test('failover: skips open circuits, stops at a rejection, reports the last ca
     failedOver (from, kind) { failedOver.push(`${from}:${kind}`) },
     skipped (name) { skipped.push(name) }
   }, () => now)
-  t.equal(await mail.send(message), 'smtp')
-  t.equal(await mail.send(message), 'smtp')
+  t.same(await mail.send(message), { provider: 'smtp', messageId: 'smtp-1' }, 'the provider that took it, with its id of the message')
+  t.equal((await mail.send(message)).provider, 'smtp')
   t.same(failedOver, ['ses:timeout', 'ses:provider'])
-  t.equal(await mail.send(message), 'smtp', 'open: straight to the secondary')
+  t.equal((await mail.send(message)).provider, 'smtp', 'open: straight to the secondary')
   t.same(skipped, ['ses'])
   t.equal(primary.calls, 2)
   now = 100
-  t.equal(await mail.send(message), 'ses', 'half-open probe succeeds')
+  t.same(await mail.send(message), { provider: 'ses', messageId: 'ses-3' }, 'half-open probe succeeds')
   t.same(mail.circuits(), { ses: 'closed', smtp: 'closed' })
   await t.rejects(mail.send(message), new DeliveryError('rejected', 'ses rejected'), 'a rejection is final')
   t.equal(secondary.calls, 3, 'the secondary never saw the rejected message')
@@ -80,6 +81,6 @@ t.test('a lone provider has no breaker: every send tries it', async (t) => {
   const only = provider('smtp', ['connection', 'connection', 'connection', null])
   const mail = new FailoverTransport([only], { failures: 1, openMs: 60_000 }, { failedOver () { t.fail('nothing to fail over to') }, skipped () { t.fail('never skipped') } })
   for (let i = 0; i < 3; i++) await t.rejects(mail.send(message), new DeliveryError('connection', 'smtp connection'))
-  t.equal(await mail.send(message), 'smtp')
+  t.equal((await mail.send(message)).provider, 'smtp')
   t.equal(only.calls, 4)
 })

@@ -95,9 +95,10 @@ t.test('aws-ses-v2-local receives the composed message', async (t) => {
       locale,
       tags: { tenant: 'acme' }
     })
-    await transport.send(outgoing)
+    const messageId = await transport.send(outgoing)
 
     const store = await (await fetch(`${base}/store`)).json() as { emails: StoredEmail[] }
+    t.ok(typeof messageId === 'string' && messageId !== '', `${locale}: SES's MessageId of it (${String(messageId)})`)
     t.equal(store.emails.length, 1, `${locale}: one mail stored`)
     const [email] = store.emails
     if (email === undefined) return
@@ -318,16 +319,15 @@ function mate (to: string, locale: 'en' | 'de' | 'fr' | 'es', overrides: Partial
 }
 
 /** Settles a send as 'sent' or its DeliveryError's kind, and the error's message. */
-async function settle (send: Promise<void>): Promise<{ kind: string, message: string }> {
+async function settle (send: Promise<unknown>): Promise<{ kind: string, message: string, messageId?: unknown }> {
   try {
-    await send
-    return { kind: 'sent', message: '' }
+    return { kind: 'sent', message: '', messageId: await send }
   } catch (error) {
     return error instanceof DeliveryError ? { kind: error.kind, message: error.message } : { kind: 'thrown', message: String(error) }
   }
 }
 
-async function outcome (send: Promise<void>): Promise<string> {
+async function outcome (send: Promise<unknown>): Promise<string> {
   return (await settle(send)).kind
 }
 
@@ -390,6 +390,8 @@ t.test('batching: each message is answered by its own destination\'s status', as
   t.same(settled.map(({ kind }) => kind), ['sent', 'rejected', 'unknown', 'sent'],
     'SES refused one destination (MESSAGE_REJECTED) and the emulator failed another (FAILED); their batch-mates were sent')
   t.same(proxy.requests.slice(1), [{ bulk: true, to: names }], 'all four in one call')
+  const [one, , , two] = settled.map(({ messageId }) => messageId)
+  t.ok(typeof one === 'string' && typeof two === 'string' && one !== two, `each sent destination resolves with its own MessageId (${String(one)}, ${String(two)})`)
   t.match(settled[1]?.message, /MESSAGE_REJECTED/, 'the error names the destination\'s status')
   t.match(settled[2]?.message, /FAILED/)
   t.notMatch(settled[1]?.message, 'refused@example.com', 'never the address')
@@ -464,8 +466,10 @@ t.test('batching: a failing SendBulkEmail fails over message by message, as a fa
   await until('the first call reaches SES', () => proxy.requests.length === 1)
   const sends = ['one@example.com', 'two@example.com'].map(async (to) => await mail.send(mate(to, 'en')))
   proxy.release()
-  t.equal(await first, 'ses', 'the lone message went through SES')
-  t.same(await Promise.all(sends), ['smtp', 'smtp'], 'each message of the failed call went on to SMTP')
+  t.equal((await first).provider, 'ses', 'the lone message went through SES')
+  const relayed = await Promise.all(sends)
+  t.same(relayed.map(({ provider }) => provider), ['smtp', 'smtp'], 'each message of the failed call went on to SMTP')
+  t.ok(relayed.every(({ messageId }) => typeof messageId === 'string' && /^<.+@.+>$/.test(messageId)), `with the Message-ID the relay was given (${String(relayed[0]?.messageId)})`)
   t.same(failedOver, ['ses:provider', 'ses:provider'], 'one failover per message')
   t.same(smtp.received.map((received) => received.to !== undefined && !Array.isArray(received.to) ? received.to.text : '').sort(), ['one@example.com', 'two@example.com'])
   t.equal(mail.circuits().ses, 'open', 'the breaker counted each message\'s failure')

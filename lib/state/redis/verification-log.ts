@@ -1,0 +1,120 @@
+import { storeCall } from '../../store-errors.js'
+import type { RedisClient } from './client.js'
+import { verificationLogKeys } from './keys.js'
+import { packArgs } from './script-args.js'
+import { VERIFICATION_LOG_ARGS, VERIFICATION_LOG_LUA } from './scripts.js'
+import { MAX_EVENTS, type VerificationEvent, type VerificationEventType, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
+
+/** Events waiting for the next write; past it new ones are dropped (and counted) rather than held. */
+export const MAX_BUFFERED_EVENTS = 10_000
+/** Events of one scope per script call, so that one call never holds Redis long. */
+const EVENTS_PER_CALL = 256
+
+type Command = (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unknown>
+
+interface Pending {
+  tenantId: string
+  mode: VerificationId['mode']
+  entries: Array<{ requestId: string, event: VerificationEvent }>
+}
+
+/**
+ * Stories in Redis, shared by every instance, each gone by itself after retention. A dispatch or
+ * a verify pays no round trip for its events: `record` queues them in process, and what a turn
+ * of the event loop queued is written on the next one, one script per tenant and mode (the keys
+ * of one scope share its slot). The queue is bounded; an event past it, or of a write that
+ * failed, is lost and counted (`dropped`), the request that made it answered all the same.
+ */
+export class RedisVerificationLog implements VerificationLog {
+  readonly #client: RedisClient
+  readonly #command: Command
+  readonly #limits: VerificationLogLimits
+  #pending = new Map<string, Pending>()
+  #buffered = 0
+  #dropped = 0
+  #scheduled: NodeJS.Immediate | null = null
+  readonly #writing = new Set<Promise<void>>()
+
+  constructor (client: RedisClient, limits: VerificationLogLimits) {
+    this.#client = client
+    this.#limits = limits
+    client.defineCommand('emailOtpVerificationLog', { lua: VERIFICATION_LOG_LUA })
+    const command = (client as unknown as Record<string, Command | undefined>).emailOtpVerificationLog
+    if (command === undefined) throw new Error('defineCommand did not add the verification log command')
+    this.#command = command.bind(client)
+  }
+
+  record (id: VerificationId, event: VerificationEvent): void {
+    if (this.#buffered >= MAX_BUFFERED_EVENTS) {
+      this.#dropped++
+      return
+    }
+    // Length-prefixed: no tenant id can make two scopes one.
+    const scope = `${id.tenantId.length}:${id.tenantId}:${id.mode}`
+    let pending = this.#pending.get(scope)
+    if (pending === undefined) {
+      pending = { tenantId: id.tenantId, mode: id.mode, entries: [] }
+      this.#pending.set(scope, pending)
+    }
+    pending.entries.push({ requestId: id.requestId, event })
+    this.#buffered++
+    this.#scheduled ??= setImmediate(() => { this.#write() })
+  }
+
+  async read (id: VerificationId): Promise<VerificationStory | null> {
+    const key = verificationLogKeys(id.tenantId, id.mode).story(id.requestId)
+    const fields = await storeCall('verification story read', async () => await this.#client.hgetall(key))
+    if (fields.e1 === undefined) return null
+    const events: VerificationEvent[] = []
+    for (let i = 1; i <= MAX_EVENTS; i++) {
+      const json = fields[`e${i}`]
+      if (json === undefined) break
+      events.push(JSON.parse(json) as VerificationEvent)
+    }
+    const counts: VerificationStory['counts'] = {}
+    for (const [field, value] of Object.entries(fields)) {
+      if (field.startsWith('n:')) counts[field.slice(2) as VerificationEventType] = Number(value)
+    }
+    return { events, counts }
+  }
+
+  async flush (): Promise<void> {
+    if (this.#scheduled !== null) {
+      clearImmediate(this.#scheduled)
+      this.#write()
+    }
+    await Promise.all([...this.#writing])
+  }
+
+  dropped (): number {
+    return this.#dropped
+  }
+
+  async close (): Promise<void> {
+    await this.flush()
+  }
+
+  #write (): void {
+    this.#scheduled = null
+    const pending = this.#pending
+    this.#pending = new Map()
+    this.#buffered = 0
+    for (const { tenantId, mode, entries } of pending.values()) {
+      const keys = verificationLogKeys(tenantId, mode)
+      for (let from = 0; from < entries.length; from += EVENTS_PER_CALL) {
+        const batch = entries.slice(from, from + EVENTS_PER_CALL)
+        const packed = packArgs(VERIFICATION_LOG_ARGS, {
+          index: keys.index,
+          stories: batch.map(({ requestId }) => keys.story(requestId)),
+          retentionMs: this.#limits.retentionMs,
+          maxStories: this.#limits.maxPerScope,
+          maxEvents: MAX_EVENTS,
+          events: batch.map(({ event }) => ({ type: event.type, json: JSON.stringify(event) }))
+        })
+        const write = this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length })
+        this.#writing.add(write)
+        void write.finally(() => { this.#writing.delete(write) })
+      }
+    }
+  }
+}

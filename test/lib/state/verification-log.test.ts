@@ -1,0 +1,171 @@
+import t, { type Test } from 'tap'
+import { MemoryVerificationLog } from '../../../lib/state/memory/verification-log.js'
+import { MAX_BUFFERED_EVENTS, RedisVerificationLog } from '../../../lib/state/redis/verification-log.js'
+import { MAX_EVENTS, type VerificationEvent, type VerificationId, type VerificationLog, type VerificationLogLimits } from '../../../lib/state/verification-log.js'
+import { connectFailFast, redisTestOptions, redisWithClients } from '../../support/redis.js'
+import { attemptUntil } from '../../support/wait.js'
+
+const DAY = 86_400_000
+let ids = 0
+function freshId (tenantId = 'acme', mode: VerificationId['mode'] = 'live'): VerificationId {
+  return { tenantId, mode, requestId: `req-${++ids}-${process.pid}` }
+}
+
+const at = '2026-01-01T00:00:00.000Z'
+const requested: VerificationEvent = { type: 'requested', at, keyId: 'sk1', expiresAt: '2026-01-01T00:10:00.000Z' }
+
+/** What every verification log does alike. */
+function logSuite (t: Test, makeLog: (limits: VerificationLogLimits) => VerificationLog): void {
+  t.test('a story starts with requested and keeps its events in order', async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId()
+    log.record(id, requested)
+    log.record(id, { type: 'sent', at, provider: 'ses' })
+    log.record(id, { type: 'wrong_guess', at, reason: 'wrong_code' })
+    log.record(id, { type: 'bounced', at, bounceType: 'permanent' })
+    log.record(id, requested)
+    await log.flush()
+    t.strictSame(await log.read(id), {
+      events: [requested, { type: 'sent', at, provider: 'ses' }, { type: 'wrong_guess', at, reason: 'wrong_code' }, { type: 'bounced', at, bounceType: 'permanent' }],
+      counts: { requested: 1, sent: 1, wrong_guess: 1, bounced: 1 }
+    }, 'a second requested of one requestId changes nothing')
+  })
+
+  t.test('events of a requestId never requested store nothing', async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId()
+    log.record(id, { type: 'wrong_guess', at, reason: 'wrong_code' })
+    log.record(id, { type: 'verified', at })
+    await log.flush()
+    t.equal(await log.read(id), null)
+  })
+
+  t.test('a story is its tenant and mode\'s only', async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId('acme', 'live')
+    log.record(id, requested)
+    log.record({ ...id, mode: 'test' }, { type: 'verified', at })
+    log.record({ ...id, tenantId: 'globex' }, { type: 'verified', at })
+    await log.flush()
+    t.equal(await log.read({ ...id, mode: 'test' }), null, 'not in the other mode')
+    t.equal(await log.read({ ...id, tenantId: 'globex' }), null, 'not in another tenant')
+    t.strictSame((await log.read(id))?.counts, { requested: 1 }, "the others' events did not reach it")
+  })
+
+  t.test(`past ${MAX_EVENTS} events only the counts grow`, async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId()
+    log.record(id, requested)
+    for (let i = 0; i < 50; i++) log.record(id, { type: 'delayed', at })
+    await log.flush()
+    const story = await log.read(id)
+    t.equal(story?.events.length, MAX_EVENTS)
+    t.strictSame(story?.counts, { requested: 1, delayed: 50 })
+  })
+
+  t.test('past the cap a scope forgets its oldest stories, and only its own', async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 3 })
+    const tenant = `capped-${++ids}`
+    const other = freshId(`other-${ids}`)
+    log.record(other, requested)
+    const mine = Array.from({ length: 5 }, () => freshId(tenant))
+    const kept = async (): Promise<boolean[]> => await Promise.all(mine.map(async (id) => await log.read(id) !== null))
+    for (const id of mine.slice(0, 4)) log.record(id, requested)
+    await log.flush()
+    t.strictSame(await kept(), [false, true, true, true, false], 'one past the cap: the oldest goes')
+    log.record(mine[4] as VerificationId, requested)
+    await log.flush()
+    t.strictSame(await kept(), [false, false, true, true, true], 'the three most recent')
+    t.not(await log.read(other), null, "another tenant's story stays")
+  })
+}
+
+t.test('memory', async (t) => {
+  logSuite(t, (limits) => new MemoryVerificationLog(limits))
+
+  t.test('a story is gone at the end of retention, on the injected clock', async (t) => {
+    let now = 1_000_000
+    const log = new MemoryVerificationLog({ retentionMs: 1000, maxPerScope: 100 }, { now: () => now })
+    const id = freshId()
+    log.record(id, requested)
+    now += 999
+    log.record(id, { type: 'verified', at })
+    t.strictSame((await log.read(id))?.counts, { requested: 1, verified: 1 }, 'the last millisecond')
+    now += 1
+    t.equal(await log.read(id), null, 'gone at its end')
+    const next = freshId()
+    log.record(next, requested)
+    t.equal(log.size('acme', 'live'), 1, 'a new story sweeps the expired ones')
+  })
+})
+
+t.test('redis', redisTestOptions(), async (t) => {
+  const { client, server } = await redisWithClients(t)
+  logSuite(t, (limits) => new RedisVerificationLog(client, limits))
+
+  t.test('keys carry the scope as their hash tag and expire with retention', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: 5 * DAY, maxPerScope: 100 })
+    const id = freshId('tagged')
+    log.record(id, requested)
+    await log.flush()
+    for (const key of [`vlog:{tagged:live}:${id.requestId}`, 'vlog:{tagged:live}']) {
+      const ttl = await client.pttl(key)
+      t.ok(ttl > 5 * DAY - 60_000 && ttl <= 5 * DAY, `${key} ttl ${ttl}`)
+    }
+  })
+
+  t.test('a story past its listed events stays one bounded hash', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId('noisy')
+    log.record(id, requested)
+    for (let i = 0; i < 50; i++) log.record(id, { type: 'delayed', at })
+    await log.flush()
+    // The listed events, `listed`, and a count per type.
+    t.equal(await client.hlen(`vlog:{noisy:live}:${id.requestId}`), MAX_EVENTS + 3)
+  })
+
+  t.test('a story goes at the end of retention', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: 300, maxPerScope: 100 })
+    const id = freshId()
+    log.record(id, requested)
+    await log.flush()
+    t.not(await log.read(id), null)
+    await attemptUntil('the story to expire', async () => await log.read(id), (story) => story === null)
+  })
+
+  t.test('one write per turn: the events of a turn go in one script per scope', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 100 })
+    const scripts = async (): Promise<number> => (await client.info('commandstats')).split('\n')
+      .filter((line) => /^cmdstat_eval(sha)?:/.test(line))
+      .reduce((sum, line) => sum + Number(/calls=(\d+)/.exec(line)?.[1] ?? 0), 0)
+    const before = await scripts()
+    const stories = Array.from({ length: 20 }, () => freshId('batched'))
+    for (const id of stories) { log.record(id, requested); log.record(id, { type: 'sent', at, provider: 'smtp' }) }
+    await log.flush()
+    t.equal(await scripts() - before, 1, 'one script call for 40 events')
+    t.strictSame((await log.read(stories[19] as VerificationId))?.counts, { requested: 1, sent: 1 })
+  })
+
+  t.test('the queue waiting for the next write is bounded: past it events are dropped and counted', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: MAX_BUFFERED_EVENTS * 2 })
+    const stories = Array.from({ length: MAX_BUFFERED_EVENTS + 5 }, () => freshId('flooded'))
+    for (const id of stories) log.record(id, requested)
+    await log.flush()
+    t.equal(log.dropped(), 5)
+    t.not(await log.read(stories[MAX_BUFFERED_EVENTS - 1] as VerificationId), null, 'the last one within the bound was written')
+    t.equal(await log.read(stories[MAX_BUFFERED_EVENTS] as VerificationId), null, 'the first past it was not')
+    log.record(stories[MAX_BUFFERED_EVENTS] as VerificationId, requested)
+    await log.flush()
+    t.not(await log.read(stories[MAX_BUFFERED_EVENTS] as VerificationId), null, 'once written, the queue takes events again')
+  })
+
+  t.test('a write that fails loses its events, counted, and throws to nobody', async (t) => {
+    const doomed = await connectFailFast(server.url)
+    const log = new RedisVerificationLog(doomed, { retentionMs: DAY, maxPerScope: 100 })
+    doomed.disconnect()
+    log.record(freshId(), requested)
+    log.record(freshId(), requested)
+    await log.flush()
+    t.equal(log.dropped(), 2)
+  })
+})
