@@ -108,7 +108,7 @@ function logSuite (t: Test, makeLog: (limits: VerificationLogLimits) => Verifica
     for (const id of pages) log.start(id, 'browser', requested)
     await log.flush()
     const kept = async (list: VerificationId[]): Promise<boolean[]> => await Promise.all(list.map(async (id) => await log.read(id) !== null))
-    t.strictSame(await kept(backend), [true, true, true, true], "a flood from the page leaves every backend story")
+    t.strictSame(await kept(backend), [true, true, true, true], 'a flood from the page leaves every backend story')
     t.equal(browserStories(4), 2)
     t.strictSame(await kept(pages), [...Array(8).fill(false), true, true], "the page's two most recent")
     const next = freshId(tenant)
