@@ -75,7 +75,7 @@ export const EnvSchema = Type.Object({
   MAIL_TRANSPORT: Matching(MAIL_TRANSPORT, { default: 'log', description: 'How live mail leaves: log (prints it), ses, smtp, or an ordered list of providers (`ses,smtp`): a send that times out, cannot connect, is throttled or meets a provider-side error goes to the next; a rejected message does not.' }),
   MAIL_TIMEOUT_MS: Duration('5000', 'ms', '100ms', '1m', 'Upper bound for handing one message to one provider, retries included. With a list, each provider has its own; a dispatch answers within their sum, and 502 once all failed.'),
   VERIFICATION_LOG_DAYS: PositiveInt(7, 1, 90, 'How long GET /verifications/{requestId} can tell a verification\'s story, from when it was requested.'),
-  VERIFICATION_LOG_MAX_PER_TENANT: PositiveInt(100_000, 1, 10_000_000, 'Verification stories kept per tenant and mode; past it the least recently requested is forgotten. In memory (no Redis) at most 10,000.'),
+  VERIFICATION_LOG_MAX_PER_TENANT: PositiveInt(100_000, 1, 10_000_000, 'Verification stories kept per tenant and mode of those its backend dispatched (secret keys); past it the least recently requested of them is forgotten. Its pages (restricted keys) keep half as many more, forgetting only their own. In memory (no Redis) at most 10,000 (and 5,000).'),
   SUPPRESSION_DAYS: PositiveInt(30, 1, 3650, 'How long a permanent bounce, a complaint or POST /recipients/suppress keeps a mailbox from getting codes of that tenant.'),
   MAIL_BREAKER_FAILURES: PositiveInt(5, 1, 1000, 'Consecutive failed sends after which a provider of a MAIL_TRANSPORT list is skipped (its circuit opens).'),
   MAIL_BREAKER_OPEN_SECONDS: Duration('30', 's', '1s', '1h', 'How long an open circuit skips its provider before one probe send may try it again.'),
