@@ -1,13 +1,25 @@
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import { apiError } from '../lib/errors.js'
 import { FeedbackRefused, FeedbackThrottled, FeedbackUnavailable } from '../lib/feedback/refusals.js'
 import { CERT_FETCH_IPV6_PREFIX } from '../lib/feedback/sns-certificates.js'
 import { isSnsEnvelope } from '../lib/feedback/sns-envelope.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import { UNIDENTIFIED_MESH_SOURCE } from '../lib/net/workload-identity.js'
+import { toApiError } from '../plugins/errors.js'
 import { connectionErrors, errorResponses } from '../schemas/errors.js'
 import { FeedbackReply, SNS_BODY_LIMIT, SnsRequestBody } from '../schemas/recipients.js'
 import { ref } from '../schemas/ref.js'
+
+/**
+ * The outcome counted for an answer the handler did not count: a refusal before it (the body's
+ * shape, size or type: `malformed`, `PAYLOAD_TOO_LARGE`, `UNSUPPORTED_MEDIA_TYPE`…) or a
+ * failure in it (a store that did not answer: `unavailable`, as SNS's retry is the same).
+ */
+function uncountedOutcome (error: Error): string {
+  const { code } = toApiError(error)
+  if (code === 'SNS_MESSAGE_INVALID') return 'malformed'
+  return code === 'UNAVAILABLE' ? 'unavailable' : code
+}
 
 /**
  * POST /feedback/ses: the HTTPS subscription endpoint of the SNS topic that SES event
@@ -15,6 +27,13 @@ import { ref } from '../schemas/ref.js'
  * topic, the age, the certificate URL and the signature are checked.
  */
 const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastify) {
+  const { metrics } = fastify
+  /** Requests whose answer the handler counted; every other error answer came before it. */
+  const counted = new WeakSet<FastifyRequest>()
+  const count = (request: FastifyRequest, outcome: string): void => {
+    counted.add(request)
+    metrics.sesFeedback.inc({ outcome })
+  }
   // SNS posts JSON as text/plain; it is parsed here, in this scope only, and only when it has
   // an envelope's shape: anyone may post 256 KiB here, and JSON.parse of 256 KiB of `[` took
   // every tenant's event loop.
@@ -28,8 +47,14 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
   })
   fastify.post('/feedback/ses', {
     bodyLimit: SNS_BODY_LIMIT,
-    // No key: each of its refusals (a malformed body included) is paced per source like a 401.
-    config: { paceRefusals: 'every-4xx' },
+    // No key: each of its refusals (a malformed body included) is paced per source like a 401,
+    // an IPv6 source per /48 as for its certificate fetches: a /48 is free to have.
+    config: { paceRefusals: 'every-4xx', paceIpv6Prefix: CERT_FETCH_IPV6_PREFIX },
+    // A refusal before the handler is an answer too, and the one a flood of junk gets.
+    onError (request, _reply, error, done) {
+      if (!counted.has(request)) metrics.sesFeedback.inc({ outcome: uncountedOutcome(error) })
+      done()
+    },
     // The body schema is the document's: the message is checked by the feedback receiver,
     // whose refusals carry SNS's own codes, and the text/plain form is a string only before
     // the parser above has read it.
@@ -47,27 +72,27 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
       }
     }
   }, async function receive (request) {
-    const { feedback, metrics } = fastify
+    const { feedback } = fastify
     // Every caller through the sidecar without an identity is one source: charging SNS's
     // fetches to its tokens would let one stranger spend them; it holds one fetch at most.
     const source = request.meshSource ?? sourceBucket(request.clientAddress, Math.min(fastify.config.ipv6BucketPrefix, CERT_FETCH_IPV6_PREFIX)) ?? request.clientAddress
     try {
       const outcome = await feedback.receive(request.body, { source, spendsTokens: source !== UNIDENTIFIED_MESH_SOURCE })
-      metrics.sesFeedback.inc({ outcome })
+      count(request, outcome)
       return { success: true as const, message: outcome }
     } catch (error) {
       if (error instanceof FeedbackRefused) {
-        metrics.sesFeedback.inc({ outcome: error.code })
+        count(request, error.code)
         request.log.warn({ code: error.code }, 'SNS message refused')
         throw apiError(error.code)
       }
       if (error instanceof FeedbackThrottled) {
-        metrics.sesFeedback.inc({ outcome: 'throttled' })
+        count(request, 'throttled')
         request.log.warn({ err: error }, 'SNS message not handled; its source asked for too many new certificates')
         throw apiError('RATE_LIMITED', undefined, { 'retry-after': String(error.retryAfterSeconds) })
       }
       if (error instanceof FeedbackUnavailable) {
-        metrics.sesFeedback.inc({ outcome: 'unavailable' })
+        count(request, 'unavailable')
         request.log.warn({ err: error }, 'SNS message not handled; SNS will retry')
         throw apiError('UNAVAILABLE')
       }
