@@ -158,7 +158,7 @@ export default fp(async function metricsPlugin (fastify) {
     mailSent: new Counter({ name: 'email_otp_mail_sent_total', help: 'Messages accepted, by the provider that took them (sandbox: the sandbox inbox).', labelNames: ['transport'] as const, registers: [registry] }),
     mailFailovers: new Counter({ name: 'email_otp_mail_failovers_total', help: 'Sends that went on to the next provider of MAIL_TRANSPORT, by the provider that failed and how.', labelNames: ['from', 'kind'] as const, registers: [registry] }),
     mailCircuitSkips: new Counter({ name: 'email_otp_mail_circuit_skips_total', help: 'Sends that skipped a provider because its circuit was open.', labelNames: ['transport'] as const, registers: [registry] }),
-    sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'SNS messages at POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, unavailable, or the refusal code (SNS_SIGNATURE_INVALID…).', labelNames: ['outcome'] as const, registers: [registry] }),
+    sesFeedback: new Counter({ name: 'email_otp_ses_feedback_total', help: 'Answers of POST /feedback/ses by outcome: handled, confirmed, duplicate, ignored, throttled, unavailable, the refusal code (SNS_SIGNATURE_INVALID…), or before the checks malformed (not an SNS envelope), PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE.', labelNames: ['outcome'] as const, registers: [registry] }),
     sesEvents: new Counter({
       name: 'email_otp_ses_events_total',
       help: 'SES events of live mail by tenant: delivered, delayed, bounced_permanent, bounced_transient, complained.',

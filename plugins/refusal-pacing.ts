@@ -12,6 +12,12 @@ declare module 'fastify' {
      * (POST /feedback/ses): a 400 there costs the parse of a body, and is asked again at once.
      */
     paceRefusals?: 'every-4xx'
+    /**
+     * The prefix an IPv6 source of the route is paced by, when shorter than IPV6_BUCKET_PREFIX:
+     * 48 for a route without a key (POST /feedback/ses), where a /48 of 65,536 /64s is free to
+     * have and each /64 would otherwise start with a burst of its own.
+     */
+    paceIpv6Prefix?: number
   }
 }
 
@@ -52,7 +58,7 @@ export default fp(async function refusalPacingPlugin (fastify) {
   const sourceOf = (request: FastifyRequest): string => {
     if (request.meshSource !== null) return request.meshSource
     const client = request.clientAddress === '' ? request.ip : request.clientAddress
-    return sourceBucket(client, ipv6BucketPrefix) ?? client
+    return sourceBucket(client, Math.min(ipv6BucketPrefix, request.routeOptions.config.paceIpv6Prefix ?? ipv6BucketPrefix)) ?? client
   }
   // Synchronous, like the other hooks on the hot path: most answers pass straight through.
   fastify.addHook('onSend', (request, reply, payload, done) => {

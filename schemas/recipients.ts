@@ -37,7 +37,13 @@ export const FeedbackReply = Type.Object({
   message: Type.Union(['handled', 'confirmed', 'duplicate', 'ignored'].map((outcome) => Type.Literal(outcome)), { description: '`handled`: the event became webhooks (and a suppression); `confirmed`: the subscription is confirmed; `duplicate`: this MessageId was handled before; `ignored`: nothing the service sent, or an event type it does not act on.' })
 }, { $id: 'FeedbackReply' })
 
-/** SNS messages are at most 256 KiB. */
+/**
+ * The body a POST /feedback/ses reads. SNS's own limit is 256 KiB of `Message`, which its JSON
+ * escaping can take past this; an SES event is a few KiB (the headers of a message the service
+ * composed, which SES cuts past 10 KB anyway, and its one recipient), so the bodies the service
+ * acts on never come near it, and a larger limit would only make a stranger's accepted bodies
+ * dearer.
+ */
 export const SNS_BODY_LIMIT = 262_144
 
 const SNS_NOTIFICATION_EXAMPLE = {
@@ -56,8 +62,9 @@ const snsField = (description: string): ReturnType<typeof Type.String> => Type.S
 
 /**
  * What SNS posts to an HTTPS subscription, as the OpenAPI document describes it. The route
- * parses the body itself and the feedback receiver checks the message (field names in any
- * case, the topic, the age, the certificate, the signature): this schema documents, it does
+ * parses the body itself, once it has this shape (lib/feedback/sns-envelope.ts), and the
+ * feedback receiver checks the message (the fields of its type, the topic, the age, the
+ * certificate, the signature): this schema documents, it does
  * not validate.
  */
 export const SnsMessage = Type.Object({
@@ -73,8 +80,8 @@ export const SnsMessage = Type.Object({
   Signature: snsField('Base64 RSA signature over the canonical fields.'),
   SigningCertURL: snsField('Must match SNS_SIGNING_CERT_URL_PATTERN.'),
   UnsubscribeURL: Type.Optional(Type.String()),
-  MessageAttributes: Type.Optional(Type.Object({}, { additionalProperties: true }))
-}, { additionalProperties: true, description: 'An SNS HTTP/S message (at most 256 KiB).', examples: [SNS_NOTIFICATION_EXAMPLE] })
+  MessageAttributes: Type.Optional(Type.Object({}, { additionalProperties: Type.Object({ Type: Type.String(), Value: Type.String() }, { additionalProperties: false }), maxProperties: 10, description: 'Sent unsigned, never read; SES sets none.' }))
+}, { additionalProperties: false, description: 'An SNS HTTP/S message (at most 256 KiB): SNS\'s fields only, each once; at most 10 `MessageAttributes`.', examples: [SNS_NOTIFICATION_EXAMPLE] })
 
 /** SNS sends its JSON as `text/plain`; a client or a test may send `application/json`. */
 export const SnsRequestBody = {

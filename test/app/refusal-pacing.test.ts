@@ -167,6 +167,23 @@ test('IPv6 clients are paced per /64: another address of the /64 shares the pace
   t.same(new Set(await closeAndCollect(paced)), new Set([401]))
 })
 
+test('POST /feedback/ses paces IPv6 clients per /48, as it counts their certificate fetches: another /64 of the /48 shares the pace, another /48 has its own', async (t) => {
+  const paced = await pacedApp(t, { TRUST_PROXY: '127.0.0.1/32', SES_FEEDBACK_TOPIC_ARNS: 'arn:aws:sns:eu-west-1:123456789012:ses-events' })
+  const { port } = paced
+  const from = (client: string): Ask => async () =>
+    await send({ port, localAddress: '127.0.0.1', path: '/feedback/ses', headers: { 'content-type': 'text/plain', 'x-forwarded-for': client }, body: '[', timeoutMs: 60_000 })
+  const pacedCount = await flood(paced, from('2001:db8:1:1::1'))
+  t.ok(pacedCount >= 1, `the flood is held past its burst (${pacedCount} of ${FLOOD} held)`)
+  t.same((await held(paced, from('2001:db8:1:ffff::1'))).held, true, 'another /64 of the same /48 is held: one pace for the /48')
+  const other = await held(paced, from('2001:db8:2:1::1'))
+  t.same(other.held, false, 'an address of the next /48 is not held')
+  t.match(await other.answer, { status: 400, body: { code: 'SNS_MESSAGE_INVALID' } })
+  const keyed = await held(paced, unauthorized(port, '127.0.0.1', { 'x-forwarded-for': '2001:db8:1:2::1' }))
+  t.same(keyed.held, false, 'a route with a key keeps the /64: another /64 of the /48 is not held there')
+  t.equal((await keyed.answer).status, 401)
+  t.same(new Set(await closeAndCollect(paced)), new Set([400, 401]))
+})
+
 test('behind TRUST_PROXY each forwarded client has its own pace, so a proxy\'s other clients are not held', async (t) => {
   const paced = await pacedApp(t, { TRUST_PROXY: '127.0.0.1/32' })
   const { port } = paced

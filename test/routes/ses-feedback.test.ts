@@ -205,6 +205,12 @@ for (const store of ['memory', 'redis'] as const) {
     t.same((await post(app, sign(notification(sns.origin, { ...stray, mail: { ...stray.mail, tags: { tenant: ['nobody'], mode: ['live'], requestId: [lu] } } })))).json().message, 'ignored')
     t.same((await post(app, sign(notification(sns.origin, sesEvent('Bounce', lu, 'lu@example.com', { bounce: { bounceType: 'Permanent', bouncedRecipients: [{ emailAddress: 'someone@else.example' }] } }))))).json().message, 'ignored', 'a recipient the message was not sent to')
     t.equal((await dispatch('lu@example.com')).statusCode, 200)
+    // Message attributes, as SNS passes on a publisher's (SES sets none): ten are read past.
+    const attributes = (count: number): Sns => Object.fromEntries(Array.from({ length: count }, (_, index) => [`attribute.${index}`, { Type: 'String', Value: String(index) }]))
+    const withAttributes = (count: number): Sns => sign(notification(sns.origin, sesEvent('Delivery', lu, 'lu@example.com', { delivery: { recipients: ['someone@else.example'] } }), { MessageAttributes: attributes(count) }))
+    t.same((await post(app, withAttributes(10))).json().message, 'ignored', 'a signed message with ten attributes is read')
+    const eleven = await post(app, withAttributes(11))
+    t.same([eleven.statusCode, eleven.json().code], [400, 'SNS_MESSAGE_INVALID'], 'eleven are not an SNS envelope')
 
     await receiver.waitFor(() => receiver.verified.length >= 5, 'five webhooks')
     const events = receiver.verified.map((hook) => hook.payload as { type: string, data: Record<string, unknown> })
@@ -218,6 +224,44 @@ for (const store of ['memory', 'redis'] as const) {
     t.same(Object.fromEntries(counted.map((value) => [value.labels.event, value.value])), { delivered: 1, delayed: 1, bounced_permanent: 1, bounced_transient: 1, complained: 1 }, 'each handled event counted once for its tenant, the duplicate and the ignored ones not at all')
   })
 }
+
+t.test('every answer is counted: refusals before the field check under their own outcomes, the shape scan\'s as `malformed`', async (t) => {
+  const { path } = writeTenants(t)
+  const { app } = await buildApp(t, { TENANTS_FILE: path, SES_FEEDBACK_TOPIC_ARNS: TOPIC })
+  const outcomes = async (): Promise<Record<string, number>> => Object.fromEntries(((await app.metrics.registry.getSingleMetric('email_otp_ses_feedback_total')?.get())?.values ?? []).map((value) => [value.labels.outcome, value.value]))
+  const envelope = { Type: 'Notification', MessageId: 'm1', TopicArn: OTHER_TOPIC, Message: 'x', Timestamp: new Date().toISOString(), SignatureVersion: '1', Signature: 's', SigningCertURL: `https://sns.eu-west-1.amazonaws.com${PEM}` }
+  // The red team's body: an SNS envelope of another topic and 22,500 made-up fields, 259 KB.
+  const manyFields = JSON.stringify({ ...envelope, ...Object.fromEntries(Array.from({ length: 22_500 }, (_, index) => [`k${index}`, ''])) })
+  const answers: Array<[string, number, string]> = []
+  for (const [what, body, contentType] of [
+    ['empty', '', 'text/plain'],
+    ['[', '[', 'text/plain'],
+    ['x', 'x', 'text/plain'],
+    ['four deep', '{"a":{"b":{"c":{"d":"e"}}}}', 'text/plain'],
+    ['22,500 made-up fields', manyFields, 'text/plain'],
+    ['a second spelling', JSON.stringify({ ...envelope, SigningCertUrl: 'https://evil.example/x.pem' }), 'application/json'],
+    ['300 KB', `"${'x'.repeat(300_000)}"`, 'text/plain'],
+    ['XML', '<Notification/>', 'application/xml'],
+    ['the field check', '{"Type":"Notification"}', 'text/plain'],
+    ['another topic', JSON.stringify(envelope), 'text/plain']
+  ] as const) {
+    const answer = await post(app, body, contentType)
+    answers.push([what, answer.statusCode, answer.json().code])
+  }
+  t.same(answers, [
+    ['empty', 400, 'SNS_MESSAGE_INVALID'],
+    ['[', 400, 'SNS_MESSAGE_INVALID'],
+    ['x', 400, 'SNS_MESSAGE_INVALID'],
+    ['four deep', 400, 'SNS_MESSAGE_INVALID'],
+    ['22,500 made-up fields', 400, 'SNS_MESSAGE_INVALID'],
+    ['a second spelling', 400, 'SNS_MESSAGE_INVALID'],
+    ['300 KB', 413, 'PAYLOAD_TOO_LARGE'],
+    ['XML', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+    ['the field check', 400, 'SNS_MESSAGE_INVALID'],
+    ['another topic', 403, 'SNS_TOPIC_NOT_ALLOWED']
+  ], 'each refused, the made-up fields before they are parsed (not 403)')
+  t.same(await outcomes(), { malformed: 6, PAYLOAD_TOO_LARGE: 1, UNSUPPORTED_MEDIA_TYPE: 1, SNS_MESSAGE_INVALID: 1, SNS_TOPIC_NOT_ALLOWED: 1 }, 'each answer counted once, under its own outcome')
+})
 
 /**
  * The red team's forgery and its whole class. A message is trusted only for the fields SNS

@@ -75,7 +75,7 @@ export interface paths {
         put?: never;
         /**
          * SES delivery events, as an SNS HTTPS subscription
-         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A body is parsed only when it has the shape of an SNS message (a JSON object of strings, objects at most three deep), and every 4xx here counts in the refusal pace of its sender. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when a fetch of the sender is under way (each address, IPv6 /48 or mesh workload has one at a time; every caller through the sidecar without an identity is one sender), too many are being fetched, or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
+         * @description Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A body is parsed only when it has the shape of an SNS message (a JSON object of SNS's own fields, each at most once, each a string but `MessageAttributes`: at most 10 attributes, each of `Type` and `Value`); bodies up to 256 KiB are read (an SES event is a few KiB). Every 4xx here counts in the refusal pace of its sender (an IPv6 sender per /48). A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when a fetch of the sender is under way (each address, IPv6 /48 or mesh workload has one at a time; every caller through the sidecar without an identity is one sender), too many are being fetched, or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant's `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.
          */
         post: operations["receiveSesFeedback"];
         delete?: never;
@@ -1251,11 +1251,13 @@ export interface operations {
                     /** @description Must match SNS_SIGNING_CERT_URL_PATTERN. */
                     SigningCertURL: string;
                     UnsubscribeURL?: string;
+                    /** @description Sent unsigned, never read; SES sets none. */
                     MessageAttributes?: {
-                        [key: string]: unknown;
+                        [key: string]: {
+                            Type: string;
+                            Value: string;
+                        };
                     };
-                } & {
-                    [key: string]: unknown;
                 };
             };
         };
