@@ -382,7 +382,8 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
     const asked = Date.now()
     const down = await round('down')
     t.ok(down.every((status) => status === 200 || status === 503), `while down: ${down.join(' ')}`)
-    t.ok(Date.now() - asked < 3000, `answered in ${Date.now() - asked} ms`)
+    // What this catches is a wait until the primary returns (only after this round): 30 s is far above any machine's speed.
+    t.ok(Date.now() - asked < 30_000, `answered in ${Date.now() - asked} ms`)
     t.ok(down.includes(503), 'the slots of the dead primary answer 503')
     await victim.start()
     let after: number[] = []

@@ -109,7 +109,8 @@ t.test('a failing, then slow, then healthy endpoint gets the event once it answe
   t.equal(new Set(receiver.verified.map((entry) => entry.id)).size, 1, 'every attempt carries the same webhook-id')
   const stamps = receiver.verified.map((entry) => entry.timestamp)
   t.ok(stamps.every((stamp, index) => index === 0 || stamp > (stamps[index - 1] ?? Infinity)), `webhook-timestamp increases strictly from attempt to attempt (${stamps.join(', ')})`)
-  t.ok(receiver.verified.every((entry) => Math.abs(entry.timestamp - entry.receivedAtMs / 1000) < 2), 'each is the time of its own attempt')
+  // Stamped when sent: after the attempt before it was received, never after its own arrival (as relations, not a window a slow machine could miss).
+  t.ok(receiver.verified.every((entry, index) => entry.timestamp <= entry.receivedAtMs / 1000 && (index === 0 || entry.timestamp >= Math.floor((receiver.verified[index - 1]?.receivedAtMs ?? Infinity) / 1000))), 'each is the time of its own attempt')
 })
 
 t.test('per-endpoint concurrency is bounded', async (t) => {
@@ -170,7 +171,8 @@ t.test('a tenant whose 20 endpoints never answer does not delay another tenant\'
     await calm.waitFor(() => calm.verified.some((entry) => entry.payload.data.requestId === requestId), `calm event ${i}`, 60_000)
     latencies.push(Date.now() - verifyingAt)
   }
-  t.ok(Math.max(...latencies) < 5000, `each calm event delivered within 5 s (${latencies.join(', ')} ms)`)
+  // Starved, a calm event would wait for the hanging attempts' minute: half of it, so no machine's speed decides.
+  t.ok(Math.max(...latencies) < 30_000, `each calm event delivered long before the noisy tenant's attempts time out (${latencies.join(', ')} ms)`)
   t.ok(hanging.peak <= 8, `the noisy tenant held at most WEBHOOK_MAX_IN_FLIGHT_PER_TENANT (8) attempts (peak ${hanging.peak})`)
 })
 
