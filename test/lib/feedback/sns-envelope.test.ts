@@ -75,13 +75,21 @@ t.test('whatever it accepts, JSON.parse reads (random mutations of a genuine bod
 t.test('256 KiB that is not an envelope is refused at once; 256 KiB that is, in one linear pass', async (t) => {
   const deep = '['.repeat(262_000)
   const flat = JSON.stringify({ Type: 'Notification', Message: 'x'.repeat(261_000) })
+  // CPU time, the least of five rounds: a busy machine takes the CPU away between calls, and
+  // that is wall time, not the work of a call.
   const time = (text: string): number => {
-    const start = performance.now()
-    for (let index = 0; index < 20; index++) isSnsEnvelope(text)
-    return (performance.now() - start) / 20
+    let least = Infinity
+    for (let round = 0; round < 5; round++) {
+      const start = process.cpuUsage()
+      for (let index = 0; index < 20; index++) isSnsEnvelope(text)
+      const used = process.cpuUsage(start)
+      least = Math.min(least, (used.user + used.system) / 1000 / 20)
+    }
+    return least
   }
   t.ok(isSnsEnvelope(flat))
   // Bounds far from any machine's speed: JSON.parse of the deep body took tens of milliseconds.
-  t.ok(time(deep) < 1, `256 KiB of [ refused in ${time(deep).toFixed(3)} ms`)
-  t.ok(time(flat) < 20, `256 KiB envelope scanned in ${time(flat).toFixed(3)} ms`)
+  const [deepMs, flatMs] = [time(deep), time(flat)]
+  t.ok(deepMs < 1, `256 KiB of [ refused in ${deepMs.toFixed(3)} ms of CPU`)
+  t.ok(flatMs < 20, `256 KiB envelope scanned in ${flatMs.toFixed(3)} ms of CPU`)
 })
