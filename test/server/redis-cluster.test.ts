@@ -26,6 +26,9 @@ import { until } from '../support/wait.js'
 const hour = parseWindow('1h')
 if (hour === null) throw new Error('test setup: 1h should parse')
 
+// 90 s of tap's 180 at a load of 13-18 on 2 cores: its own bound, with room for a slower day.
+t.setTimeout(420_000)
+
 t.test('configuration: one topology; node lists; credentials only where no URL carries them', async (t) => {
   const config = parseConfig({
     REDIS_CLUSTER_NODES: ' 10.0.0.1:7000, [::1]:7001 ,redis-2.internal:7002', REDIS_USERNAME: 'otp', REDIS_PASSWORD: 'hunter2', REDIS_TLS: 'true', OTP_HMAC_KEYS: TEST_HMAC_KEYS
