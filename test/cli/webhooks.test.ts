@@ -3,13 +3,11 @@
  * --help on every command, with only the Redis variables set, and with one human line and a
  * non-zero exit for every error.
  */
-import { execFile } from 'node:child_process'
-import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
 import { RedisWebhookQueue } from '../../lib/state/redis/webhook-queue.js'
 import { connectFailFast, freePort, redisTestOptions, startRedis } from '../support/redis.js'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = new URL('../..', import.meta.url).pathname
 
 interface Outcome { code: number, stdout: string, stderr: string }
