@@ -61,7 +61,8 @@ export async function execForTest (file: string, args: readonly string[], option
   try {
     const [code, signal] = await once(child, 'close') as [number | null, NodeJS.Signals | null]
     if (code === 0) return { stdout, stderr }
-    throw Object.assign(new Error(`${file} ${args.join(' ')} failed: ${signal ?? `exit ${code}`}\n${stderr}`), { code, signal, stdout, stderr }) as ExecFailure
+    const failure: ExecFailure = Object.assign(new Error(`${file} ${args.join(' ')} failed: ${signal ?? `exit ${code}`}\n${stderr}`), { code, signal, stdout, stderr })
+    throw failure
   } finally {
     clearTimeout(timer)
   }
