@@ -3,13 +3,11 @@
  * `npm run build`), run from the sources by `npm run email-otp` and the per-command scripts.
  * Every command and subcommand answers --help; every error is one line and a non-zero exit.
  */
-import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { tenantsJsonSchema } from '../../cli/tenants.js'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = new URL('../..', import.meta.url).pathname
 const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { bin: Record<string, string>, scripts: Record<string, string> }
 

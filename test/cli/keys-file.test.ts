@@ -5,13 +5,11 @@
  * as templates and tenants do; a bad option value is the command line's problem, named by its
  * option, never a JSON path of the file; and the CLI tells what the docs tell of a reload.
  */
-import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const main = new URL('../../cli/main.ts', import.meta.url).pathname
 
 interface Outcome { code: number, stdout: string, stderr: string }

@@ -3,14 +3,12 @@
  * with the tenants file taken from TENANTS_FILE, and with the example ids of docs/keys.md.
  * Those runs go through npm as typed; the other cases run the same program in this process.
  */
-import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { runCli } from '../support/cli.js'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = new URL('../..', import.meta.url).pathname
 const npmKeys = async (args: string[], env: Record<string, string> = {}): Promise<{ stdout: string, stderr: string }> =>
   await exec('npm', ['run', '-s', 'keys', '--', ...args], { cwd: root, env: { ...process.env, TENANTS_FILE: '', TEMPLATES_DIR: '', ...env }, timeout: 60_000 })

@@ -7,6 +7,7 @@ import t, { type Test } from 'tap'
 import { run } from '../../cli/templates.js'
 import { CheckFailed } from '../../cli/tenants.js'
 import { writeTenants } from '../helper.js'
+import { killOnExit } from '../support/processes.js'
 
 const CLI = fileURLToPath(new URL('../../cli/main.ts', import.meta.url))
 
@@ -18,7 +19,7 @@ async function cli (args: string[]): Promise<string[]> {
 
 /** The CLI as an operator runs it: a process, its output and its exit code. */
 async function processRun (args: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'templates', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = killOnExit(spawn(process.execPath, ['--import', 'tsx', CLI, 'templates', ...args], { stdio: ['ignore', 'pipe', 'pipe'] }))
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })

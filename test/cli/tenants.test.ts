@@ -2,14 +2,12 @@
  * `email-otp tenants check [PATH]`: every problem of the tenants file at once, each with its
  * JSON pointer, exit 1 when the service would refuse the file; a good file exits 0.
  */
-import { execFile } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { writeTenants } from '../helper.js'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = new URL('../..', import.meta.url).pathname
 
 interface Outcome { code: number, stdout: string, stderr: string }

@@ -3,15 +3,13 @@
  * an application of its own (offline: the package has no dependency), then import it by its
  * name and call the service started as `npm start` starts it.
  */
-import { execFile } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { startServer } from '../support/service-process.js'
+import { execForTest as run } from '../support/processes.js'
 
-const run = promisify(execFile)
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const page = readFileSync(join(root, 'docs', 'api.md'), 'utf8')
 const section = page.slice(page.indexOf('## Client library'))

@@ -4,14 +4,12 @@
  * is the key alone, one line, and preview.html is the HTML part alone. Only the files are
  * moved into the test's directory, so that the repository's own tenants.json is never touched.
  */
-import { execFile } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import t from 'tap'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const page = (name: string): string => readFileSync(join(root, 'docs', name), 'utf8')
 

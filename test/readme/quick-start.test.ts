@@ -4,13 +4,11 @@
  * can be run again and again under the default limits, reads the inbox of an address with a
  * `+` (as docs/examples.md uses), and stops with a clear message when a step fails.
  */
-import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { promisify } from 'node:util'
 import t from 'tap'
 import { startServer } from '../support/service-process.js'
+import { execForTest as run } from '../support/processes.js'
 
-const run = promisify(execFile)
 const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
 const quickStart = readme.slice(readme.indexOf('In a second terminal, ask for a code'), readme.indexOf('Run the second step again'))
 const blocks = [...quickStart.matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1] ?? '')

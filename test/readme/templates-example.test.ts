@@ -4,14 +4,12 @@
  * the tenants file names is shown. Spoiling one shown file makes the check fail, so the test
  * can tell a passing example from a check that passes anything.
  */
-import { execFile } from 'node:child_process'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import t from 'tap'
+import { execForTest as exec } from '../support/processes.js'
 
-const exec = promisify(execFile)
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const page = readFileSync(join(root, 'docs', 'templates.md'), 'utf8')
 

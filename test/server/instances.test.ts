@@ -7,6 +7,9 @@ import { redisTestOptions, startRedis } from '../support/redis.js'
 import { post, startServer } from '../support/service-process.js'
 import { until } from '../support/wait.js'
 
+// 108 s of tap's 180 at a load of 13-18 on 2 cores: its own bound, with room for a slower day.
+t.setTimeout(420_000)
+
 t.test('three processes on one Redis behave as one service', redisTestOptions(), async (t) => {
   const redis = await startRedis()
   t.teardown(async () => { await redis.stop() })

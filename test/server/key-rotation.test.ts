@@ -45,6 +45,9 @@ async function rollout (t: Test, label: string, before: Pod, after: Pod, key: st
   t.same([there.kid, back.kid], expectedKids, `${label}: the verifying instance signs each receipt with its own signing key`)
 }
 
+// 130 s of tap's 180 at a load of 13-18 on 2 cores: its own bound, with room for a slower day.
+t.setTimeout(420_000)
+
 t.test('OTP HMAC keys (receipt keys derived): verify-only, then promoted, then the old one retired', redisTestOptions(), async (t) => {
   const redis = await startRedis()
   t.teardown(async () => { await redis.stop() })

@@ -6,12 +6,12 @@
  * processes, real sockets, a real redis-server.
  */
 import { generateKeyPairSync, createPrivateKey } from 'node:crypto'
-import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { SignJWT, decodeJwt } from 'jose'
 import { TEST_HMAC_KEYS, writeTenants, type FixtureKeys } from '../helper.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 import { post, startServer, type Running } from '../support/service-process.js'
+import { until } from '../support/wait.js'
 
 const signingKey = generateKeyPairSync('ed25519').privateKey.export({ format: 'der', type: 'pkcs8' }).toString('base64')
 const ISSUER = 'https://otp.acme.test'
@@ -73,7 +73,7 @@ t.test('Redis: a receipt redeems once, across a restart of redis-server that los
   await acrossRestart(t, keys, service, async () => {
     await redis.stop()
     await redis.start()
-    for (let i = 0; i < 200 && (await fetch(`${service.base}/readyz`)).status !== 200; i++) await sleep(50)
+    await until('the service ready again on the restarted Redis', async () => (await fetch(`${service.base}/readyz`)).status === 200, 60_000)
     return service
   })
 })

@@ -26,6 +26,9 @@ import { until } from '../support/wait.js'
 const hour = parseWindow('1h')
 if (hour === null) throw new Error('test setup: 1h should parse')
 
+// 90 s of tap's 180 at a load of 13-18 on 2 cores: its own bound, with room for a slower day.
+t.setTimeout(420_000)
+
 t.test('configuration: one topology; node lists; credentials only where no URL carries them', async (t) => {
   const config = parseConfig({
     REDIS_CLUSTER_NODES: ' 10.0.0.1:7000, [::1]:7001 ,redis-2.internal:7002', REDIS_USERNAME: 'otp', REDIS_PASSWORD: 'hunter2', REDIS_TLS: 'true', OTP_HMAC_KEYS: TEST_HMAC_KEYS
@@ -382,7 +385,8 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
     const asked = Date.now()
     const down = await round('down')
     t.ok(down.every((status) => status === 200 || status === 503), `while down: ${down.join(' ')}`)
-    t.ok(Date.now() - asked < 3000, `answered in ${Date.now() - asked} ms`)
+    // What this catches is a wait until the primary returns (only after this round): 30 s is far above any machine's speed.
+    t.ok(Date.now() - asked < 30_000, `answered in ${Date.now() - asked} ms`)
     t.ok(down.includes(503), 'the slots of the dead primary answer 503')
     await victim.start()
     let after: number[] = []

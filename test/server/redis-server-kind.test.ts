@@ -16,6 +16,9 @@ import { until } from '../support/wait.js'
 
 const refusalLine = (stderr: string): string[] => stderr.split('\n').filter((line) => line.startsWith('email-otp: '))
 
+// 135 s of tap's 180 at a load of 13-18 on 2 cores: its own bound, with room for a slower day.
+t.setTimeout(420_000)
+
 t.test('REDIS_URL naming a read-only replica: refused at start with one line', redisTestOptions(), async (t) => {
   const primary = await startRedis()
   t.teardown(primary.stop)

@@ -44,7 +44,7 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
   let rejected = 0
   let attempts = 0
   let behave = behaviour
-  const pending = new Set<ServerResponse>()
+  const pending = new Map<ServerResponse, NodeJS.Timeout>()
   const server = createServer((request, response) => {
     const receivedAtMs = Date.now()
     const attempt = attempts++
@@ -61,17 +61,21 @@ export async function startReceiver (t: Test, secret: string, behaviour: Behavio
       }
       const { status, delayMs = 0 } = behave(attempt)
       verified.push({ id: String(request.headers['webhook-id']), timestamp: Number(request.headers['webhook-timestamp']), payload, headers: request.headers, status, receivedAtMs })
-      pending.add(response)
-      setTimeout(() => {
+      const answer = setTimeout(() => {
         pending.delete(response)
         if (!response.destroyed) response.writeHead(status).end()
       }, delayMs)
+      pending.set(response, answer)
     })
   })
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   t.teardown(async () => {
-    for (const response of pending) response.destroy()
+    // A slow answer's timer would keep the test's process alive for its whole delay.
+    for (const [response, answer] of pending) {
+      clearTimeout(answer)
+      response.destroy()
+    }
     server.closeAllConnections()
     await new Promise((resolve) => server.close(resolve))
   })

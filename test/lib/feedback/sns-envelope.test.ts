@@ -119,16 +119,24 @@ t.test('256 KiB that is not an envelope is refused at once; 256 KiB that is, in 
   const flat = JSON.stringify({ Type: 'Notification', Message: 'x'.repeat(261_000) })
   // Each escape a branch of the scan and a decode of JSON.parse: the dearest string of the size.
   const escaped = JSON.stringify({ Type: 'Notification', Message: '\u0001'.repeat(43_500) })
+  // CPU time, the least of five rounds: a busy machine takes the CPU away between calls, and
+  // that is wall time, not the work of a call.
   const time = (text: string): number => {
-    const start = performance.now()
-    for (let index = 0; index < 20; index++) isSnsEnvelope(text)
-    return (performance.now() - start) / 20
+    let least = Infinity
+    for (let round = 0; round < 5; round++) {
+      const start = process.cpuUsage()
+      for (let index = 0; index < 20; index++) isSnsEnvelope(text)
+      const used = process.cpuUsage(start)
+      least = Math.min(least, (used.user + used.system) / 1000 / 20)
+    }
+    return least
   }
   t.ok(isSnsEnvelope(flat))
   t.ok(isSnsEnvelope(escaped))
   // Bounds far from any machine's speed: JSON.parse of the deep body took tens of milliseconds.
-  t.ok(time(deep) < 1, `256 KiB of [ refused in ${time(deep).toFixed(3)} ms`)
-  t.ok(time(manyFields) < 1, `256 KiB of made-up fields refused in ${time(manyFields).toFixed(3)} ms`)
-  t.ok(time(flat) < 20, `256 KiB envelope scanned in ${time(flat).toFixed(3)} ms`)
-  t.ok(time(escaped) < 20, `256 KiB envelope of escapes scanned in ${time(escaped).toFixed(3)} ms`)
+  const [deepMs, manyMs, flatMs, escapedMs] = [time(deep), time(manyFields), time(flat), time(escaped)]
+  t.ok(deepMs < 1, `256 KiB of [ refused in ${deepMs.toFixed(3)} ms of CPU`)
+  t.ok(manyMs < 1, `256 KiB of made-up fields refused in ${manyMs.toFixed(3)} ms of CPU`)
+  t.ok(flatMs < 20, `256 KiB envelope scanned in ${flatMs.toFixed(3)} ms of CPU`)
+  t.ok(escapedMs < 20, `256 KiB envelope of escapes scanned in ${escapedMs.toFixed(3)} ms of CPU`)
 })

@@ -348,6 +348,7 @@ t.test('RedisIdempotencyStore', redisTestOptions(), async (t) => {
     await t.rejects(idem.complete(scope, freshKey(), 'fp', freshAttempt(), accepted, TTL))
     await t.rejects(idem.abandon(scope, freshKey(), freshAttempt()))
     const elapsed = performance.now() - started
-    t.ok(elapsed < 2000, `rejected in ${Math.round(elapsed)} ms`)
+    // What this catches is a wait that ends only when Redis returns (it does not here): 10 s is far above any machine's speed.
+    t.ok(elapsed < 10_000, `rejected in ${Math.round(elapsed)} ms`)
   })
 })

@@ -271,6 +271,7 @@ t.test('on Redis', redisTestOptions(), async (t) => {
     await t.rejects(quota.refund(scopeOf(tenant), currentWindow(hour, Date.now()).id))
     await t.rejects(quota.usage(scopeOf(tenant), hour, Date.now()))
     const elapsed = performance.now() - started
-    t.ok(elapsed < 2000, `rejected in ${Math.round(elapsed)} ms`)
+    // What this catches is a wait that ends only when Redis returns (it does not here): 10 s is far above any machine's speed.
+    t.ok(elapsed < 10_000, `rejected in ${Math.round(elapsed)} ms`)
   })
 })

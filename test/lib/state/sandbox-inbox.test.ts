@@ -248,14 +248,14 @@ t.test('on Redis', redisTestOptions(), async (t) => {
 
   t.test('expired boxes leave the share, and count against no budget', async (t) => {
     await client.flushall()
-    const retentionMs = 2000
+    const retentionMs = 4000
     const budget = 1_000_000
     const brief = new RedisSandboxInbox(client, { bytesPerTenant: budget, retentionMs })
     await brief.add('acme', large('a@example.com', 'a1'))
     await brief.add('acme', large('b@example.com', 'b1'))
-    // A later write keeps the share alive past the first two boxes: written half a retention
-    // later (at least), it outlives them by as much.
-    await sleep(retentionMs / 2)
+    // A later write keeps the share alive past the first two boxes: written 3 s later (at
+    // least), it outlives them by as much, the time the checks below have on a busy machine.
+    await sleep(3000)
     await brief.add('acme', message('later@example.com', 'l1'))
     await until('the first two lists to expire', async () => !('a@example.com' in await held('acme')) && !('b@example.com' in await held('acme')))
     t.strictSame(Object.keys(await held('acme')), ['later@example.com'], 'the first two lists have expired')
