@@ -33,7 +33,7 @@ t.test('a keep-alive client that waits for each answer has every request served 
   const agent = new Agent({ keepAlive: true, maxSockets: 1 })
   t.teardown(() => agent.destroy())
   const ask = async (refused: boolean): Promise<number> => await new Promise((resolve, reject) => {
-    request({
+    const asked = request({
       host: '127.0.0.1',
       port,
       agent,
@@ -43,7 +43,9 @@ t.test('a keep-alive client that waits for each answer has every request served 
     }, (response) => {
       response.resume()
       response.on('end', () => { resolve(response.statusCode ?? 0) })
-    }).on('error', reject).end(refused ? '{"requestId":"x","code":"123456"}' : undefined)
+    }).on('error', reject)
+    asked.setTimeout(10_000, () => { asked.destroy(new Error('no answer within 10 s')) })
+    asked.end(refused ? '{"requestId":"x","code":"123456"}' : undefined)
   })
   const statuses: number[] = []
   for (let i = 0; i < 30; i++) statuses.push(await ask(i % 2 === 1))
