@@ -15,6 +15,13 @@ export interface ConnectionsOptions {
   ipv6BucketPrefix: number
 }
 
+/**
+ * Requests that may wait on one connection behind the one it is serving; one more and the
+ * connection is closed. Browsers and the usual HTTP clients never pipeline; a client that does
+ * rarely sends more than a few ahead.
+ */
+export const PIPELINED_PER_CONNECTION = 16
+
 const { status: REFUSAL_STATUS } = errorCatalog.RATE_LIMITED
 const REFUSAL_BODY = JSON.stringify({ success: false, message: 'Too many open connections from this address', code: 'RATE_LIMITED' })
 
@@ -22,6 +29,12 @@ const REFUSAL_BODY = JSON.stringify({ success: false, message: 'Too many open co
 function refusal (): string {
   return `HTTP/1.1 ${REFUSAL_STATUS} ${STATUS_CODES[REFUSAL_STATUS] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(REFUSAL_BODY)}\r\n` +
     `X-Request-Id: ${randomUUID()}\r\nRetry-After: 1\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n${REFUSAL_BODY}`
+}
+
+/** A connection's turns: the request being served, and those pipelined behind it. */
+interface Turns {
+  serving: ServerResponse | null
+  waiting: Array<() => void>
 }
 
 /**
@@ -32,16 +45,27 @@ function refusal (): string {
  *   KiB while its request trickles in; without a cap one address could hold thousands within
  *   one request timeout and leave no descriptor for anyone else. A connection over the cap is
  *   answered 429 at once and closed, before any of its bytes is read.
+ * - One request at a time on each. Node reads on past an unanswered request and hands Fastify
+ *   every request pipelined behind it, so a held refusal (plugins/refusal-pacing.ts) slowed
+ *   nothing: one connection 1,000 requests deep had each of them run at once, and its held
+ *   answers filled the process's cap of them. A pipelined request now waits, its hooks and
+ *   handler not run, until the answer before it is written: the pace holds a pipelining client
+ *   as it holds one that waits for each answer. Past PIPELINED_PER_CONNECTION waiting, the
+ *   connection is closed rather than keep its parsed requests for as long as the pace holds
+ *   them; HTTP lets a server close a connection with pipelined requests unanswered (RFC 9112
+ *   §9.3.2), and the client sends them again, on a new connection, if it wants to.
  * - Shutdown. Node stops checking request deadlines once the server closes, so a slow upload
  *   would hold the drain until the grace period kills the process. From the moment the app
  *   closes, every connection that is not serving a fully received request (an upload still
  *   arriving, a request line not yet sent, an idle keep-alive) is closed, again and again
- *   until the requests in flight are done; those are drained.
+ *   until the requests in flight are done; those are drained. A request still waiting behind
+ *   one of them is not started: its connection closes after the answer before it.
  */
 export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify, options) {
   const { server } = fastify
-  const sockets = new Map<Socket, ServerResponse | null>()
+  const sockets = new Map<Socket, Turns>()
   const perSource = new Map<string, number>()
+  let closing = false
 
   server.on('connection', (socket: Socket) => {
     const peer = socket.remoteAddress
@@ -57,7 +81,7 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
       }
       perSource.set(source, open + 1)
     }
-    sockets.set(socket, null)
+    sockets.set(socket, { serving: null, waiting: [] })
     socket.once('close', () => {
       sockets.delete(socket)
       if (source === null) return
@@ -66,18 +90,55 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
       else perSource.set(source, open)
     })
   })
-  server.on('request', (request, response: ServerResponse) => {
-    if (sockets.has(request.socket)) sockets.set(request.socket, response)
+
+  const serve = (socket: Socket, turns: Turns, response: ServerResponse, done: () => void): void => {
+    turns.serving = response
+    // 'close' also comes when the connection is lost before the answer is written.
+    response.once('close', () => {
+      turns.serving = null
+      const next = turns.waiting.shift()
+      if (next === undefined) return
+      if (closing || socket.destroyed) {
+        turns.waiting.length = 0
+        socket.end()
+        return
+      }
+      next()
+    })
+    done()
+  }
+  // The first hook of every request (requests made with inject() have no connection of the server).
+  fastify.addHook('onRequest', (request, reply, done) => {
+    const socket = request.raw.socket
+    const turns = sockets.get(socket)
+    if (turns === undefined) {
+      done()
+      return
+    }
+    // Parsed from the bytes read before the connection was closed: nobody would read the answer.
+    if (socket.destroyed) return
+    if (turns.serving === null) {
+      serve(socket, turns, reply.raw, done)
+      return
+    }
+    if (turns.waiting.length >= PIPELINED_PER_CONNECTION) {
+      request.log.debug({ waiting: turns.waiting.length }, 'connection closed: too many requests pipelined')
+      turns.waiting.length = 0
+      socket.destroy()
+      return
+    }
+    turns.waiting.push(() => { serve(socket, turns, reply.raw, done) })
   })
 
   let sweeper: NodeJS.Timeout | undefined
   const closeAllButServing = (): void => {
-    for (const [socket, response] of sockets) {
+    for (const [socket, { serving: response }] of sockets) {
       const serving = response !== null && response.req.complete && !response.writableFinished
       if (!serving) socket.destroy()
     }
   }
   fastify.addHook('preClose', (done) => {
+    closing = true
     closeAllButServing()
     sweeper = setInterval(closeAllButServing, 100)
     done()

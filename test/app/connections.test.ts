@@ -66,3 +66,16 @@ t.test(`one address holds at most ${CAP} connections; a trusted proxy has no cap
   await Promise.all(throughProxy.map(healthOn))
   t.pass(`${CAP + 72} connections from the trusted proxy, every one served`)
 })
+
+t.test('requests pipelined on one connection are each answered, in order, and the connection stays usable', async (t) => {
+  const { app } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  const paths = ['/healthz', '/nope', '/healthz', '/openapi.json', '/nope', '/healthz', '/healthz', '/nope']
+  connection.socket.write(paths.map((path) => `GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`).join(''))
+  const statuses = (): number[] => [...connection.received().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => Number(match[1]))
+  await until('every pipelined request answered', () => statuses().length === paths.length)
+  t.same(statuses(), [200, 404, 200, 200, 404, 200, 200, 404], 'each answered, in the order they were sent')
+  await healthOn(connection)
+  t.pass('the connection serves the next request')
+})

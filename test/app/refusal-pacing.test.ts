@@ -12,7 +12,9 @@ import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys } from '../helper.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
-import { listenApp, send, type RawAnswer } from '../support/http.js'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { PIPELINED_PER_CONNECTION } from '../../plugins/connections.js'
+import { listenApp, openConnection, send, type RawAnswer, type RawConnection } from '../support/http.js'
 import { until } from '../support/wait.js'
 
 /** One refusal a second past a burst of two, held up to 30 s: a flood of FLOOD leaves a debt of many seconds. */
@@ -36,6 +38,26 @@ async function pacing (app: FastifyInstance): Promise<{ paced: number, held: num
   const read = (name: string): number => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(answer.body)?.[1] ?? Number.NaN)
   return { paced: read('email_otp_refusals_paced_total'), held: read('email_otp_refusals_held') }
 }
+
+/** Requests the service ran to their 401 (counted when refused, before any hold). */
+async function refusedCount (app: FastifyInstance): Promise<number> {
+  const answer = await app.inject({ method: 'GET', url: '/metrics', headers: { authorization: `Bearer ${TEST_METRICS_TOKEN}` } })
+  return Number(/^email_otp_errors_total\{code="UNAUTHORIZED"\} (\d+)/m.exec(answer.body)?.[1] ?? 0)
+}
+
+/** The statuses of the answers written on a raw connection, in order. */
+function statusesOf (received: string): number[] {
+  return [...received.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => Number(match[1]))
+}
+
+/** When the server closes a raw connection; a reset (it closed with bytes still unread) is a close too. */
+async function closing (connection: RawConnection): Promise<void> {
+  await connection.closed.catch(() => {})
+}
+
+/** One refused request as a pipelining client writes it, behind the others on its connection. */
+const PIPELINED_REFUSAL = ((body: string) => 'POST /otp/verify HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-a-key\r\n' +
+  `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`)('{"requestId":"x","code":"123456"}')
 
 interface Paced {
   app: FastifyInstance
@@ -229,4 +251,49 @@ test('a shutdown answers the refusals it holds at once', async (t) => {
   // A stall guard far from any machine's speed: without the shutdown, the longest holds alone last 30 s.
   t.ok(Date.now() - closing < 20_000, `all answered ${Date.now() - closing} ms after the shutdown began`)
   t.same(statuses, Array.from({ length: 2 * FLOOD }, () => 401), 'every held refusal is sent, not dropped')
+})
+
+test('1,000 refusals pipelined on one connection are not all run: it is served one request at a time, so the pace holds it, and it is closed once too many wait', async (t) => {
+  const paced = await pacedApp(t)
+  const connection = await openConnection(paced.port, '127.0.0.2')
+  let closed = false
+  void closing(connection).then(() => { closed = true })
+  connection.socket.write(PIPELINED_REFUSAL.repeat(1000))
+  await until('the connection closed, or every request run', async () => closed || await refusedCount(paced.app) >= 1000)
+  t.ok(closed, 'the server closed the connection')
+  const run = await refusedCount(paced.app)
+  // Those the burst answers at once and the first the pace holds (4); a busy machine may let
+  // that hold end before the rest of the bytes are read, and run one or two more.
+  t.ok(run <= 6, `${run} of the 1,000 were run`)
+  t.ok((await pacing(paced.app)).held <= 1, 'one refusal held at most: the process\'s cap of held refusals is not filled')
+  t.same(statusesOf(connection.received()).slice(0, 2), [401, 401], 'the burst was answered at once, in order')
+})
+
+test(`a client pipelining ${PIPELINED_PER_CONNECTION} requests behind a held refusal waits for it as a client that waits for each answer; one more closes its connection`, async (t) => {
+  const paced = await pacedApp(t)
+  const { app, port } = paced
+  // The source owes the pace for seconds: its next refusal is held.
+  t.ok(await flood(paced, unauthorized(port, '127.0.0.2')) >= 1, 'the source\'s flood is held past its burst')
+  const before = await refusedCount(app)
+  const pacedBefore = (await pacing(app)).paced
+  const within = await openConnection(port, '127.0.0.2')
+  let withinClosed = false
+  void closing(within).then(() => { withinClosed = true })
+  within.socket.write(PIPELINED_REFUSAL.repeat(1 + PIPELINED_PER_CONNECTION))
+  await until('the first pipelined refusal held', async () => (await pacing(app)).paced > pacedBefore)
+  // Room for a request that would wrongly run behind it.
+  await sleep(200)
+  t.equal(await refusedCount(app) - before, 1, `the first is run and held; the ${PIPELINED_PER_CONNECTION} behind it are not run`)
+  const over = await openConnection(port, '127.0.0.2')
+  let overClosed = false
+  void closing(over).then(() => { overClosed = true })
+  over.socket.write(PIPELINED_REFUSAL.repeat(2 + PIPELINED_PER_CONNECTION))
+  await until('the connection closed, or more of its requests run', async () => overClosed || await refusedCount(app) - before > 2)
+  t.ok(overClosed, 'the server closed the connection')
+  t.same(statusesOf(over.received()), [], `${PIPELINED_PER_CONNECTION + 1} waiting: the connection is closed, nothing answered`)
+  t.equal(await refusedCount(app) - before, 2, 'of that connection, only the first request was run')
+  t.equal(withinClosed, false, 'the connection within the bound is kept')
+  t.same(new Set(await closeAndCollect(paced)), new Set([401]), 'the flood\'s held refusals are sent on the shutdown')
+  await closing(within)
+  t.same(statusesOf(within.received()), [401], 'a shutdown sends the held answer, starts none of the requests waiting behind it, and closes their connection')
 })
