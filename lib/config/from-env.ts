@@ -9,6 +9,7 @@ import { listenerConfig } from './listener.js'
 import { mailConfig } from './mail.js'
 import { proxyConfig } from './proxy.js'
 import { redisTopology, stateConfig } from './redis.js'
+import { reputationConfig } from './reputation.js'
 import { signingConfig } from './signing.js'
 import { tenantsConfig } from './tenants.js'
 import type { Config } from './types.js'
@@ -41,6 +42,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     ...signing,
     ...mail,
     ...feedback,
+    ...reputationConfig(env),
     ...proxy,
     ...abuse,
     ...limits,

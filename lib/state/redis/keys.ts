@@ -186,6 +186,16 @@ export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: 
   return { index, story: (requestId) => `${index}:${requestId}` }
 }
 
+/**
+ * A tenant's live sending reputation: one hash per hour of the window (fields `sent`,
+ * `bounced`, `complained`), `reputation:{acme:live}:<hour>`, in its live traffic's slot, so one
+ * pipeline reads a window; and the one hash of every tenant's pause, field the tenant id.
+ */
+export function reputationKeys (tenantId: string): { bucket: (hour: number) => string, paused: string } {
+  const prefix = `reputation:${scopeTag(tenantId, 'live')}`
+  return { bucket: (hour) => `${prefix}:${hour}`, paused: 'reputation:paused' }
+}
+
 /** A handled SNS MessageId. */
 export function feedbackKey (messageId: string): string {
   return `feedback:sns:${messageId}`
