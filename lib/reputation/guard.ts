@@ -41,6 +41,8 @@ export class ReputationGuard {
   readonly #now: () => number
   /** The pauses as this process last read them. */
   #paused = new Map<string, SendingPause>()
+  /** Pauses this process set since the reading under way began: newer than that reading. */
+  #pausedHere = new Map<string, SendingPause>()
   #timer: NodeJS.Timeout | null = null
   #refreshing: Promise<void> | null = null
 
@@ -98,6 +100,7 @@ export class ReputationGuard {
   async #refresh (): Promise<void> {
     const { store, settings, log } = this.#options
     if (settings === null) return
+    this.#pausedHere.clear()
     const nowMs = this.#now()
     const paused = await store.paused()
     for (const tenantId of paused.keys()) {
@@ -108,8 +111,7 @@ export class ReputationGuard {
       }
       paused.delete(tenantId)
     }
-    // A pause this process set while the reading was under way is newer than the reading.
-    for (const [tenantId, pause] of this.#paused) if (pause.sinceMs >= nowMs && !paused.has(tenantId)) paused.set(tenantId, pause)
+    for (const [tenantId, pause] of this.#pausedHere) if (!paused.has(tenantId)) paused.set(tenantId, pause)
     this.#adopt(paused)
   }
 
@@ -122,6 +124,7 @@ export class ReputationGuard {
     if (!pastThresholds(counts, settings)) return
     const pause: SendingPause = { ...counts, sinceMs: nowMs }
     if (!await store.pause(tenantId, pause)) return
+    this.#pausedHere.set(tenantId, pause)
     this.#adopt(new Map([...this.#paused, [tenantId, pause]]))
     const rates = ratesOf(counts)
     log.warn({ tenant: tenantId, ...counts, ...rates, window: settings.windowSpec }, 'tenant live sending paused: its bounce or complaint rate reached a threshold of the shared sending reputation')
