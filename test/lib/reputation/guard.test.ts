@@ -104,6 +104,7 @@ function guardSuite (t: Test, makeStore: () => ReputationStore, twin: (() => Rep
     t.ok(guard.isPaused('acme'))
     const lifted = await store.resume('acme', { forget: true, nowMs: clock.ms })
     t.match(lifted, { sent: 20, bounced: 2 }, 'the pause it lifted')
+    t.notOk((await store.paused()).has('acme'), 'no instance reads it any more')
     await guard.refresh()
     t.notOk(guard.isPaused('acme'))
     t.strictSame(await store.window('acme', clock.ms), { sent: 0, bounced: 0, complained: 0 }, 'the counts are forgotten')
