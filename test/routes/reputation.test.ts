@@ -128,3 +128,31 @@ for (const store of ['memory', 'redis'] as const) {
     t.equal(receiver.verified.length, 1, 'one webhook per pause')
   })
 }
+
+for (const store of ['memory', 'redis'] as const) {
+  t.test(`without SES feedback, a partner's POST /recipients/suppress with a live key counts as a bounce; with it, not at all (${store})`, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+    const { path, keys } = writeTenants(t)
+    for (const withFeedback of [true, false]) {
+      // A Redis of each run's own: the two runs' counts must not add up.
+      let redisEnv: Record<string, string> = {}
+      if (store === 'redis') {
+        const redis = await startRedis()
+        t.teardown(async () => { await redis.stop() })
+        redisEnv = { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+      }
+      const settings = { TENANTS_FILE: path, ...redisEnv, REPUTATION_MIN_SENDS: '4', REPUTATION_BOUNCE_RATE: '0.5' }
+      const { app } = await buildApp(t, withFeedback ? { ...settings, SES_FEEDBACK_TOPIC_ARNS: TOPIC } : settings)
+      const tenant = withFeedback ? 'SES feedback configured' : 'no SES feedback'
+      const post = async (key: string, url: string, email: string) => await app.inject({ method: 'POST', url, headers: bearer(key), payload: { email } })
+      for (let index = 0; index < 4; index++) t.equal((await post(keys.acmeLive, '/otp/request', `${tenant.length}-${index}@example.com`)).statusCode, 200)
+      // Sandbox reports are no part of the live reputation.
+      for (let index = 0; index < 4; index++) t.equal((await post(keys.acmeTest, '/recipients/suppress', `sandbox-${index}@example.com`)).statusCode, 200)
+      t.equal((await post(keys.acmeLive, '/otp/request', `${tenant.length}-after-sandbox@example.com`)).statusCode, 200, `${tenant}: sandbox reports pause nothing`)
+      for (let index = 0; index < 3; index++) t.equal((await post(keys.acmeLive, '/recipients/suppress', `gone-${index}@example.com`)).statusCode, 200)
+      const next = await post(keys.acmeLive, '/otp/request', `${tenant.length}-next@example.com`)
+      if (withFeedback) t.equal(next.statusCode, 200, `${tenant}: SES reports the bounces; the partner's reports would count them twice`)
+      else t.same([next.statusCode, next.json().code], [403, 'TENANT_SENDING_PAUSED'], `${tenant}: 3 reports of 5 sends reach 0.5`)
+      await app.close()
+    }
+  })
+}
