@@ -310,7 +310,7 @@ export async function createServices (config: Config, options: ServicesOptions):
         const { refused } = await state.ready()
         if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
-        await reputation.start()
+        reputation.start()
       },
       async close () {
         closing ??= stopAll()

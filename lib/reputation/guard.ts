@@ -81,13 +81,14 @@ export class ReputationGuard {
     await this.#refreshing
   }
 
-  /** Reads the pauses now and then every PAUSE_REFRESH_MS, off the request path. */
-  async start (): Promise<void> {
+  /** Reads the pauses now (not waited for: start-up never waits on Redis) and then every PAUSE_REFRESH_MS, off the request path. */
+  start (): void {
     if (this.#options.settings === null || this.#timer !== null) return
-    await this.refresh().catch((error: unknown) => { this.#options.log.error({ err: error }, 'reading the sending pauses failed') })
-    this.#timer = setInterval(() => {
+    const read = (): void => {
       this.refresh().catch((error: unknown) => { this.#options.log.warn({ err: error }, 'reading the sending pauses failed; the last reading stands') })
-    }, this.#options.refreshMs ?? PAUSE_REFRESH_MS)
+    }
+    read()
+    this.#timer = setInterval(read, this.#options.refreshMs ?? PAUSE_REFRESH_MS)
     this.#timer.unref()
   }
 

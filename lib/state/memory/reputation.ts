@@ -1,4 +1,4 @@
-import { reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, type ReputationStore, type SendingPause } from '../reputation.js'
+import { REPUTATION_BUCKET_MS, reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, type ReputationStore, type SendingPause } from '../reputation.js'
 
 /** Each tenant's hourly counts and pauses in this process: lost on a restart, which lifts every pause. */
 export class MemoryReputation implements ReputationStore {
@@ -22,7 +22,7 @@ export class MemoryReputation implements ReputationStore {
       counts = { sent: 0, bounced: 0, complained: 0 }
       buckets.set(hour, counts)
       // A new hour is when the hours past the window are dropped: a tenant holds a window's worth at most.
-      const oldest = hour - Math.round(this.#windowMs / 3_600_000)
+      const oldest = hour - Math.round(this.#windowMs / REPUTATION_BUCKET_MS)
       for (const past of buckets.keys()) if (past <= oldest) buckets.delete(past)
     }
     counts[event]++

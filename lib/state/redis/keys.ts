@@ -191,10 +191,11 @@ export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: 
  * `bounced`, `complained`), `reputation:{acme:live}:<hour>`, in its live traffic's slot, so one
  * pipeline reads a window; and the one hash of every tenant's pause, field the tenant id.
  */
-export function reputationKeys (tenantId: string): { bucket: (hour: number) => string, paused: string } {
-  const prefix = `reputation:${scopeTag(tenantId, 'live')}`
-  return { bucket: (hour) => `${prefix}:${hour}`, paused: 'reputation:paused' }
+export function reputationBucketKey (tenantId: string, hour: number): string {
+  return `reputation:${scopeTag(tenantId, 'live')}:${hour}`
 }
+
+export const REPUTATION_PAUSED_KEY = 'reputation:paused'
 
 /** A handled SNS MessageId. */
 export function feedbackKey (messageId: string): string {

@@ -1,6 +1,6 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
-import { reputationKeys } from './keys.js'
+import { REPUTATION_PAUSED_KEY, reputationBucketKey } from './keys.js'
 import { REPUTATION_BUCKET_MS, reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, type ReputationStore, type SendingPause } from '../reputation.js'
 
 const EVENTS: readonly ReputationEvent[] = ['sent', 'bounced', 'complained']
@@ -44,9 +44,8 @@ export class RedisReputation implements ReputationStore {
   }
 
   async window (tenantId: string, nowMs: number): Promise<ReputationCounts> {
-    const keys = reputationKeys(tenantId)
     const pipeline = this.#client.pipeline()
-    for (const hour of windowBuckets(nowMs, this.#windowMs)) pipeline.hmget(keys.bucket(hour), ...EVENTS)
+    for (const hour of windowBuckets(nowMs, this.#windowMs)) pipeline.hmget(reputationBucketKey(tenantId, hour), ...EVENTS)
     const replies = await storeCall('reputation read', async () => await pipeline.exec())
     const sums = { sent: 0, bounced: 0, complained: 0 }
     for (const [error, values] of replies ?? []) {
@@ -57,24 +56,21 @@ export class RedisReputation implements ReputationStore {
   }
 
   async pause (tenantId: string, pause: SendingPause): Promise<boolean> {
-    const { paused } = reputationKeys(tenantId)
-    return await storeCall('reputation pause', async () => await this.#client.hsetnx(paused, tenantId, JSON.stringify(pause))) === 1
+    return await storeCall('reputation pause', async () => await this.#client.hsetnx(REPUTATION_PAUSED_KEY, tenantId, JSON.stringify(pause))) === 1
   }
 
   async paused (): Promise<Map<string, SendingPause>> {
-    const { paused } = reputationKeys('')
-    const fields = await storeCall('reputation pauses read', async () => await this.#client.hgetall(paused))
+    const fields = await storeCall('reputation pauses read', async () => await this.#client.hgetall(REPUTATION_PAUSED_KEY))
     return new Map(Object.entries(fields).map(([tenantId, json]) => [tenantId, JSON.parse(json) as SendingPause]))
   }
 
   async resume (tenantId: string, { forget, nowMs }: { forget: boolean, nowMs: number }): Promise<SendingPause | null> {
-    const keys = reputationKeys(tenantId)
     const json = await storeCall('reputation resume', async () => {
-      const [[, pause] = [null, null]] = await this.#client.multi().hget(keys.paused, tenantId).hdel(keys.paused, tenantId).exec() ?? []
+      const [[, pause] = [null, null]] = await this.#client.multi().hget(REPUTATION_PAUSED_KEY, tenantId).hdel(REPUTATION_PAUSED_KEY, tenantId).exec() ?? []
       return pause as string | null
     })
     if (forget) {
-      const hours = windowBuckets(nowMs, this.#windowMs).map((hour) => keys.bucket(hour))
+      const hours = windowBuckets(nowMs, this.#windowMs).map((hour) => reputationBucketKey(tenantId, hour))
       await storeCall('reputation resume', async () => await this.#client.del(...hours))
     }
     return json === null ? null : JSON.parse(json) as SendingPause
@@ -89,11 +85,10 @@ export class RedisReputation implements ReputationStore {
     const pending = this.#pending
     this.#pending = new Map()
     for (const [tenantId, tally] of pending) {
-      const keys = reputationKeys(tenantId)
       const pipeline = this.#client.pipeline()
       for (const [field, count] of tally) {
         const [hour = '0', event = 'sent'] = field.split(':')
-        const key = keys.bucket(Number(hour))
+        const key = reputationBucketKey(tenantId, Number(hour))
         pipeline.hincrby(key, event, count)
         // Kept a window past its hour's end: no read of a window reaches further back.
         pipeline.pexpireat(key, (Number(hour) + 1) * REPUTATION_BUCKET_MS + this.#windowMs)
