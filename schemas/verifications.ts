@@ -45,7 +45,7 @@ export const VerificationReply = Type.Object({
     createdAt: Type.String({ format: 'date-time' }),
     expiresAt: Type.String({ format: 'date-time' }),
     wrongGuesses: Type.Integer({ minimum: 0, description: 'Verifies of this requestId that did not verify.' }),
-    events: Type.Array(VerificationEvent, { description: 'In the order they happened; at most 32 are listed (feedback can repeat).' }),
-    eventsOmitted: Type.Integer({ minimum: 0, description: 'Events past the 32 listed: counted, not listed.' })
+    events: Type.Array(VerificationEvent, { description: 'In the order they happened. Listed up to a bound per type: 24 `wrong_guess`, 8 `delayed`, the first of every other type; so the end of a story is listed however often it was guessed at.' }),
+    eventsOmitted: Type.Integer({ minimum: 0, description: 'Events past their type\'s bound: counted, not listed.' })
   })
 }, { $id: 'VerificationReply', description: 'The story of one verification, without the address or the code.' })

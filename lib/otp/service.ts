@@ -98,7 +98,7 @@ export interface OtpServiceOptions {
   /** Whose message is composed next when several tenants' dispatches wait for the event loop. */
   turns: Pick<TenantTurns, 'run'>
   /** Each verification's story: recorded in passing, never awaited, never failing a request. */
-  verifications: Pick<VerificationLog, 'record'>
+  verifications: Pick<VerificationLog, 'start' | 'record'>
   /** The tenants' live sending reputation: paused tenants are refused, live sends and partner reports counted. */
   reputation: Pick<ReputationGuard, 'isPaused' | 'sent' | 'reported'>
 }
@@ -182,7 +182,7 @@ export class OtpService {
       if (decision.kind === 'refused') throw apiError(decision.refusal.code, decision.refusal.message, decision.refusal.headers)
       const admitted: Admitted = { plan, quota: decision.quota, headers: decision.headers }
       const story = { tenantId: tenant.id, mode, requestId: minted.requestId }
-      verifications.record(story, { type: 'requested', at: new Date(nowMs).toISOString(), keyId: key.id, expiresAt: new Date(nowMs + ttlSeconds * 1000).toISOString() })
+      verifications.start(story, plan.lane, { type: 'requested', at: new Date(nowMs).toISOString(), keyId: key.id, expiresAt: new Date(nowMs + ttlSeconds * 1000).toISOString() })
       // The one step whose cost a tenant sets (its templates): taken in turns with other tenants.
       const compose = async (): Promise<OutgoingMessage> => await turns.run(tenant.id, () => composeVerificationMessage({
         to: email.address,

@@ -157,6 +157,20 @@ for (const store of ['memory', 'redis'] as const) {
       t.equal(story.body.data.state, 'pending', 'feedback tells what the mail did, not the code')
     })
 
+    t.test('a flood of dispatches from the tenant\'s page forgets none of its backend\'s stories', async (t) => {
+      const h = await harness(t, store, { VERIFICATION_LOG_MAX_PER_TENANT: '2' })
+      const backend = await h.dispatch('gil@example.com')
+      const fromPage: string[] = []
+      for (let i = 0; i < 4; i++) {
+        const answer = await h.app.inject({ method: 'POST', url: '/otp/request', headers: { ...bearer(h.keys.acmeBrowser), origin: 'https://app.acme.test' }, payload: { email: `page${i}@example.com` } })
+        t.equal(answer.statusCode, 200, `page dispatch ${i}`)
+        fromPage.push(answer.json().data.requestId as string)
+      }
+      t.equal((await h.story(backend)).statusCode, 200, 'the backend\'s story stays')
+      t.strictSame(await Promise.all(fromPage.map(async (id) => (await h.story(id)).statusCode)), [404, 404, 404, 200], 'the page keeps half the cap: its most recent')
+      t.match((await h.story(fromPage[3] as string)).body.data.events, [{ type: 'requested', keyId: 'acme_browser' }, { type: 'sent' }])
+    })
+
     t.test('one identical 404 for unknown, malformed, another tenant\'s and the other mode\'s requestId; restricted keys refused', async (t) => {
       const h = await harness(t, store)
       const live = await h.dispatch('ed@example.com')

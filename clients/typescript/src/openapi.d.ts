@@ -454,7 +454,7 @@ export interface components {
                 expiresAt: string;
                 /** @description Verifies of this requestId that did not verify. */
                 wrongGuesses: number;
-                /** @description In the order they happened; at most 32 are listed (feedback can repeat). */
+                /** @description In the order they happened. Listed up to a bound per type: 24 `wrong_guess`, 8 `delayed`, the first of every other type; so the end of a story is listed however often it was guessed at. */
                 events: ({
                     /** @enum {string} */
                     type: "requested";
@@ -567,7 +567,7 @@ export interface components {
                      */
                     at: string;
                 })[];
-                /** @description Events past the 32 listed: counted, not listed. */
+                /** @description Events past their type's bound: counted, not listed. */
                 eventsOmitted: number;
             };
         };

@@ -1,9 +1,11 @@
 import { tenantScope } from '../../keys/scope.js'
-import { appendEvent, newStory, type VerificationEvent, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
+import type { Lane } from '../admission.js'
+import { appendEvent, browserStories, newStory, type LaterEvent, type RequestedEvent, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
 
 /**
- * Stories kept per tenant and mode in process: the embedded default is one instance with a
- * tenant's traffic in one process; a story of four events takes about 1 KB, a full one about 3.4 KB (docs/security.md).
+ * Backend stories kept per tenant and mode in process (its pages keep half as many more): the
+ * embedded default is one instance with a tenant's traffic in one process; a story of four events
+ * takes about 1 KB, a full one about 5 KB (docs/security.md).
  */
 export const MEMORY_LOG_PER_SCOPE = 10_000
 
@@ -12,49 +14,55 @@ interface Kept {
   story: VerificationStory
 }
 
+/** A scope's stories, one table per lane, each in the order its verifications were requested. */
+type Tables = Record<Lane, Map<string, Kept>>
+
 /**
- * Stories in process, one table per tenant and mode, each in the order its verifications were
- * requested: past retention or past the table's cap the oldest go first, so one tenant filling
- * its table forgets only its own. Written at once (there is no round trip to save).
+ * Stories in process, per tenant and mode and per lane: past retention or past its lane's cap a
+ * table's oldest go first, so one tenant filling its tables forgets only its own, and its pages
+ * filling theirs forget only theirs. Written at once (there is no round trip to save).
  */
 export class MemoryVerificationLog implements VerificationLog {
-  readonly #scopes = new Map<string, Map<string, Kept>>()
+  readonly #scopes = new Map<string, Tables>()
   readonly #retentionMs: number
-  readonly #maxPerScope: number
+  readonly #caps: Record<Lane, number>
   readonly #now: () => number
 
   constructor (limits: VerificationLogLimits, options: { now?: () => number } = {}) {
     this.#retentionMs = limits.retentionMs
-    this.#maxPerScope = Math.min(limits.maxPerScope, MEMORY_LOG_PER_SCOPE)
+    const backend = Math.min(limits.maxPerScope, MEMORY_LOG_PER_SCOPE)
+    this.#caps = { backend, browser: browserStories(backend) }
     this.#now = options.now ?? Date.now
   }
 
-  record (id: VerificationId, event: VerificationEvent): void {
+  start (id: VerificationId, lane: Lane, event: RequestedEvent): void {
     const scope = tenantScope(id.tenantId, id.mode)
-    const now = this.#now()
-    let table = this.#scopes.get(scope)
-    if (event.type === 'requested') {
-      if (table === undefined) {
-        table = new Map()
-        this.#scopes.set(scope, table)
-      }
-      if (table.has(id.requestId)) return
-      this.#forgetOld(table, now)
-      while (table.size >= this.#maxPerScope) {
-        const oldest = table.keys().next()
-        if (oldest.done === true) break
-        table.delete(oldest.value)
-      }
-      table.set(id.requestId, { createdMs: now, story: newStory(event) })
-      return
+    let tables = this.#scopes.get(scope)
+    if (tables === undefined) {
+      tables = { backend: new Map(), browser: new Map() }
+      this.#scopes.set(scope, tables)
     }
-    const kept = table?.get(id.requestId)
-    if (kept === undefined || this.#expired(kept, now)) return
+    if (tables.backend.has(id.requestId) || tables.browser.has(id.requestId)) return
+    const now = this.#now()
+    const table = tables[lane]
+    this.#forgetOld(tables.backend, now)
+    this.#forgetOld(tables.browser, now)
+    while (table.size >= this.#caps[lane]) {
+      const oldest = table.keys().next()
+      if (oldest.done === true) break
+      table.delete(oldest.value)
+    }
+    table.set(id.requestId, { createdMs: now, story: newStory(event) })
+  }
+
+  record (id: VerificationId, event: LaterEvent): void {
+    const kept = this.#kept(id)
+    if (kept === undefined || this.#expired(kept, this.#now())) return
     appendEvent(kept.story, event)
   }
 
   async read (id: VerificationId): Promise<VerificationStory | null> {
-    const kept = this.#scopes.get(tenantScope(id.tenantId, id.mode))?.get(id.requestId)
+    const kept = this.#kept(id)
     if (kept === undefined || this.#expired(kept, this.#now())) return null
     return structuredClone(kept.story)
   }
@@ -69,16 +77,22 @@ export class MemoryVerificationLog implements VerificationLog {
     this.#scopes.clear()
   }
 
-  /** The number of stories kept for a scope (tests, the security table's measurement). */
+  /** The number of stories kept for a scope, both lanes (tests, the security table's measurement). */
   size (tenantId: string, mode: VerificationId['mode']): number {
-    return this.#scopes.get(tenantScope(tenantId, mode))?.size ?? 0
+    const tables = this.#scopes.get(tenantScope(tenantId, mode))
+    return (tables?.backend.size ?? 0) + (tables?.browser.size ?? 0)
+  }
+
+  #kept (id: VerificationId): Kept | undefined {
+    const tables = this.#scopes.get(tenantScope(id.tenantId, id.mode))
+    return tables?.backend.get(id.requestId) ?? tables?.browser.get(id.requestId)
   }
 
   #expired (kept: Kept, now: number): boolean {
     return now - kept.createdMs >= this.#retentionMs
   }
 
-  /** From the oldest, up to the first story still within retention (the table is in creation order). */
+  /** From the oldest, up to the first story still within retention (a table is in creation order). */
   #forgetOld (table: Map<string, Kept>, now: number): void {
     for (const [requestId, kept] of table) {
       if (!this.#expired(kept, now)) break

@@ -178,12 +178,13 @@ export function sandboxShareKeys (tenantId: string): SandboxShareKeys {
 }
 
 /**
- * A tenant's verification stories in one mode: the index of its requestIds by when they were
- * requested, and each story, all in the scope's slot (`vlog:{acme:live}`, `vlog:{acme:live}:<requestId>`).
+ * A tenant's verification stories in one mode, all in the scope's slot: the index of the stories
+ * its backend dispatched by when they were requested (`vlog:{acme:live}`), that of its pages'
+ * (`vlog:browser:{acme:live}`: no story key starts so), and each story (`vlog:{acme:live}:<requestId>`).
  */
-export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: string, story: (requestId: string) => string } {
+export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: string, browserIndex: string, story: (requestId: string) => string } {
   const index = `vlog:${scopeTag(tenantId, mode)}`
-  return { index, story: (requestId) => `${index}:${requestId}` }
+  return { index, browserIndex: `vlog:browser:${scopeTag(tenantId, mode)}`, story: (requestId) => `${index}:${requestId}` }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { TOKEN_RECORD_SEPARATOR } from '../tokens.js'
+import { LISTED_PER_TYPE } from '../verification-log.js'
 import { FENCE_LUA, UNDO_SHEBANG, WRITES_SHEBANG } from './fence.js'
 import { count, flag, key, keys, luaPrologue, number, scriptArgs, text, texts, tuples } from './script-args.js'
 
@@ -737,48 +738,51 @@ return { depth, tostring(oldest) }
 /* Verification stories (lib/state/redis/verification-log.ts). */
 
 /*
- * A story is a hash: `listed` (events listed so far), `e1`…`e<maxEvents>` (each event's JSON)
- * and `n:<type>` (events of each type, listed or not). The scope's index is a sorted set of
- * story keys by when they were requested, on Redis's clock.
+ * A story is a hash: `listed` (events listed so far), `e1`…`e<listed>` (each event's JSON) and
+ * `n:<type>` (events of each type, listed or not): an event is listed while its type's count is
+ * within LISTED_PER_TYPE. The scope's two indexes, one per lane, are sorted sets of story keys
+ * by when they were requested, on Redis's clock.
  */
 
-/** The scope's index, each event's story key; retention, the scope's cap, events listed per story; each event's type and JSON. */
+/** The lane indexes, each event's story key; retention, each lane's cap; each event's type, its story's lane (a `requested` one's) and JSON. */
 export const VERIFICATION_LOG_ARGS = scriptArgs({
-  keys: [key('index'), keys('stories')],
-  argv: [number('retentionMs'), number('maxStories'), number('maxEvents'), tuples('events', ['type', 'json'], 'stories')]
+  keys: [key('index'), key('browserIndex'), keys('stories')],
+  argv: [number('retentionMs'), number('maxStories'), number('maxBrowserStories'), tuples('events', ['type', 'lane', 'json'], 'stories')]
 })
 /**
  * VERIFICATION_LOG_ARGS. A `requested` event starts its story (once: a repeat is dropped) and
- * forgets the scope's oldest stories past the cap; any other event is added to a story that
+ * forgets its lane's oldest stories past the lane's cap; any other event is added to a story that
  * exists and dropped otherwise. Reply: the events written.
  */
 export const VERIFICATION_LOG_LUA = `${WRITES_SHEBANG}${luaPrologue(VERIFICATION_LOG_ARGS)}
+local listedPerType = { ${Object.entries(LISTED_PER_TYPE).map(([type, listed]) => `${type} = ${listed}`).join(', ')} }
 local time = redis.call('TIME')
 local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', index, '-inf', nowMs - retentionMs)
+redis.call('ZREMRANGEBYSCORE', browserIndex, '-inf', nowMs - retentionMs)
 local written = 0
 for i = 0, storiesCount - 1 do
   local story = KEYS[storiesAt + i]
-  local eventType = ARGV[eventsAt + 2 * i]
-  local json = ARGV[eventsAt + 2 * i + 1]
+  local eventType = ARGV[eventsAt + 3 * i]
+  local json = ARGV[eventsAt + 3 * i + 2]
   if eventType == 'requested' then
     if redis.call('EXISTS', story) == 0 then
+      local laneIndex, cap = index, maxStories
+      if ARGV[eventsAt + 3 * i + 1] == 'browser' then laneIndex, cap = browserIndex, maxBrowserStories end
       redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1)
       redis.call('PEXPIRE', story, retentionMs)
-      redis.call('ZADD', index, nowMs, story)
-      local over = redis.call('ZCARD', index) - maxStories
+      redis.call('ZADD', laneIndex, nowMs, story)
+      local over = redis.call('ZCARD', laneIndex) - cap
       if over > 0 then
-        for _, gone in ipairs(redis.call('ZRANGE', index, 0, over - 1)) do redis.call('DEL', gone) end
-        redis.call('ZREMRANGEBYRANK', index, 0, over - 1)
+        for _, gone in ipairs(redis.call('ZRANGE', laneIndex, 0, over - 1)) do redis.call('DEL', gone) end
+        redis.call('ZREMRANGEBYRANK', laneIndex, 0, over - 1)
       end
-      redis.call('PEXPIRE', index, retentionMs)
+      redis.call('PEXPIRE', laneIndex, retentionMs)
       written = written + 1
     end
   elseif redis.call('EXISTS', story) == 1 then
-    redis.call('HINCRBY', story, 'n:' .. eventType, 1)
-    local listed = tonumber(redis.call('HGET', story, 'listed') or '0')
-    if listed < maxEvents then
-      redis.call('HSET', story, 'listed', listed + 1, 'e' .. (listed + 1), json)
+    if redis.call('HINCRBY', story, 'n:' .. eventType, 1) <= (listedPerType[eventType] or 0) then
+      redis.call('HSET', story, 'e' .. redis.call('HINCRBY', story, 'listed', 1), json)
     end
     written = written + 1
   end

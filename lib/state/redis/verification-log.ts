@@ -3,7 +3,8 @@ import type { RedisClient } from './client.js'
 import { verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
 import { VERIFICATION_LOG_ARGS, VERIFICATION_LOG_LUA } from './scripts.js'
-import { MAX_EVENTS, type VerificationEvent, type VerificationEventType, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
+import type { Lane } from '../admission.js'
+import { browserStories, MAX_LISTED, type LaterEvent, type RequestedEvent, type VerificationEvent, type VerificationEventType, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
 
 /** Events waiting for the next write; past it new ones are dropped (and counted) rather than held. */
 export const MAX_BUFFERED_EVENTS = 10_000
@@ -15,7 +16,7 @@ type Command = (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unkno
 interface Pending {
   tenantId: string
   mode: VerificationId['mode']
-  entries: Array<{ requestId: string, event: VerificationEvent }>
+  entries: Array<{ requestId: string, event: VerificationEvent, lane: Lane | '' }>
 }
 
 /**
@@ -44,7 +45,32 @@ export class RedisVerificationLog implements VerificationLog {
     this.#command = command.bind(client)
   }
 
-  record (id: VerificationId, event: VerificationEvent): void {
+  start (id: VerificationId, lane: Lane, event: RequestedEvent): void {
+    this.#queue(id, event, lane)
+  }
+
+  record (id: VerificationId, event: LaterEvent): void {
+    this.#queue(id, event, '')
+  }
+
+  async read (id: VerificationId): Promise<VerificationStory | null> {
+    const key = verificationLogKeys(id.tenantId, id.mode).story(id.requestId)
+    const fields = await storeCall('verification story read', async () => await this.#client.hgetall(key))
+    if (fields.e1 === undefined) return null
+    const events: VerificationEvent[] = []
+    for (let i = 1; i <= MAX_LISTED; i++) {
+      const json = fields[`e${i}`]
+      if (json === undefined) break
+      events.push(JSON.parse(json) as VerificationEvent)
+    }
+    const counts: VerificationStory['counts'] = {}
+    for (const [field, value] of Object.entries(fields)) {
+      if (field.startsWith('n:')) counts[field.slice(2) as VerificationEventType] = Number(value)
+    }
+    return { events, counts }
+  }
+
+  #queue (id: VerificationId, event: VerificationEvent, lane: Lane | ''): void {
     if (this.#buffered >= MAX_BUFFERED_EVENTS) {
       this.#dropped++
       return
@@ -56,26 +82,9 @@ export class RedisVerificationLog implements VerificationLog {
       pending = { tenantId: id.tenantId, mode: id.mode, entries: [] }
       this.#pending.set(scope, pending)
     }
-    pending.entries.push({ requestId: id.requestId, event })
+    pending.entries.push({ requestId: id.requestId, event, lane })
     this.#buffered++
     this.#scheduled ??= setImmediate(() => { this.#write() })
-  }
-
-  async read (id: VerificationId): Promise<VerificationStory | null> {
-    const key = verificationLogKeys(id.tenantId, id.mode).story(id.requestId)
-    const fields = await storeCall('verification story read', async () => await this.#client.hgetall(key))
-    if (fields.e1 === undefined) return null
-    const events: VerificationEvent[] = []
-    for (let i = 1; i <= MAX_EVENTS; i++) {
-      const json = fields[`e${i}`]
-      if (json === undefined) break
-      events.push(JSON.parse(json) as VerificationEvent)
-    }
-    const counts: VerificationStory['counts'] = {}
-    for (const [field, value] of Object.entries(fields)) {
-      if (field.startsWith('n:')) counts[field.slice(2) as VerificationEventType] = Number(value)
-    }
-    return { events, counts }
   }
 
   async flush (): Promise<void> {
@@ -105,11 +114,12 @@ export class RedisVerificationLog implements VerificationLog {
         const batch = entries.slice(from, from + EVENTS_PER_CALL)
         const packed = packArgs(VERIFICATION_LOG_ARGS, {
           index: keys.index,
+          browserIndex: keys.browserIndex,
           stories: batch.map(({ requestId }) => keys.story(requestId)),
           retentionMs: this.#limits.retentionMs,
           maxStories: this.#limits.maxPerScope,
-          maxEvents: MAX_EVENTS,
-          events: batch.map(({ event }) => ({ type: event.type, json: JSON.stringify(event) }))
+          maxBrowserStories: browserStories(this.#limits.maxPerScope),
+          events: batch.map(({ event, lane }) => ({ type: event.type, lane, json: JSON.stringify(event) }))
         })
         const write = this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length })
         this.#writing.add(write)

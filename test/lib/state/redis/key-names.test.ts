@@ -63,7 +63,9 @@ const MAIN_KEY_PATTERNS = [
   'webhooks:{webhooks:globex}:stream',
   'webhooks:{webhooks}:tenants',
   'webhooks:{webhooks}:version',
-  // Added since: verification stories, in the slot of their tenant and mode.
+  // Added since: verification stories, in the slot of their tenant and mode; the stories its
+  // pages dispatched have an index of their own (a cap apart from the backend's).
+  'vlog:browser:{acme:live}',
   'vlog:{acme:live}',
   'vlog:{acme:live}:<id>',
   'vlog:{acme:test}',
