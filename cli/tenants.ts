@@ -1,16 +1,25 @@
+import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/templating/template-files.js'
+import { openRedisReputation } from '../lib/state/index.js'
 import { TenantRegistry } from '../lib/tenants/registry.js'
 import { registryFromFile, TenantsFileError } from '../lib/tenants-file/load.js'
-import { TenantsFileSchema } from '../schemas/tenants.js'
+import { TENANT_ID_PATTERN, TenantsFileSchema } from '../schemas/tenants.js'
 import { CommandError, envValue, helpFor, parse, text, UsageError, type Io } from './program.js'
 
 const checkUsage = '  email-otp tenants check [PATH] [--templates DIR]'
 const schemaUsage = '  email-otp tenants schema'
+const resumeUsage = '  email-otp tenants resume ID'
+const resumeHelp = `resume lifts a tenant's live sending pause (docs/reputation.md) in the service's Redis
+(REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES, as for the service) and starts its
+reputation window afresh; every instance stops refusing within a few seconds. Without Redis
+the pause lives in the service's process, which this command cannot reach: it lifts by
+itself once the window's rates fall below the thresholds (or with a restart).`
 
 const help: Record<string, string> = {
   '': `Usage:
 ${checkUsage}
 ${schemaUsage}
+${resumeUsage}
   email-otp tenants [COMMAND] --help
 
 check loads the tenants file with the service's own rules (templates included) and lists
@@ -18,9 +27,11 @@ every problem of every tenant at once, each with its JSON path; it exits 1 when 
 would refuse the file or any tenant in it (a refused tenant alone does not stop the service:
 the others are served). PATH defaults to $TENANTS_FILE, else tenants.json; DIR (the tenants' template folders)
 to $TEMPLATES_DIR, else templates/ beside the tenants file.
-schema prints the tenants file's JSON Schema (schemas/tenants.schema.json).`,
+schema prints the tenants file's JSON Schema (schemas/tenants.schema.json).
+${resumeHelp}`,
   check: `Usage:\n${checkUsage}\n\nLoads the tenants file with the service's own rules (templates included) and lists every\nproblem of every tenant at once, each with its JSON path (e.g. /tenants/0/keys/2/sha256);\nexits 1 when the service would refuse the file or any tenant in it. PATH defaults to $TENANTS_FILE, else tenants.json; DIR to\n$TEMPLATES_DIR, else templates/ beside the tenants file.`,
-  schema: `Usage:\n${schemaUsage}\n\nPrints the tenants file's JSON Schema, as published in schemas/tenants.schema.json.`
+  schema: `Usage:\n${schemaUsage}\n\nPrints the tenants file's JSON Schema, as published in schemas/tenants.schema.json.`,
+  resume: `Usage:\n${resumeUsage}\n\n${resumeHelp[0]?.toUpperCase() ?? ''}${resumeHelp.slice(1)}`
 }
 
 /** The tenants file's JSON Schema, as published in schemas/tenants.schema.json. */
@@ -71,10 +82,42 @@ export async function run (argv: string[], { out, env }: Io): Promise<void> {
     out(tenantsJsonSchema().trimEnd())
     return
   }
-  if (command !== 'check') throw new UsageError(command === undefined ? 'a command is required: check or schema' : `unknown command ${command}`)
+  if (command === 'resume') {
+    if (argument === undefined) throw new UsageError('resume needs the tenant id')
+    if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
+    await resume(argument, env, out)
+    return
+  }
+  if (command !== 'check') throw new UsageError(command === undefined ? 'a command is required: check, schema or resume' : `unknown command ${command}`)
   if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
   const path = argument ?? envValue(env, 'TENANTS_FILE') ?? 'tenants.json'
   const templatesDir = text(values, 'templates') ?? envValue(env, 'TEMPLATES_DIR') ?? TemplateFolders.besideTenantsFile(path)
   const registry = await loadTenantsFile(path, templatesDir, env)
   out(`${path}: no problems (${plural(registry.tenants.size, 'tenant')})`)
+}
+
+/** Lifts the tenant's pause in the service's Redis and forgets its window's counts. */
+async function resume (tenantId: string, env: Io['env'], out: Io['out']): Promise<void> {
+  if (!new RegExp(TENANT_ID_PATTERN).test(tenantId)) throw new UsageError('resume needs a tenant id (lower-case letters, digits, - and _)')
+  let config
+  try {
+    config = parseRedisToolConfig(env)
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CommandError(error.message)
+    throw error
+  }
+  if (config.redis === null) {
+    throw new CommandError('without Redis (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) a pause lives in the service\'s own process, which this command cannot reach: it lifts by itself once the window\'s rates fall below the thresholds, or when the service restarts')
+  }
+  const { reputation, close } = openRedisReputation(config.redis, config.reputationWindowMs)
+  try {
+    const lifted = await reputation.resume(tenantId, { forget: true, nowMs: Date.now() }).catch((error: unknown) => {
+      throw new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
+    })
+    out(lifted === null
+      ? `${tenantId}: live sending was not paused; its reputation window starts afresh`
+      : `${tenantId}: live sending resumed (paused since ${new Date(lifted.sinceMs).toISOString()}); its reputation window starts afresh, and every instance sends again within a few seconds`)
+  } finally {
+    close()
+  }
 }

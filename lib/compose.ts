@@ -20,6 +20,7 @@ import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
 import { deriveReceiptSigningKeys, prepareSigningKeys } from './receipts/signing-keys.js'
 import { RecipientTagger, tagKeyFingerprint } from './recipients/tag.js'
+import { ReputationGuard } from './reputation/guard.js'
 import { SandboxMessages } from './sandbox/messages.js'
 import { connectRedis, createState, type RedisClient, type State } from './state/index.js'
 import type { Backlog } from './state/webhook-queue.js'
@@ -46,6 +47,8 @@ export interface ServicesObservers {
   webhookOverflowed?: (count: number) => void
   /** One recipient's SES event of a tenant's mail. */
   feedback?: (tenant: string, type: FeedbackEventType, bounceType: 'permanent' | 'transient' | undefined) => void
+  /** A tenant's live sending was paused or resumed, as this process reads the shared pauses. */
+  sendingPaused?: (tenant: string, paused: boolean) => void
 }
 
 export interface ServicesOptions {
@@ -78,6 +81,8 @@ export interface Services {
   readonly verifications: VerificationStories
   readonly sandbox: SandboxMessages
   readonly previews: TemplatePreviews
+  /** Each tenant's live sending reputation: the counts, and the pauses dispatch asks about. */
+  readonly reputation: ReputationGuard
   /** Webhook deliveries queued per tenant of the tenants file. */
   webhookBacklogs (): Promise<Array<[string, Backlog]>>
   /** Checks the stores (a Redis allowed to evict keys, or short of replicas, is logged; one of the wrong kind refused) and starts delivering webhooks. */
@@ -162,6 +167,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
       verificationLog: config.verificationLog,
+      ...(config.reputation === null ? {} : { reputationWindowMs: config.reputation.windowMs }),
       log,
       ...(config.redis === null
         ? {}
@@ -230,6 +236,17 @@ export async function createServices (config: Config, options: ServicesOptions):
     if (borrowedFrom !== null) {
       log.warn(`RECIPIENT_TAG_KEY is not set: recipient tags and address hashes are keyed by the secret of OTP_HMAC_KEYS key "${borrowedFrom}"; set RECIPIENT_TAG_KEY to that secret before adding a key to OTP_HMAC_KEYS, or the rotation cannot start`)
     }
+    const reputation = new ReputationGuard({
+      store: state.reputation,
+      settings: config.reputation,
+      // With SES feedback, SES reports the bounces: a partner's own report of one would count it twice.
+      countPartnerReports: config.sesFeedback.topicArns.size === 0,
+      tenant: (id) => tenants.current.tenants.get(id),
+      webhooks,
+      log,
+      changed: (tenant, paused) => { observers.sendingPaused?.(tenant, paused) }
+    })
+    stops.push(async () => { await reputation.close() })
     const otp = new OtpService({
       policy: admissionPolicy(config),
       signer: new CodeSigner(config.hmacKeys),
@@ -244,12 +261,13 @@ export async function createServices (config: Config, options: ServicesOptions):
       events: webhooks,
       observer: observers.otp ?? NO_OTP_OBSERVER,
       turns: new TenantTurns(COMPOSE_QUANTUM_MS),
-      verifications: state.verificationLog
+      verifications: state.verificationLog,
+      reputation
     })
 
     // SES feedback (lib/feedback/apply.ts). MessageIds are remembered in Redis when there is
     // one, so every instance handles a message once.
-    const applyEffects = applyFeedback({ receipts, mailboxes: otp, webhooks, verifications: state.verificationLog, log })
+    const applyEffects = applyFeedback({ receipts, mailboxes: otp, webhooks, verifications: state.verificationLog, reputation, log })
     const feedback = new SesFeedback({
       topicArns: config.sesFeedback.topicArns,
       certUrlPattern: config.sesFeedback.certUrlPattern,
@@ -278,6 +296,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       verifications: new VerificationStories(state.verificationLog),
       sandbox: new SandboxMessages(state.sandboxInbox),
       previews: new TemplatePreviews(config.otpTtlSeconds),
+      reputation,
       async webhookBacklogs () {
         return await Promise.all(
           [...tenants.current.tenants.keys()].map(async (tenant): Promise<[string, Backlog]> => [tenant, await queue.backlog(tenant)])
@@ -291,6 +310,7 @@ export async function createServices (config: Config, options: ServicesOptions):
         const { refused } = await state.ready()
         if (refused !== null) throw new ConfigError(refused.variable, refused.problem)
         worker.start()
+        reputation.start()
       },
       async close () {
         closing ??= stopAll()

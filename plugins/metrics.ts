@@ -58,6 +58,10 @@ export interface Metrics {
   /** SES events of the tenants' live mail, by tenant: what their bounce and complaint rates are made of. */
   readonly sesEvents: Counter<'tenant' | 'event'>
   readonly reviewUses: Counter<'mode'>
+  /** 1 while a tenant's live sending is paused for its bounce or complaint rate (lib/reputation/), as this instance last read it. */
+  readonly tenantSendingPaused: Gauge<'tenant'>
+  /** Sets the tenant's `email_otp_tenant_sending_paused`. */
+  sendingPaused (tenant: string, paused: boolean): void
   readonly lockouts: Counter<'tenant' | 'mode'>
   readonly errors: Counter<'code'>
   readonly webhookAttempts: Counter<'outcome'>
@@ -114,6 +118,7 @@ export default fp(async function metricsPlugin (fastify) {
     registers: [registry]
   })
   let tenantIds: () => Iterable<string> = () => []
+  const sendingPaused = new Set<string>()
   const seeded = new WeakMap<Counter<string>, Set<string>>()
   /**
    * Every tenant's series of `counter`, one per combination of `values`, present from zero.
@@ -166,6 +171,14 @@ export default fp(async function metricsPlugin (fastify) {
       registers: [registry],
       collect () { seed(this, { event: ['bounced_permanent', 'complained'] }) }
     }),
+    tenantSendingPaused: new Gauge({
+      name: 'email_otp_tenant_sending_paused',
+      help: '1 while a tenant\'s live sending is paused because its bounce or complaint rate reached REPUTATION_BOUNCE_RATE or REPUTATION_COMPLAINT_RATE (every instance reports the shared pause, read every few seconds), else 0.',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      // Every tenant of the file present from 0; a paused one's 1 was set when this instance read its pause.
+      collect () { for (const tenant of tenantIds()) if (!sendingPaused.has(tenant)) this.set({ tenant }, 0) }
+    }),
     reviewUses: new Counter({ name: 'email_otp_review_uses_total', help: 'Dispatches to a tenant\'s review addresses (no mail, no charge).', labelNames: ['mode'] as const, registers: [registry] }),
     errors: new Counter({ name: 'email_otp_errors_total', help: 'Error answers by code (rate limits, blocks, quota, auth, validation…).', labelNames: ['code'] as const, registers: [registry] }),
     webhookAttempts: new Counter({
@@ -191,6 +204,11 @@ export default fp(async function metricsPlugin (fastify) {
         timingSafeEqual(digest(request.headers.authorization ?? ''), expected)
     },
     countTenants (ids) { tenantIds = ids },
+    sendingPaused (tenant, paused) {
+      if (paused) sendingPaused.add(tenant)
+      else sendingPaused.delete(tenant)
+      metrics.tenantSendingPaused.set({ tenant }, paused ? 1 : 0)
+    },
     render: sharedRender(async () => await registry.metrics(), (renderMs) => Math.min(MAX_RENDER_PAUSE_MS, renderMs * RENDER_PAUSE_FACTOR))
   }
   for (const transport of fastify.config.mailTransports) metrics.mailCircuitSkips.inc({ transport }, 0)
@@ -239,6 +257,7 @@ export function servicesObservers (metrics: Metrics): ServicesObservers {
       failedOver (from, kind) { metrics.mailFailovers.inc({ from, kind }) },
       skipped (transport) { metrics.mailCircuitSkips.inc({ transport }) }
     },
+    sendingPaused (tenant, paused) { metrics.sendingPaused(tenant, paused) },
     mailSend (transport, seconds, result) {
       metrics.mailSendSeconds.observe({ transport, result }, seconds)
     },

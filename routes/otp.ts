@@ -12,14 +12,14 @@ const otpRoutes: FastifyPluginAsyncTypebox = async function otpRoutes (fastify) 
     schema: {
       operationId: 'dispatchCode',
       summary: 'Send a 6-digit code to an email address',
-      description: 'Issues a code bound to the returned requestId and mails it. A second dispatch to the same address issues an independent requestId; earlier codes stay valid until used or expired. When delivery fails (502) the code is destroyed before the answer and nothing is charged.',
+      description: 'Issues a code bound to the returned requestId and mails it. A second dispatch to the same address issues an independent requestId; earlier codes stay valid until used or expired. When delivery fails (502) the code is destroyed before the answer and nothing is charged. A tenant whose live mail bounced or drew complaints past the service\'s thresholds has its live dispatches refused with 403 `TENANT_SENDING_PAUSED` until the operator resumes it (docs/reputation.md); its sandbox keys keep working.',
       tags: ['otp'],
       security,
       headers: DispatchHeaders,
       body: ref(DispatchBody),
       response: {
         200: ref(DispatchReply, { description: 'The code was mailed (sandbox keys: kept in the sandbox inbox). Keep `data.requestId` for verify.' }),
-        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_OUTCOME_UNKNOWN', 'IDEMPOTENCY_MISMATCH', 'IDEMPOTENCY_KEY_UNSCOPED', 'DELIVERY_FAILED'])
+        ...errorResponses([...commonErrors, ...bodyErrors, 'INVALID_EMAIL', 'RECIPIENT_BLOCKED', 'RECIPIENT_SUPPRESSED', 'TENANT_SENDING_PAUSED', 'CAPTCHA_REQUIRED', 'CAPTCHA_INVALID', 'RATE_LIMITED', 'QUOTA_EXCEEDED', 'IDEMPOTENCY_IN_FLIGHT', 'IDEMPOTENCY_OUTCOME_UNKNOWN', 'IDEMPOTENCY_MISMATCH', 'IDEMPOTENCY_KEY_UNSCOPED', 'DELIVERY_FAILED'])
       }
     }
   }, async function dispatch (request, reply) {

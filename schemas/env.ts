@@ -23,6 +23,7 @@ const ID_64: NamedPattern = { pattern: '^[A-Za-z0-9_-]{1,64}$', rule: 'must be 1
 const ID_16: NamedPattern = { pattern: '^[A-Za-z0-9_-]{1,16}$', rule: 'must be 1 to 16 letters, digits, _ or -', words: '1 to 16 letters, digits, `_` or `-`' }
 const FINGERPRINT: NamedPattern = { pattern: '^[A-Za-z0-9_-]{16}$', rule: 'must be the 16-character fingerprint the refusal line printed', words: 'the 16-character fingerprint the refusal line printed' }
 const PRINTABLE: NamedPattern = { pattern: '^[\\x21-\\x7e]{1,200}$', rule: 'must be 1 to 200 printable ASCII characters, without spaces', words: '1 to 200 printable ASCII characters, no space' }
+const RATE_OR_OFF: NamedPattern = { pattern: '^(off|0\\.[0-9]*[1-9][0-9]*)$', rule: 'must be a rate above 0 and below 1 (e.g. 0.04), or off', words: 'a rate above `0` and below `1` (`0.04`), or `off`' }
 const RATIO: NamedPattern = { pattern: '^(0(\\.[0-9]+)?|1(\\.0+)?)$', rule: 'must be a ratio from 0 to 1 (e.g. 0.01)', words: 'a ratio from `0` to `1` (`0.01`)' }
 
 /**
@@ -77,6 +78,10 @@ export const EnvSchema = Type.Object({
   VERIFICATION_LOG_DAYS: PositiveInt(7, 1, 90, 'How long GET /verifications/{requestId} can tell a verification\'s story, from when it was requested.'),
   VERIFICATION_LOG_MAX_PER_TENANT: PositiveInt(100_000, 1, 10_000_000, 'Verification stories kept per tenant and mode of those its backend dispatched (secret keys); past it the least recently requested of them is forgotten. Its pages (restricted keys) keep half as many more, forgetting only their own. In memory (no Redis) at most 10,000 (and 5,000).'),
   SUPPRESSION_DAYS: PositiveInt(30, 1, 3650, 'How long a permanent bounce, a complaint or POST /recipients/suppress keeps a mailbox from getting codes of that tenant.'),
+  REPUTATION_BOUNCE_RATE: Matching(RATE_OR_OFF, { default: '0.04', description: 'A tenant whose live mail bounces permanently at this rate or more, over REPUTATION_WINDOW with at least REPUTATION_MIN_SENDS sends, has its live sending paused (403 TENANT_SENDING_PAUSED). Below SES\'s review level (5%), so one tenant is stopped before the shared account is reviewed. `off`: bounces pause no one.' }),
+  REPUTATION_COMPLAINT_RATE: Matching(RATE_OR_OFF, { default: '0.0008', description: 'Likewise for complaints (SES reviews an account at 0.1%). `off`: complaints pause no one; both `off`: the guard is off.' }),
+  REPUTATION_MIN_SENDS: PositiveInt(200, 1, 100_000_000, 'Live sends a tenant must have in REPUTATION_WINDOW before its rates can pause it: below it a handful of bounces is noise (2 of 20 is 10%).'),
+  REPUTATION_WINDOW: Duration('24h', null, '1h', '7d', 'The rolling window the rates are counted over, in hourly buckets (whole hours). A pause lifts by itself once the window\'s rates fall below the thresholds.'),
   MAIL_BREAKER_FAILURES: PositiveInt(5, 1, 1000, 'Consecutive failed sends after which a provider of a MAIL_TRANSPORT list is skipped (its circuit opens).'),
   MAIL_BREAKER_OPEN_SECONDS: Duration('30', 's', '1s', '1h', 'How long an open circuit skips its provider before one probe send may try it again.'),
   SMTP_URL: Type.Optional(Matching(SMTP_URL, { description: 'smtp:// (STARTTLS required) or smtps:// (implicit TLS) URL with credentials, for MAIL_TRANSPORT=smtp. `?tls=off` allows plaintext, for a relay on localhost only.' })),

@@ -34,6 +34,7 @@ export const errorCatalog = {
   SOURCE_BLOCKED: { status: 403, message: 'Requests from this network are not accepted' },
   CAPTCHA_REQUIRED: { status: 403, message: 'This key needs a CAPTCHA token: send the widget\'s answer in the Captcha-Token header' },
   CAPTCHA_INVALID: { status: 403, message: 'The CAPTCHA token was refused (wrong, expired or already used): solve the challenge again' },
+  TENANT_SENDING_PAUSED: { status: 403, message: 'Live sending of this tenant is paused: its mail bounced or drew complaints past the service\'s thresholds. Sandbox keys keep working and codes already sent still verify; ask the operator to resume it once the address list is cleaned' },
   RECIPIENT_BLOCKED: { status: 403, message: 'Codes cannot be sent to this address' },
   SNS_TOPIC_NOT_ALLOWED: { status: 403, message: 'The SNS topic is not one of SES_FEEDBACK_TOPIC_ARNS' },
   SNS_CERT_URL_NOT_ALLOWED: { status: 403, message: 'The SNS signing certificate URL does not match SNS_SIGNING_CERT_URL_PATTERN' },

@@ -11,7 +11,8 @@ export const WEBHOOK_EVENT_TYPES = [
   'delivery.complained',
   'recipient.locked',
   'quota.threshold',
-  'review.used'
+  'review.used',
+  'tenant.sending_paused'
 ] as const
 
 export type WebhookEventType = typeof WEBHOOK_EVENT_TYPES[number]
@@ -112,6 +113,22 @@ export const ReviewUsedPayload = payload('review.used', 'A dispatch went to one 
   source: Type.String({ description: 'Where the request came from: the source address (the end user\'s, with End-User-IP), or for a workload inside a service mesh the bucket it is counted in (`wl:` and its identity, or `mesh:unidentified`).' })
 }, { additionalProperties: false }))
 
+export const TenantSendingPausedPayload = payload('tenant.sending_paused', 'The tenant\'s live mail bounced permanently or drew complaints past a threshold of the shared sending reputation (docs/reputation.md), over at least REPUTATION_MIN_SENDS live sends in the window: its live dispatches answer 403 `TENANT_SENDING_PAUSED` until an operator resumes them (`email-otp tenants resume`) or the window\'s rates fall below the thresholds. The sandbox keeps working, and codes already sent still verify. Sent once per pause; `mode` is always `live`.', Type.Object({
+  ...Base,
+  since: Type.String({ format: 'date-time', description: 'When the pause began.' }),
+  window: Type.String({ description: 'The rolling window the rates are counted over (REPUTATION_WINDOW, e.g. `24h`).' }),
+  sent: Type.Integer({ description: 'Live mails sent in the window.' }),
+  bounced: Type.Integer({ description: 'Permanent bounces in the window (with partner reports of POST /recipients/suppress when SES feedback is not configured).' }),
+  complained: Type.Integer({ description: 'Complaints in the window.' }),
+  bounceRate: Type.Number({ description: 'bounced ÷ sent.' }),
+  complaintRate: Type.Number({ description: 'complained ÷ sent.' }),
+  thresholds: Type.Object({
+    bounceRate: Type.Union([Type.Number(), Type.Null()], { description: 'REPUTATION_BOUNCE_RATE (null: off).' }),
+    complaintRate: Type.Union([Type.Number(), Type.Null()], { description: 'REPUTATION_COMPLAINT_RATE (null: off).' }),
+    minSends: Type.Integer({ description: 'REPUTATION_MIN_SENDS.' })
+  }, { additionalProperties: false })
+}, { additionalProperties: false }))
+
 export const WebhookPayloads = [
   VerificationSucceededPayload,
   VerificationFailedPayload,
@@ -122,7 +139,8 @@ export const WebhookPayloads = [
   DeliveryComplainedPayload,
   RecipientLockedPayload,
   QuotaThresholdPayload,
-  ReviewUsedPayload
+  ReviewUsedPayload,
+  TenantSendingPausedPayload
 ] as const
 
 /** The `data` of each event type, as the service builds it. */
@@ -137,6 +155,7 @@ export interface WebhookEventData {
   'recipient.locked': Omit<Static<typeof RecipientLockedPayload>['data'], 'tenant' | 'mode'>
   'quota.threshold': Omit<Static<typeof QuotaThresholdPayload>['data'], 'tenant' | 'mode'>
   'review.used': Omit<Static<typeof ReviewUsedPayload>['data'], 'tenant' | 'mode'>
+  'tenant.sending_paused': Omit<Static<typeof TenantSendingPausedPayload>['data'], 'tenant' | 'mode'>
 }
 
 /** The published JSON Schema of every webhook body (schemas/webhooks.schema.json). */

@@ -34,7 +34,7 @@ const LIB_LAYERS = [
   ['lib/mail/templating'],
   ['lib/tenants'],
   ['lib/quota', 'lib/receipts', 'lib/webhooks', 'lib/sandbox', 'lib/previews'],
-  ['lib/feedback'],
+  ['lib/feedback', 'lib/reputation'],
   ['lib/admission', 'lib/tenants-file'],
   ['lib/config'],
   ['lib/otp'],

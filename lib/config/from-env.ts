@@ -1,7 +1,7 @@
 import type { RedisTopology } from '../state/index.js'
 import { tracingConfig } from '../telemetry/config.js'
 import { abuseConfig } from './abuse.js'
-import { validEnv } from './env.js'
+import { durationMs, validEnv } from './env.js'
 import { ConfigError } from './error.js'
 import { feedbackConfig } from './feedback.js'
 import { limitsConfig } from './limits.js'
@@ -9,6 +9,7 @@ import { listenerConfig } from './listener.js'
 import { mailConfig } from './mail.js'
 import { proxyConfig } from './proxy.js'
 import { redisTopology, stateConfig } from './redis.js'
+import { reputationConfig } from './reputation.js'
 import { signingConfig } from './signing.js'
 import { tenantsConfig } from './tenants.js'
 import type { Config } from './types.js'
@@ -41,6 +42,7 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
     ...signing,
     ...mail,
     ...feedback,
+    ...reputationConfig(env),
     ...proxy,
     ...abuse,
     ...limits,
@@ -50,12 +52,18 @@ export function parseConfig (source: Readonly<Record<string, string | undefined>
 }
 
 /**
- * What a tool working on the service's Redis needs (the webhooks CLI): the topology and the
- * webhook queue's per-tenant cap, checked as for the service, and nothing the tool does not use
- * (no OTP_HMAC_KEYS: it signs nothing).
+ * What a tool working on the service's Redis needs (the webhooks and tenants CLIs): the
+ * topology, the webhook queue's per-tenant cap and the reputation window, checked as for the
+ * service, and nothing the tool does not use (no OTP_HMAC_KEYS: it signs nothing).
  */
-export function parseRedisToolConfig (source: Readonly<Record<string, string | undefined>>): { redis: RedisTopology | null, redisVariable: string | null, webhooks: { maxQueuedPerTenant: number } } {
+export function parseRedisToolConfig (source: Readonly<Record<string, string | undefined>>): { redis: RedisTopology | null, redisVariable: string | null, webhooks: { maxQueuedPerTenant: number }, reputationWindowMs: number } {
   const env = validEnv(source)
   const redis = redisTopology(env)
-  return { redis: redis?.topology ?? null, redisVariable: redis?.variable ?? null, webhooks: { maxQueuedPerTenant: env.WEBHOOK_MAX_QUEUED_PER_TENANT } }
+  const { reputation } = reputationConfig(env)
+  return {
+    redis: redis?.topology ?? null,
+    redisVariable: redis?.variable ?? null,
+    webhooks: { maxQueuedPerTenant: env.WEBHOOK_MAX_QUEUED_PER_TENANT },
+    reputationWindowMs: reputation?.windowMs ?? durationMs(env, 'REPUTATION_WINDOW')
+  }
 }

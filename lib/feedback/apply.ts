@@ -10,12 +10,18 @@ export interface MailboxSuppression {
   suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void>
 }
 
+/** What acting on feedback needs of the reputation guard: a permanent bounce or a complaint of live mail counted. */
+export interface ReputationCounter {
+  feedback (tenantId: string, event: 'bounced' | 'complained'): Promise<void>
+}
+
 export interface FeedbackEffects {
   receipts: Pick<Receipts, 'addressHash'>
   mailboxes: MailboxSuppression
   webhooks: Pick<EventSink, 'emit'>
   /** The verification's story the outcome is added to. */
   verifications: Pick<VerificationLog, 'record'>
+  reputation: ReputationCounter
   log: { info (bindings: object, message: string): void }
 }
 
@@ -23,7 +29,7 @@ export interface FeedbackEffects {
  * What a recipient's outcome does: it becomes the tenant's `delivery.*` webhook and an event of
  * the verification's story, and a permanent bounce or a complaint suppresses the mailbox.
  */
-export function applyFeedback ({ receipts, mailboxes, webhooks, verifications, log }: FeedbackEffects): (feedback: DeliveryFeedback) => Promise<void> {
+export function applyFeedback ({ receipts, mailboxes, webhooks, verifications, reputation, log }: FeedbackEffects): (feedback: DeliveryFeedback) => Promise<void> {
   return async ({ tenant, mode, requestId, address, type, bounceType, suppress }) => {
     const addressHash = receipts.addressHash(tenant, address)
     if (suppress) {
@@ -46,6 +52,10 @@ export function applyFeedback ({ receipts, mailboxes, webhooks, verifications, l
       case 'delayed': webhooks.emit(tenant, mode, 'delivery.delayed', { requestId, addressHash }); break
       case 'bounced': webhooks.emit(tenant, mode, 'delivery.bounced', { requestId, addressHash, bounceType: bounceType ?? 'transient' }); break
       case 'complained': webhooks.emit(tenant, mode, 'delivery.complained', { requestId, addressHash }); break
+    }
+    // The shared reputation is the live mail's: a sandbox outcome is simulated.
+    if (mode === 'live' && (type === 'complained' || (type === 'bounced' && bounceType === 'permanent'))) {
+      await reputation.feedback(tenant.id, type)
     }
   }
 }

@@ -14,7 +14,8 @@ import { describeEmailRejection, validateEmail, type ValidatedEmail } from '../r
 import type { RecipientTagger } from '../recipients/tag.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { VerificationLog } from '../state/verification-log.js'
-import type { KeyMode } from '../keys/api-keys.js'
+import { isSandbox, type KeyMode } from '../keys/api-keys.js'
+import type { ReputationGuard } from '../reputation/guard.js'
 import type { TenantKey } from '../tenants/tenant.js'
 import { tenantScope } from '../keys/scope.js'
 import type { Receipts } from '../receipts/receipts.js'
@@ -98,6 +99,8 @@ export interface OtpServiceOptions {
   turns: Pick<TenantTurns, 'run'>
   /** Each verification's story: recorded in passing, never awaited, never failing a request. */
   verifications: Pick<VerificationLog, 'start' | 'record'>
+  /** The tenants' live sending reputation: paused tenants are refused, live sends and partner reports counted. */
+  reputation: Pick<ReputationGuard, 'isPaused' | 'sent' | 'reported'>
 }
 
 /**
@@ -144,7 +147,7 @@ export class OtpService {
   }
 
   async dispatch (caller: Caller, input: DispatchInput): Promise<Dispatched> {
-    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns, verifications } = this.#options
+    const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns, verifications, reputation } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
     const recipient = acceptableRecipient(input.email, key)
@@ -158,6 +161,9 @@ export class OtpService {
     const ttlSeconds = tenant.ttlSeconds ?? defaults.ttlSeconds
     const review = tenant.reviewAddresses.get(email.address.toLowerCase())
     const reviewing = review !== undefined && review.expiresAtMs > Date.now()
+    // A review address sends nothing, so spends no reputation; this process's copy of the pauses: no round trip.
+    const live = !isSandbox(mode)
+    if (live && !reviewing && reputation.isPaused(tenant.id)) throw apiError('TENANT_SENDING_PAUSED')
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
       const subject = laneSubject(laneOf(key), recipientTag)
       const minted = mintCode(signer, tenant.id, mode, subject, addressHash)
@@ -223,6 +229,7 @@ export class OtpService {
         throw apiError('DELIVERY_FAILED', undefined, { ...decision.headers, ...quotaAfterRefund(admitted, refunded) })
       }
       observer.dispatched(key, { sentBy: deliveredBy.provider })
+      if (live) reputation.sent(tenant.id)
       verifications.record(story, { type: 'sent', at: new Date().toISOString(), provider: deliveredBy.provider, ...(deliveredBy.messageId === null ? {} : { messageId: deliveredBy.messageId }) })
       // Once the mail left, so that a refunded unit never reports a threshold.
       const { quota } = decision
@@ -314,6 +321,7 @@ export class OtpService {
   async suppress (caller: Caller, address: string): Promise<void> {
     const { key } = caller
     await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
+    if (!isSandbox(key.mode)) await this.#options.reputation.reported(key.tenant.id)
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id }, 'recipient suppressed')
   }
 

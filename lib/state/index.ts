@@ -33,6 +33,9 @@ import { RedisWebhookQueue } from './redis/webhook-queue.js'
 import type { VerificationLog, VerificationLogLimits } from './verification-log.js'
 import { MemoryVerificationLog } from './memory/verification-log.js'
 import { RedisVerificationLog } from './redis/verification-log.js'
+import type { ReputationStore } from './reputation.js'
+import { MemoryReputation } from './memory/reputation.js'
+import { RedisReputation } from './redis/reputation.js'
 
 export { connectRedis, type RedisClient } from './redis/client.js'
 export type { RedisAccess, RedisNode, RedisTopology } from './redis/topology.js'
@@ -62,6 +65,8 @@ export interface State {
   readonly feedbackDedupe: FeedbackDedupe
   /** Each verification's story (GET /verifications/{requestId}): observational, written off the request's round trip. */
   readonly verificationLog: VerificationLog
+  /** Each tenant's live sends, bounces and complaints over the reputation window, and the pauses they caused (lib/reputation/). */
+  readonly reputation: ReputationStore
   /** Where @fastify/rate-limit counts the routes outside admission: in Redis beside the other stores, or in its own memory. */
   readonly routeLimits: RouteLimitStore
   /**
@@ -100,6 +105,8 @@ export interface StateOptions {
   log?: EvictionLog & ServerCheckLog & TagKeyLog
   /** How long verification stories are kept, and how many per tenant and mode (defaults when not given). */
   verificationLog?: VerificationLogLimits
+  /** REPUTATION_WINDOW (24 hours when not given). */
+  reputationWindowMs?: number
   /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
   topology?: RedisTopology
   /** How long a probe of a listed Sentinel or Cluster node may take to connect. */
@@ -113,6 +120,7 @@ const VERIFICATION_LOG_DEFAULTS: VerificationLogLimits = { retentionMs: 7 * 86_4
 
 export function createState (redis: RedisClient | null, options: StateOptions): State {
   const logLimits = options.verificationLog ?? VERIFICATION_LOG_DEFAULTS
+  const reputationWindow = { windowMs: options.reputationWindowMs ?? 86_400_000 }
   if (redis === null) {
     const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
     const quota = new MemoryQuotaStore()
@@ -120,6 +128,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     const redemptions = new MemoryRedemptionStore()
     const webhookQueue = new MemoryWebhookQueue(options.webhookQueue)
     const verificationLog = new MemoryVerificationLog(logLimits)
+    const reputation = new MemoryReputation(reputationWindow)
     return {
       kind: 'memory',
       tokens,
@@ -131,12 +140,13 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       webhookQueue,
       feedbackDedupe: new MemoryFeedbackDedupe(options.feedbackDedupeTtlMs),
       verificationLog,
+      reputation,
       routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: null },
       ready: async () => ({ ok: await tokens.ready(), reason: null, refused: null, warnings: [], replicas: null }),
       unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
         idempotency.close()
-        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close(), verificationLog.close()])
+        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close(), verificationLog.close(), reputation.close()])
       }
     }
   }
@@ -147,6 +157,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   const acks = new ReplicaAcks(redis, replicaAcks)
   const tagKey = options.tagKey === undefined ? null : new TagKeyGuard(redis, options.tagKey, log)
   const verificationLog = new RedisVerificationLog(redis, logLimits)
+  const reputation = new RedisReputation(redis, reputationWindow)
   const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
     kind: 'redis',
@@ -159,6 +170,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis, options.feedbackDedupeTtlMs),
     verificationLog,
+    reputation,
     routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: withinRequestBudget(redis) },
     ready: async () => {
       // Side by side, each read of a node bounded (READINESS_READ_MS): a frozen primary delays
@@ -179,8 +191,18 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     },
     unacknowledgedWrites: () => acks.shortfalls,
     // The events of the last turn are written before the caller closes the client.
-    close: async () => { await verificationLog.close() }
+    close: async () => { await Promise.all([verificationLog.close(), reputation.close()]) }
   }
+}
+
+/**
+ * The reputation store in Redis for a command-line tool (`email-otp tenants resume`), on a
+ * short-lived connection of its own: `close` ends it.
+ */
+export function openRedisReputation (topology: RedisTopology, windowMs: number): { reputation: ReputationStore, close: () => void } {
+  const client = createToolRedisClient(topology)
+  client.on('error', () => {})
+  return { reputation: new RedisReputation(client, { windowMs }), close: () => { client.disconnect() } }
 }
 
 /**

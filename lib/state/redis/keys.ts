@@ -187,6 +187,17 @@ export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: 
   return { index, browserIndex: `vlog:browser:${scopeTag(tenantId, mode)}`, story: (requestId) => `${index}:${requestId}` }
 }
 
+/**
+ * A tenant's live sending reputation: one hash per hour of the window (fields `sent`,
+ * `bounced`, `complained`), `reputation:{acme:live}:<hour>`, in its live traffic's slot, so one
+ * pipeline reads a window; and the one hash of every tenant's pause, field the tenant id.
+ */
+export function reputationBucketKey (tenantId: string, hour: number): string {
+  return `reputation:${scopeTag(tenantId, 'live')}:${hour}`
+}
+
+export const REPUTATION_PAUSED_KEY = 'reputation:paused'
+
 /** A handled SNS MessageId. */
 export function feedbackKey (messageId: string): string {
   return `feedback:sns:${messageId}`

@@ -116,6 +116,8 @@ async function harness (t: Test, state: State, mutate: (file: TenantsFile) => vo
     gate: AdmissionGate.over(state),
     stores: state,
     verifications: state.verificationLog,
+    // The guard's own tests are test/lib/reputation/ and test/routes/reputation.test.ts.
+    reputation: { isPaused: () => false, sent () {}, async reported () {} },
     mailer,
     defaults: { ttlSeconds: config.otpTtlSeconds, mailFrom: config.mailFrom },
     suppressionMs: config.suppressionMs,

@@ -71,7 +71,9 @@ const MAIN_KEY_PATTERNS = [
   'vlog:{acme:test}',
   'vlog:{acme:test}:<id>',
   'vlog:{globex:test}',
-  'vlog:{globex:test}:<id>'
+  'vlog:{globex:test}:<id>',
+  // Added since: a tenant's live sending reputation, an hour's counts a hash, in its live slot.
+  'reputation:{acme:live}:<n>'
 ].sort()
 
 /**
