@@ -18,8 +18,17 @@ export interface HoldingProxy {
   holdCommandsFrom: (marker: string) => void
   /** Whether a command with the last marker given has been seen (and what it names held). */
   readonly marked: boolean
-  /** Holds every connection's replies from now on, until `release`. */
-  holdAll: () => void
+  /**
+   * Holds the replies of every connection from the first command it sends that contains one
+   * of `markers` (scripts' SHA1s, say), that one included, until `release`. Replies to what a
+   * connection sent before pass: the service's client pipelines its commands, one batch at a
+   * time, so a held reply to a command sent ahead of the marked ones (a clock reading, a
+   * verification-log write) would keep every later command in the client until it timed out,
+   * and they would reach Redis past their deadline.
+   */
+  holdRepliesFromEach: (markers: readonly string[]) => void
+  /** How many commands containing one of holdRepliesFromEach's markers went on to Redis since it was called. */
+  readonly eachMarked: number
   /** Delivers every command and reply held, in order, and relays both ways untouched again. */
   release: () => void
   /** The replies held since the last `release`, as text: what the commands answered, late. */
@@ -48,12 +57,14 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
   const links = new Set<Link>()
   let marker: { text: string, hold: 'replies' | 'commands' } | null = null
   let marked = false
-  let holdingAll = false
+  /** The markers of holdRepliesFromEach, until `release`. */
+  let eachFrom: readonly string[] = []
+  let eachMarked = 0
   let heldText = ''
 
   const port = await startTcpPeer(t, (client) => {
     const upstream = connect(redisPort, '127.0.0.1')
-    const link: Link = { client, upstream, held: holdingAll ? [] : null, commandsHeld: null, tail: '' }
+    const link: Link = { client, upstream, held: null, commandsHeld: null, tail: '' }
     links.add(link)
     const drop = (): void => { client.destroy(); upstream.destroy(); links.delete(link) }
     upstream.on('error', drop)
@@ -65,10 +76,16 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
         link.commandsHeld.push(chunk)
         return
       }
-      if (marker !== null) {
+      if (marker !== null || eachFrom.length > 0) {
         const text = link.tail + chunk.toString('latin1')
-        link.tail = text.slice(-marker.text.length)
-        if (text.includes(marker.text)) {
+        const seenBefore = link.tail.length
+        link.tail = text.slice(-Math.max(marker?.text.length ?? 0, ...eachFrom.map((each) => each.length)))
+        const marks = eachFrom.reduce((count, each) => count + occurrencesEndingAfter(text, each, seenBefore), 0)
+        if (marks > 0) {
+          eachMarked += marks
+          link.held ??= []
+        }
+        if (marker !== null && text.includes(marker.text)) {
           const { hold } = marker
           marker = null
           marked = true
@@ -107,12 +124,14 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
       for (const link of links) link.tail = ''
     },
     get marked () { return marked },
-    holdAll () {
-      holdingAll = true
-      for (const link of links) link.held ??= []
+    holdRepliesFromEach (markers: readonly string[]): void {
+      eachFrom = markers
+      eachMarked = 0
+      for (const link of links) link.tail = ''
     },
+    get eachMarked () { return eachMarked },
     release () {
-      holdingAll = false
+      eachFrom = []
       marker = null
       heldText = ''
       for (const link of links) {
@@ -126,4 +145,11 @@ export async function startHoldingProxy (t: Test, redisPort: number): Promise<Ho
     },
     get heldText () { return heldText }
   }
+}
+
+/** How many times `marker` occurs in `text` ending past `from` (the text before it was counted already). */
+function occurrencesEndingAfter (text: string, marker: string, from: number): number {
+  let count = 0
+  for (let at = text.indexOf(marker, Math.max(0, from - marker.length + 1)); at !== -1; at = text.indexOf(marker, at + marker.length)) count++
+  return count
 }
