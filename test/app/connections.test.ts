@@ -2,11 +2,14 @@
  * The per-source connection cap over real sockets, at its default (MAX_CONNECTIONS_PER_SOURCE,
  * 128): the 129th connection from one address is answered 429 at once and closed, the 128 stay
  * usable, other addresses are not affected, a closed connection frees its place, and the
- * proxies in TRUST_PROXY, through which every client arrives, have no cap. The abuse suite
+ * proxies in TRUST_PROXY, through which every client arrives, have no cap. Past the bound of
+ * what may wait pipelined on one connection, the request running keeps its answer, sent with
+ * `Connection: close`, and none of those waiting is run. The abuse suite
  * (test/abuse/slow-bodies.abuse.ts) holds 300 slow connections against a real process.
  */
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
+import { PIPELINED_BYTES_PER_CONNECTION, PIPELINED_PER_CONNECTION } from '../../plugins/connections.js'
 import { listenApp, openConnection, send, type RawConnection } from '../support/http.js'
 import { until } from '../support/wait.js'
 
@@ -76,6 +79,53 @@ t.test('requests pipelined on one connection are each answered, in order, and th
   const statuses = (): number[] => [...connection.received().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => Number(match[1]))
   await until('every pipelined request answered', () => statuses().length === paths.length)
   t.same(statuses(), [200, 404, 200, 200, 404, 200, 200, 404], 'each answered, in the order they were sent')
+  await healthOn(connection)
+  t.pass('the connection serves the next request')
+})
+
+/**
+ * Writes `requests` at once on a new connection from CLIENT and returns, once the server has
+ * closed it, the answers' heads; a reset (closed with bytes still unread) is a close too.
+ */
+async function pipelinedOverBound (t: Test, requests: string): Promise<string[]> {
+  const { app } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  connection.socket.write(requests)
+  await connection.closed.catch(() => {})
+  return connection.received().split(/(?=HTTP\/1\.1 )/).filter((answer) => answer !== '').map((answer) => answer.split('\r\n\r\n')[0] ?? '')
+}
+
+const HEALTH = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
+
+t.test(`past ${PIPELINED_PER_CONNECTION} waiting, the running request is answered with Connection: close and none of those waiting is run`, async (t) => {
+  const heads = await pipelinedOverBound(t, HEALTH.repeat(PIPELINED_PER_CONNECTION + 4))
+  t.equal(heads.length, 1, 'one answer: the running request\'s')
+  t.match(heads[0], /^HTTP\/1\.1 200 [^]*\r\nConnection: close(\r\n|$)/i)
+})
+
+t.test(`bodies declared past ${PIPELINED_BYTES_PER_CONNECTION} bytes behind the running request close the connection after its answer`, async (t) => {
+  const post = (length: number): string => `POST /nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`
+  // The body is not sent: what is declared counts, before any of it is read.
+  const declared = await pipelinedOverBound(t, HEALTH + post(PIPELINED_BYTES_PER_CONNECTION + 1))
+  t.equal(declared.length, 1, 'one answer: the running request\'s')
+  t.match(declared[0], /^HTTP\/1\.1 200 [^]*\r\nConnection: close(\r\n|$)/i)
+  const chunked = await pipelinedOverBound(t, HEALTH + 'POST /nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n')
+  t.equal(chunked.length, 1, 'a chunked body of unknown length waits over the budget')
+  t.match(chunked[0], /^HTTP\/1\.1 200 [^]*\r\nConnection: close(\r\n|$)/i)
+})
+
+t.test('bodies within the budget wait their turn and are answered', async (t) => {
+  const { app } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  const body = JSON.stringify({ pad: 'x'.repeat(2000) })
+  const post = `POST /nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+  connection.socket.write(HEALTH + post + post)
+  const statuses = (): number[] => [...connection.received().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => Number(match[1]))
+  await until('every pipelined request answered', () => statuses().length === 3)
+  t.same(statuses(), [200, 404, 404])
+  t.notMatch(connection.received(), /\r\nConnection: close\r\n/i)
   await healthOn(connection)
   t.pass('the connection serves the next request')
 })
