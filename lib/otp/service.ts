@@ -320,8 +320,9 @@ export class OtpService {
    */
   async suppress (caller: Caller, address: string): Promise<void> {
     const { key } = caller
-    await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
-    if (!isSandbox(key.mode)) await this.#options.reputation.reported(key.tenant.id)
+    const fresh = await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
+    // A mailbox reported again (a partner retrying or mirroring) is one bounce, not several.
+    if (fresh && !isSandbox(key.mode)) await this.#options.reputation.reported(key.tenant.id)
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id }, 'recipient suppressed')
   }
 
@@ -334,8 +335,8 @@ export class OtpService {
   }
 
   /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
-  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
-    await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
+  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<boolean> {
+    return await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
   }
 
   /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */

@@ -155,4 +155,22 @@ for (const store of ['memory', 'redis'] as const) {
       await app.close()
     }
   })
+  t.test(`a partner reporting a mailbox already suppressed counts it once (${store})`, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+    const { path, keys } = writeTenants(t)
+    let redisEnv: Record<string, string> = {}
+    if (store === 'redis') {
+      const redis = await startRedis()
+      t.teardown(async () => { await redis.stop() })
+      redisEnv = { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+    }
+    const { app } = await buildApp(t, { TENANTS_FILE: path, ...redisEnv, REPUTATION_MIN_SENDS: '4', REPUTATION_BOUNCE_RATE: '0.5' })
+    const post = async (url: string, email: string) => await app.inject({ method: 'POST', url, headers: bearer(keys.acmeLive), payload: { email } })
+    for (let index = 0; index < 4; index++) t.equal((await post('/otp/request', `sent-${index}@example.com`)).statusCode, 200)
+    // Counted each time, these 3 reports of 4 sends would pause the tenant.
+    for (let index = 0; index < 3; index++) t.equal((await post('/recipients/suppress', 'Gone@Example.com')).statusCode, 200)
+    t.equal((await post('/otp/request', 'sent-4@example.com')).statusCode, 200, 'one mailbox reported 3 times is one bounce')
+    for (const email of ['gone-1@example.com', 'gone-2@example.com']) t.equal((await post('/recipients/suppress', email)).statusCode, 200)
+    const next = await post('/otp/request', 'sent-5@example.com')
+    t.same([next.statusCode, next.json().code], [403, 'TENANT_SENDING_PAUSED'], 'new mailboxes still count: 3 of 5 sends reach 0.5')
+  })
 }
