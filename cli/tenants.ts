@@ -114,9 +114,10 @@ async function resume (tenantId: string, env: Io['env'], out: Io['out']): Promis
     const lifted = await reputation.resume(tenantId, { forget: true, nowMs: Date.now() }).catch((error: unknown) => {
       throw new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
     })
+    const since = lifted?.unreadable === undefined ? `paused since ${new Date(lifted?.sinceMs ?? 0).toISOString()}` : `its stored pause could not be read, ${lifted.unreadable}, and was removed`
     out(lifted === null
       ? `${tenantId}: live sending was not paused; its reputation window starts afresh`
-      : `${tenantId}: live sending resumed (paused since ${new Date(lifted.sinceMs).toISOString()}); its reputation window starts afresh, and every instance sends again within a few seconds`)
+      : `${tenantId}: live sending resumed (${since}); its reputation window starts afresh, and every instance sends again within a few seconds`)
   } finally {
     close()
   }

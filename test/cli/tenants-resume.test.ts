@@ -4,7 +4,8 @@
  */
 import t from 'tap'
 import { runCli, type CliFailure } from '../support/cli.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { REPUTATION_PAUSED_KEY } from '../../lib/state/redis/keys.js'
+import { redisTestOptions, redisWithClients, startRedis } from '../support/redis.js'
 
 async function failure (argv: string[], env: Record<string, string> = {}): Promise<{ code: number, stderr: string }> {
   const outcome = await runCli(argv, env).then(() => null, (error: CliFailure) => error)
@@ -24,4 +25,13 @@ t.test('resume of a tenant that is not paused says so and starts its window afre
   t.teardown(async () => { await redis.stop() })
   const { stdout } = await runCli(['tenants', 'resume', 'acme'], { REDIS_URL: redis.url })
   t.equal(stdout, 'acme: live sending was not paused; its reputation window starts afresh\n')
+})
+
+t.test('resume of a stored pause that cannot be read removes it and says so', redisTestOptions(), async (t) => {
+  const { server, client } = await redisWithClients(t)
+  await client.hset(REPUTATION_PAUSED_KEY, 'acme', 'not json', 'globex', '{"sent":1}')
+  const { stdout } = await runCli(['tenants', 'resume', 'acme'], { REDIS_URL: server.url })
+  t.match(stdout, /^acme: live sending resumed \(its stored pause could not be read, .*JSON.*, and was removed\)/)
+  t.equal(await client.hexists(REPUTATION_PAUSED_KEY, 'acme'), 0)
+  t.equal(await client.hget(REPUTATION_PAUSED_KEY, 'globex'), '{"sent":1}', 'the other tenant\'s field stays')
 })
