@@ -120,7 +120,7 @@ for (const store of ['memory', 'redis'] as const) {
       t.match(refused?.stderr, /cannot reach: it lifts by itself once the window's rates fall below the thresholds/, 'the CLI says why it cannot resume an in-memory pause')
       t.equal((await dispatch(keys.acmeLive, 'after@example.com')).statusCode, 403, 'and the pause stands')
     } else {
-      const resumed = await runCli(['tenants', 'resume', 'acme'], redisEnv)
+      const resumed = await runCli(['tenants', 'resume', 'acme'], { ...redisEnv, TENANTS_FILE: path })
       t.match(resumed.stdout, /acme: live sending resumed \(paused since /)
       await until('the instance reads the resume', async () => (await dispatch(keys.acmeLive, 'after@example.com')).statusCode === 200, 15_000)
       t.equal(await gauge(app), 0, 'the gauge is back to 0')
