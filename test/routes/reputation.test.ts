@@ -8,6 +8,7 @@ import { createSign, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
+import { errorCatalog } from '../../schemas/error-catalog.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { runCli, type CliFailure } from '../support/cli.js'
 import { playHost } from '../support/https-hosts.js'
@@ -103,8 +104,13 @@ for (const store of ['memory', 'redis'] as const) {
     await feedback(sesEvent('Bounce', sent[6]!.requestId, sent[6]!.email))
     const paused = await dispatch(keys.acmeLive, 'after@example.com')
     t.same([paused.statusCode, paused.json().code], [403, 'TENANT_SENDING_PAUSED'], 'the next live dispatch is refused')
+    // A page's visitor learns nothing of the pause: the answer a suppressed mailbox gets there.
+    const mailsBefore = mail.count
     const page = await dispatch(keys.acmeBrowser, 'page@example.com', { origin: 'https://app.acme.test' })
-    t.same([page.statusCode, page.json().code], [403, 'TENANT_SENDING_PAUSED'], 'a restricted live key too')
+    t.strictSame([page.statusCode, page.json()], [502, { success: false, message: errorCatalog.DELIVERY_FAILED.message, code: 'DELIVERY_FAILED' }], 'a restricted live key gets a failed delivery')
+    t.equal(mail.count, mailsBefore, 'and nothing is sent')
+    t.notMatch(page.body, /paus|bounce|complain/i)
+    t.ok(logs.lines.some((line) => line.includes('live sending of the tenant is paused: nothing sent, answered as a failed delivery') && line.includes('"reason":"sending_paused"')), 'the operator\'s log says why')
     t.equal((await dispatch(keys.acmeTest, 'another@example.com')).statusCode, 200, 'the sandbox keeps working')
     const { email: kept, requestId: keptId } = sent[8]!
     const verify = await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: keptId, userGuess: mail.codeFor(kept) } })
