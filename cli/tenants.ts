@@ -2,18 +2,21 @@ import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/templating/template-files.js'
 import { openRedisReputation } from '../lib/state/index.js'
 import { TenantRegistry } from '../lib/tenants/registry.js'
-import { registryFromFile, TenantsFileError } from '../lib/tenants-file/load.js'
+import { describeJsonError } from '../lib/json-position.js'
+import { DEFAULT_TENANTS_FILE_MAX_BYTES, readTenantsFile, registryFromFile, TenantsFileError } from '../lib/tenants-file/load.js'
 import { TENANT_ID_PATTERN, TenantsFileSchema } from '../schemas/tenants.js'
 import { CommandError, envValue, helpFor, parse, text, UsageError, type Io } from './program.js'
 
 const checkUsage = '  email-otp tenants check [PATH] [--templates DIR]'
 const schemaUsage = '  email-otp tenants schema'
-const resumeUsage = '  email-otp tenants resume ID'
+const resumeUsage = '  email-otp tenants resume ID [--file PATH]'
 const resumeHelp = `resume lifts a tenant's live sending pause (docs/reputation.md) in the service's Redis
 (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES, as for the service) and starts its
 reputation window afresh; every instance stops refusing within a few seconds. Without Redis
 the pause lives in the service's process, which this command cannot reach: it lifts by
-itself once the window's rates fall below the thresholds (or with a restart).`
+itself once the window's rates fall below the thresholds (or with a restart). ID must be a
+tenant of the tenants file (--file, else $TENANTS_FILE, else tenants.json): a mistyped id is
+refused (exit 1) before anything is changed; a tenant that was not paused is said so.`
 
 const help: Record<string, string> = {
   '': `Usage:
@@ -71,12 +74,13 @@ export async function loadTenantsFile (path: string, templatesDir: string, env: 
 }
 
 export async function run (argv: string[], { out, env }: Io): Promise<void> {
-  const { positionals, values } = parse(argv, { templates: { type: 'string' } })
+  const { positionals, values } = parse(argv, { templates: { type: 'string' }, file: { type: 'string' } })
   const [command, argument, extra] = positionals
   if (values.help === true || command === 'help') {
     out(helpFor(help, positionals))
     return
   }
+  if (values.file !== undefined && command !== 'resume') throw new UsageError('--file is for resume (check takes the file as PATH)')
   if (command === 'schema') {
     if (argument !== undefined) throw new UsageError(`unexpected argument ${argument}`)
     out(tenantsJsonSchema().trimEnd())
@@ -85,7 +89,7 @@ export async function run (argv: string[], { out, env }: Io): Promise<void> {
   if (command === 'resume') {
     if (argument === undefined) throw new UsageError('resume needs the tenant id')
     if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`)
-    await resume(argument, env, out)
+    await resume(argument, text(values, 'file') ?? envValue(env, 'TENANTS_FILE') ?? 'tenants.json', env, out)
     return
   }
   if (command !== 'check') throw new UsageError(command === undefined ? 'a command is required: check, schema or resume' : `unknown command ${command}`)
@@ -97,7 +101,7 @@ export async function run (argv: string[], { out, env }: Io): Promise<void> {
 }
 
 /** Lifts the tenant's pause in the service's Redis and forgets its window's counts. */
-async function resume (tenantId: string, env: Io['env'], out: Io['out']): Promise<void> {
+async function resume (tenantId: string, tenantsFile: string, env: Io['env'], out: Io['out']): Promise<void> {
   if (!new RegExp(TENANT_ID_PATTERN).test(tenantId)) throw new UsageError('resume needs a tenant id (lower-case letters, digits, - and _)')
   let config
   try {
@@ -109,15 +113,40 @@ async function resume (tenantId: string, env: Io['env'], out: Io['out']): Promis
   if (config.redis === null) {
     throw new CommandError('without Redis (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) a pause lives in the service\'s own process, which this command cannot reach: it lifts by itself once the window\'s rates fall below the thresholds, or when the service restarts')
   }
+  const known = await tenantIds(tenantsFile)
+  if (!known.has(tenantId)) throw new CommandError(`${tenantId} is not a tenant of ${tenantsFile} (--file or TENANTS_FILE names another): nothing was resumed`)
   const { reputation, close } = openRedisReputation(config.redis, config.reputationWindowMs)
   try {
     const lifted = await reputation.resume(tenantId, { forget: true, nowMs: Date.now() }).catch((error: unknown) => {
       throw new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
     })
+    const since = lifted?.unreadable === undefined ? `paused since ${new Date(lifted?.sinceMs ?? 0).toISOString()}` : `its stored pause could not be read, ${lifted.unreadable}, and was removed`
     out(lifted === null
       ? `${tenantId}: live sending was not paused; its reputation window starts afresh`
-      : `${tenantId}: live sending resumed (paused since ${new Date(lifted.sinceMs).toISOString()}); its reputation window starts afresh, and every instance sends again within a few seconds`)
+      : `${tenantId}: live sending resumed (${since}); its reputation window starts afresh, and every instance sends again within a few seconds`)
   } finally {
     close()
   }
+}
+
+/**
+ * The tenant ids the file lists, read without the service's other checks: a tenant refused for
+ * a broken template is still one whose pause an operator may lift.
+ */
+async function tenantIds (path: string): Promise<Set<string>> {
+  let source: string
+  try {
+    source = await readTenantsFile(path, DEFAULT_TENANTS_FILE_MAX_BYTES)
+  } catch (error) {
+    if (error instanceof TenantsFileError) throw new CommandError(`${error.message} (--file or TENANTS_FILE names the service's tenants file)`)
+    throw error
+  }
+  let document: unknown
+  try {
+    document = JSON.parse(source)
+  } catch (error) {
+    throw new CommandError(`tenants file ${path} is not valid JSON: ${describeJsonError(source, error)}`)
+  }
+  const tenants = (document as { tenants?: unknown } | null)?.tenants
+  return new Set(Array.isArray(tenants) ? tenants.flatMap((tenant) => typeof (tenant as { id?: unknown } | null)?.id === 'string' ? [(tenant as { id: string }).id] : []) : [])
 }

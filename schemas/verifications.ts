@@ -17,7 +17,7 @@ const VerificationEvent = Type.Union([
     messageId: Type.Optional(Type.String({ description: "The provider's id of the message, to look it up there: SES's MessageId, or the Message-ID the SMTP relay was given. Absent for `log` and `sandbox`." }))
   }),
   event('delivery_failed', 'The mail could not be handed to the provider (dispatch answered 502); the code was destroyed and nothing was charged.', {
-    reason: Type.String({ description: 'As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), or `suppressed`: a page\'s dispatch to a suppressed mailbox, answered as a failed delivery.' })
+    reason: Type.String({ description: 'As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), `suppressed`: a page\'s dispatch to a suppressed mailbox, or `sending_paused`: a page\'s live dispatch while the tenant\'s live sending is paused, each answered as a failed delivery.' })
   }),
   event('delivered', "The recipient's mail server accepted the message (SES feedback)."),
   event('delayed', 'The provider could not deliver yet and keeps trying (SES feedback).'),

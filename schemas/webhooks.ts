@@ -113,7 +113,7 @@ export const ReviewUsedPayload = payload('review.used', 'A dispatch went to one 
   source: Type.String({ description: 'Where the request came from: the source address (the end user\'s, with End-User-IP), or for a workload inside a service mesh the bucket it is counted in (`wl:` and its identity, or `mesh:unidentified`).' })
 }, { additionalProperties: false }))
 
-export const TenantSendingPausedPayload = payload('tenant.sending_paused', 'The tenant\'s live mail bounced permanently or drew complaints past a threshold of the shared sending reputation (docs/reputation.md), over at least REPUTATION_MIN_SENDS live sends in the window: its live dispatches answer 403 `TENANT_SENDING_PAUSED` until an operator resumes them (`email-otp tenants resume`) or the window\'s rates fall below the thresholds. The sandbox keeps working, and codes already sent still verify. Sent once per pause; `mode` is always `live`.', Type.Object({
+export const TenantSendingPausedPayload = payload('tenant.sending_paused', 'The tenant\'s live mail bounced permanently or drew complaints past a threshold of the shared sending reputation (docs/reputation.md), over at least REPUTATION_MIN_SENDS live sends in the window: its live dispatches with a secret key answer 403 `TENANT_SENDING_PAUSED` (with a restricted key, a failed delivery) until an operator resumes them (`email-otp tenants resume`) or the window\'s rates fall below the thresholds. The sandbox keeps working, and codes already sent still verify. Sent once per pause; `mode` is always `live`.', Type.Object({
   ...Base,
   since: Type.String({ format: 'date-time', description: 'When the pause began.' }),
   window: Type.String({ description: 'The rolling window the rates are counted over (REPUTATION_WINDOW, e.g. `24h`).' }),

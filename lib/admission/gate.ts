@@ -210,8 +210,8 @@ export class AdmissionGate {
     return await this.#store.clearLockout(lanes)
   }
 
-  async suppress (mailbox: Mailbox, ttlMs: number): Promise<void> {
-    await this.#store.suppress(mailbox, ttlMs)
+  async suppress (mailbox: Mailbox, ttlMs: number): Promise<boolean> {
+    return await this.#store.suppress(mailbox, ttlMs)
   }
 
   async unsuppress (mailbox: Mailbox): Promise<boolean> {

@@ -7,7 +7,7 @@ import type { DeliveryFeedback } from './ses-feedback.js'
 /** What acting on feedback needs of the OTP service: the tag a mailbox is kept under, and its suppression. */
 export interface MailboxSuppression {
   mailboxTag (address: string): string
-  suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void>
+  suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<unknown>
 }
 
 /** What acting on feedback needs of the reputation guard: a permanent bounce or a complaint of live mail counted. */

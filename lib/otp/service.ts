@@ -163,7 +163,10 @@ export class OtpService {
     const reviewing = review !== undefined && review.expiresAtMs > Date.now()
     // A review address sends nothing, so spends no reputation; this process's copy of the pauses: no round trip.
     const live = !isSandbox(mode)
-    if (live && !reviewing && reputation.isPaused(tenant.id)) throw apiError('TENANT_SENDING_PAUSED')
+    const paused = live && !reviewing && reputation.isPaused(tenant.id)
+    // A page's visitors are not told the tenant's deliverability: its dispatch passes the same
+    // refusals and gets the same answer as a suppressed mailbox (a failed delivery), below.
+    if (paused && laneOf(key) !== 'browser') throw apiError('TENANT_SENDING_PAUSED')
     for (let attempt = 0; attempt < MINT_ATTEMPTS; attempt++) {
       const subject = laneSubject(laneOf(key), recipientTag)
       const minted = mintCode(signer, tenant.id, mode, subject, addressHash)
@@ -198,10 +201,11 @@ export class OtpService {
           log.warn({ tenant: tenant.id, locale: fallback.locale, part: fallback.part, rule: fallback.rule }, 'template broke a rule for this message; sent the built-in wording')
         }
       }))
-      if (decision.kind === 'withheld') {
-        // Only a page's plan withholds: its headers are a failed delivery's as they stand.
-        await this.#withhold(caller, minted.requestId, admitted, compose)
-        verifications.record(story, { type: 'delivery_failed', at: new Date().toISOString(), reason: 'suppressed' })
+      if (decision.kind === 'withheld' || paused) {
+        // Only a page's plan withholds, or gets here paused: its headers are a failed delivery's as they stand.
+        const reason = paused ? 'sending_paused' : 'suppressed'
+        await this.#withhold(caller, minted.requestId, admitted, compose, reason)
+        verifications.record(story, { type: 'delivery_failed', at: new Date().toISOString(), reason })
         throw apiError('DELIVERY_FAILED', undefined, decision.headers)
       }
       if (reviewing) return await this.#reviewed(caller, minted.requestId, addressHash, admitted, compose)
@@ -320,8 +324,9 @@ export class OtpService {
    */
   async suppress (caller: Caller, address: string): Promise<void> {
     const { key } = caller
-    await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
-    if (!isSandbox(key.mode)) await this.#options.reputation.reported(key.tenant.id)
+    const fresh = await this.suppressMailbox(key.tenant.id, key.mode, this.mailboxTag(address))
+    // A mailbox reported again (a partner retrying or mirroring) is one bounce, not several.
+    if (fresh && !isSandbox(key.mode)) await this.#options.reputation.reported(key.tenant.id)
     caller.log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id }, 'recipient suppressed')
   }
 
@@ -334,8 +339,8 @@ export class OtpService {
   }
 
   /** Suppresses the mailbox of `recipientTag` (see mailboxTag) in a tenant and mode. */
-  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<void> {
-    await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
+  async suppressMailbox (tenantId: string, mode: KeyMode, recipientTag: string): Promise<boolean> {
+    return await this.#options.gate.suppress({ tenantId, mode, recipientTag }, this.#options.suppressionMs)
   }
 
   /** The keyed tag of an address's mailbox, as dispatch counts it; INVALID_EMAIL for a bad address. */
@@ -394,7 +399,7 @@ export class OtpService {
    * its timing and what the next requests meet are a failed delivery's: a page, which anyone can
    * type an address into, never learns that the address bounced or complained here.
    */
-  async #withhold (caller: Caller, requestId: string, admitted: Admitted, compose: () => Promise<OutgoingMessage>): Promise<void> {
+  async #withhold (caller: Caller, requestId: string, admitted: Admitted, compose: () => Promise<OutgoingMessage>, reason: 'suppressed' | 'sending_paused'): Promise<void> {
     const { key, log } = caller
     try {
       await compose()
@@ -402,7 +407,7 @@ export class OtpService {
     } finally {
       await this.#undo(caller, requestId, admitted)
     }
-    log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId }, 'mailbox suppressed: nothing sent, answered as a failed delivery')
+    log.info({ tenant: key.tenant.id, mode: key.mode, keyId: key.id, requestId, reason }, `${reason === 'suppressed' ? 'mailbox suppressed' : 'live sending of the tenant is paused'}: nothing sent, answered as a failed delivery`)
   }
 
   /**

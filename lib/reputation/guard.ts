@@ -43,6 +43,8 @@ export class ReputationGuard {
   #paused = new Map<string, SendingPause>()
   /** Pauses this process set since the reading under way began: newer than that reading. */
   #pausedHere = new Map<string, SendingPause>()
+  /** Tenants whose stored pause could not be read, already logged: once per such pause, not every refresh. */
+  #unreadable = new Set<string>()
   #timer: NodeJS.Timeout | null = null
   #refreshing: Promise<void> | null = null
 
@@ -104,6 +106,7 @@ export class ReputationGuard {
     this.#pausedHere.clear()
     const nowMs = this.#now()
     const paused = await store.paused()
+    this.#logUnreadable(paused)
     for (const tenantId of paused.keys()) {
       if (pastThresholds(await store.window(tenantId, nowMs), settings)) continue
       // Every instance may lift it; the one whose resume found the pause says so.
@@ -138,6 +141,15 @@ export class ReputationGuard {
       ...rates,
       thresholds: { bounceRate: settings.bounceRate, complaintRate: settings.complaintRate, minSends: settings.minSends }
     })
+  }
+
+  #logUnreadable (paused: Map<string, SendingPause>): void {
+    for (const [tenantId, { unreadable }] of paused) {
+      if (unreadable === undefined || this.#unreadable.has(tenantId)) continue
+      this.#unreadable.add(tenantId)
+      this.#options.log.error({ tenant: tenantId, problem: unreadable }, 'a stored sending pause could not be read: the tenant counts as paused until its window clears or an operator resumes it')
+    }
+    for (const tenantId of this.#unreadable) if (paused.get(tenantId)?.unreadable === undefined) this.#unreadable.delete(tenantId)
   }
 
   #adopt (paused: Map<string, SendingPause>): void {

@@ -198,8 +198,8 @@ export interface AdmissionStore {
   count (plan: RefusalPlan): Promise<{ counts: WindowCount[], exceeded: Exceeded | null }>
   /** Ends the locks of these lanes of a mailbox and forgets their runs of failures; true when there was one. */
   clearLockout (lanes: MailboxLanes): Promise<boolean>
-  /** Suppresses a mailbox in its tenant and mode for `ttlMs`; a later suppression extends it. */
-  suppress (mailbox: Mailbox, ttlMs: number): Promise<void>
+  /** Suppresses a mailbox in its tenant and mode for `ttlMs`; a later suppression extends it. True when it was not suppressed already. */
+  suppress (mailbox: Mailbox, ttlMs: number): Promise<boolean>
   /** Lifts a suppression; true when there was one. */
   unsuppress (mailbox: Mailbox): Promise<boolean>
   /**

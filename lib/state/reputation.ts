@@ -17,6 +17,31 @@ export interface ReputationThresholds {
 /** A tenant's pause as every instance reads it: when it began and the counts that caused it. */
 export interface SendingPause extends ReputationCounts {
   sinceMs: number
+  /**
+   * Set when the stored pause could not be read (a manual write, a format of another version):
+   * why. The tenant counts as paused all the same, its counts and `sinceMs` as 0.
+   */
+  unreadable?: string
+}
+
+/** A stored pause as JSON, read on its own: one that cannot be read is still a pause (fail closed), marked `unreadable`. */
+export function parsePause (json: string): SendingPause {
+  let value: unknown
+  try {
+    value = JSON.parse(json)
+  } catch (error) {
+    return unreadablePause((error as Error).message)
+  }
+  const fields = value as Partial<Record<keyof SendingPause, unknown>> | null
+  const numbers = ['sent', 'bounced', 'complained', 'sinceMs'] as const
+  if (typeof fields !== 'object' || fields === null || !numbers.every((name) => Number.isFinite(fields[name]))) {
+    return unreadablePause(`not a pause (${numbers.join(', ')} as numbers)`)
+  }
+  return { sent: fields.sent as number, bounced: fields.bounced as number, complained: fields.complained as number, sinceMs: fields.sinceMs as number }
+}
+
+function unreadablePause (reason: string): SendingPause {
+  return { sent: 0, bounced: 0, complained: 0, sinceMs: 0, unreadable: reason }
 }
 
 /** The window is counted in buckets of an hour: a read sums the window's buckets, and old ones expire. */

@@ -8,6 +8,7 @@ import { createSign, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
+import { errorCatalog } from '../../schemas/error-catalog.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
 import { runCli, type CliFailure } from '../support/cli.js'
 import { playHost } from '../support/https-hosts.js'
@@ -103,8 +104,13 @@ for (const store of ['memory', 'redis'] as const) {
     await feedback(sesEvent('Bounce', sent[6]!.requestId, sent[6]!.email))
     const paused = await dispatch(keys.acmeLive, 'after@example.com')
     t.same([paused.statusCode, paused.json().code], [403, 'TENANT_SENDING_PAUSED'], 'the next live dispatch is refused')
+    // A page's visitor learns nothing of the pause: the answer a suppressed mailbox gets there.
+    const mailsBefore = mail.count
     const page = await dispatch(keys.acmeBrowser, 'page@example.com', { origin: 'https://app.acme.test' })
-    t.same([page.statusCode, page.json().code], [403, 'TENANT_SENDING_PAUSED'], 'a restricted live key too')
+    t.strictSame([page.statusCode, page.json()], [502, { success: false, message: errorCatalog.DELIVERY_FAILED.message, code: 'DELIVERY_FAILED' }], 'a restricted live key gets a failed delivery')
+    t.equal(mail.count, mailsBefore, 'and nothing is sent')
+    t.notMatch(page.body, /paus|bounce|complain/i)
+    t.ok(logs.lines.some((line) => line.includes('live sending of the tenant is paused: nothing sent, answered as a failed delivery') && line.includes('"reason":"sending_paused"')), 'the operator\'s log says why')
     t.equal((await dispatch(keys.acmeTest, 'another@example.com')).statusCode, 200, 'the sandbox keeps working')
     const { email: kept, requestId: keptId } = sent[8]!
     const verify = await app.inject({ method: 'POST', url: '/otp/verify', headers: bearer(keys.acmeLive), payload: { requestId: keptId, userGuess: mail.codeFor(kept) } })
@@ -120,7 +126,7 @@ for (const store of ['memory', 'redis'] as const) {
       t.match(refused?.stderr, /cannot reach: it lifts by itself once the window's rates fall below the thresholds/, 'the CLI says why it cannot resume an in-memory pause')
       t.equal((await dispatch(keys.acmeLive, 'after@example.com')).statusCode, 403, 'and the pause stands')
     } else {
-      const resumed = await runCli(['tenants', 'resume', 'acme'], redisEnv)
+      const resumed = await runCli(['tenants', 'resume', 'acme'], { ...redisEnv, TENANTS_FILE: path })
       t.match(resumed.stdout, /acme: live sending resumed \(paused since /)
       await until('the instance reads the resume', async () => (await dispatch(keys.acmeLive, 'after@example.com')).statusCode === 200, 15_000)
       t.equal(await gauge(app), 0, 'the gauge is back to 0')
@@ -154,5 +160,23 @@ for (const store of ['memory', 'redis'] as const) {
       else t.same([next.statusCode, next.json().code], [403, 'TENANT_SENDING_PAUSED'], `${tenant}: 3 reports of 5 sends reach 0.5`)
       await app.close()
     }
+  })
+  t.test(`a partner reporting a mailbox already suppressed counts it once (${store})`, store === 'redis' ? redisTestOptions() : {}, async (t) => {
+    const { path, keys } = writeTenants(t)
+    let redisEnv: Record<string, string> = {}
+    if (store === 'redis') {
+      const redis = await startRedis()
+      t.teardown(async () => { await redis.stop() })
+      redisEnv = { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
+    }
+    const { app } = await buildApp(t, { TENANTS_FILE: path, ...redisEnv, REPUTATION_MIN_SENDS: '4', REPUTATION_BOUNCE_RATE: '0.5' })
+    const post = async (url: string, email: string) => await app.inject({ method: 'POST', url, headers: bearer(keys.acmeLive), payload: { email } })
+    for (let index = 0; index < 4; index++) t.equal((await post('/otp/request', `sent-${index}@example.com`)).statusCode, 200)
+    // Counted each time, these 3 reports of 4 sends would pause the tenant.
+    for (let index = 0; index < 3; index++) t.equal((await post('/recipients/suppress', 'Gone@Example.com')).statusCode, 200)
+    t.equal((await post('/otp/request', 'sent-4@example.com')).statusCode, 200, 'one mailbox reported 3 times is one bounce')
+    for (const email of ['gone-1@example.com', 'gone-2@example.com']) t.equal((await post('/recipients/suppress', email)).statusCode, 200)
+    const next = await post('/otp/request', 'sent-5@example.com')
+    t.same([next.statusCode, next.json().code], [403, 'TENANT_SENDING_PAUSED'], 'new mailboxes still count: 3 of 5 sends reach 0.5')
   })
 }

@@ -490,7 +490,7 @@ export interface components {
                      * @description When it happened.
                      */
                     at: string;
-                    /** @description As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), or `suppressed`: a page's dispatch to a suppressed mailbox, answered as a failed delivery. */
+                    /** @description As the `delivery.failed` webhook says it (`timeout`, `connection`, `throttled`, `provider`, `rejected`, `unavailable`, `unknown`), `suppressed`: a page's dispatch to a suppressed mailbox, or `sending_paused`: a page's live dispatch while the tenant's live sending is paused, each answered as a failed delivery. */
                     reason: string;
                 } | {
                     /** @enum {string} */

@@ -151,8 +151,10 @@ export class MemoryAdmission implements AdmissionStore {
     return cleared
   }
 
-  async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<void> {
-    this.#suppressions.set(tenantScope(tenantId, mode), recipientTag, Date.now() + ttlMs)
+  async suppress (mailbox: Mailbox, ttlMs: number): Promise<boolean> {
+    const fresh = this.#suppressedUntil(mailbox) <= Date.now()
+    this.#suppressions.set(tenantScope(mailbox.tenantId, mailbox.mode), mailbox.recipientTag, Date.now() + ttlMs)
+    return fresh
   }
 
   async unsuppress (mailbox: Mailbox): Promise<boolean> {

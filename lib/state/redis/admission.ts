@@ -298,9 +298,12 @@ export class RedisAdmission implements AdmissionStore {
     return { counts: hits, exceeded: position === 0 ? null : exceededLimit(plan.limits, hits, position, 'count', raw) }
   }
 
-  async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<void> {
+  async suppress ({ tenantId, mode, recipientTag }: Mailbox, ttlMs: number): Promise<boolean> {
     const key = suppressionKey(tenantId, mode, recipientTag)
-    await this.#acknowledgedWrite('suppress', key, async () => await this.#client.set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))))
+    // EXISTS and SET in one transaction: two reports of one mailbox at once find it new only once.
+    const replies = await this.#acknowledgedWrite('suppress', key, async () => await this.#client.multi().exists(key).set(key, '1', 'PX', Math.max(1, Math.round(ttlMs))).exec())
+    const [[, existed] = [null, 0]] = replies ?? []
+    return existed === 0
   }
 
   async unsuppress ({ tenantId, mode, recipientTag }: Mailbox): Promise<boolean> {

@@ -1,7 +1,7 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
 import { REPUTATION_PAUSED_KEY, reputationBucketKey } from './keys.js'
-import { REPUTATION_BUCKET_MS, reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, type ReputationStore, type SendingPause } from '../reputation.js'
+import { REPUTATION_BUCKET_MS, reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, parsePause, type ReputationStore, type SendingPause } from '../reputation.js'
 
 const EVENTS: readonly ReputationEvent[] = ['sent', 'bounced', 'complained']
 
@@ -61,7 +61,7 @@ export class RedisReputation implements ReputationStore {
 
   async paused (): Promise<Map<string, SendingPause>> {
     const fields = await storeCall('reputation pauses read', async () => await this.#client.hgetall(REPUTATION_PAUSED_KEY))
-    return new Map(Object.entries(fields).map(([tenantId, json]) => [tenantId, JSON.parse(json) as SendingPause]))
+    return new Map(Object.entries(fields).map(([tenantId, json]) => [tenantId, parsePause(json)]))
   }
 
   async resume (tenantId: string, { forget, nowMs }: { forget: boolean, nowMs: number }): Promise<SendingPause | null> {
@@ -73,7 +73,7 @@ export class RedisReputation implements ReputationStore {
       const hours = windowBuckets(nowMs, this.#windowMs).map((hour) => reputationBucketKey(tenantId, hour))
       await storeCall('reputation resume', async () => await this.#client.del(...hours))
     }
-    return json === null ? null : JSON.parse(json) as SendingPause
+    return json === null ? null : parsePause(json)
   }
 
   async close (): Promise<void> {

@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { ReputationGuard, type ReputationSettings } from '../../../lib/reputation/guard.js'
 import { MemoryReputation } from '../../../lib/state/memory/reputation.js'
+import { REPUTATION_PAUSED_KEY } from '../../../lib/state/redis/keys.js'
 import { RedisReputation } from '../../../lib/state/redis/reputation.js'
 import type { ReputationStore } from '../../../lib/state/reputation.js'
 import type { Tenant } from '../../../lib/tenants/tenant.js'
@@ -16,6 +17,7 @@ interface Harness {
   webhooks: Array<{ tenant: string, type: string, data: unknown }>
   changes: Array<[string, boolean]>
   warnings: string[]
+  errors: object[]
 }
 
 /** A guard over `store` with a clock the test moves, its webhooks and gauge changes recorded. */
@@ -24,17 +26,18 @@ function harness (store: ReputationStore, settings = SETTINGS, start = Date.UTC(
   const webhooks: Harness['webhooks'] = []
   const changes: Harness['changes'] = []
   const warnings: string[] = []
+  const errors: object[] = []
   const guard = new ReputationGuard({
     store,
     settings,
     countPartnerReports: true,
     tenant: (id) => ({ id }) as unknown as Tenant,
     webhooks: { emit: (tenant, _mode, type, data) => { webhooks.push({ tenant: tenant.id, type, data }) } },
-    log: { ...quiet, warn: (_fields, message) => { warnings.push(message) } },
+    log: { ...quiet, warn: (_fields, message) => { warnings.push(message) }, error: (fields) => { errors.push(fields) } },
     changed: (tenant, paused) => { changes.push([tenant, paused]) },
     now: () => clock.ms
   })
-  return { guard, clock, webhooks, changes, warnings }
+  return { guard, clock, webhooks, changes, warnings, errors }
 }
 
 function sends (guard: ReputationGuard, tenant: string, count: number): void {
@@ -152,4 +155,24 @@ t.test('redis', redisTestOptions(), async (t) => {
   const { client, other } = await redisWithClients(t)
   t.beforeEach(async () => { await client.flushall() })
   guardSuite(t, () => new RedisReputation(client, { windowMs: SETTINGS.windowMs }), () => new RedisReputation(other, { windowMs: SETTINGS.windowMs }))
+
+  t.test('a stored pause that cannot be read pauses its tenant alone, is logged once, and hides no other pause', async (t) => {
+    const here = harness(new RedisReputation(client, { windowMs: SETTINGS.windowMs }))
+    const there = harness(new RedisReputation(other, { windowMs: SETTINGS.windowMs }), SETTINGS, here.clock.ms)
+    for (const tenant of ['acme', 'globex']) {
+      sends(here.guard, tenant, 20)
+      await here.guard.feedback(tenant, 'bounced')
+      await here.guard.feedback(tenant, 'bounced')
+    }
+    await client.hset(REPUTATION_PAUSED_KEY, 'globex', 'not json', 'initech', '{"sent":"many"}')
+    await there.guard.refresh()
+    t.ok(there.guard.isPaused('acme'), 'the readable pause is read')
+    t.ok(there.guard.isPaused('globex'), 'an unreadable pause of a tenant past the thresholds still pauses it')
+    t.notOk(there.guard.isPaused('initech'), 'an unreadable pause whose window is clear is lifted like any other')
+    t.equal(await client.hexists(REPUTATION_PAUSED_KEY, 'initech'), 0)
+    await there.guard.refresh()
+    t.ok(there.guard.isPaused('globex'))
+    t.match(there.errors, [{ tenant: 'globex', problem: /JSON/ }, { tenant: 'initech', problem: /not a pause/ }], 'each logged once, with why')
+    t.equal(there.errors.length, 2)
+  })
 })
