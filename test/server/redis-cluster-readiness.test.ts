@@ -1,13 +1,11 @@
 import t, { type Test } from 'tap'
-import { Cluster, type NatMap } from 'ioredis'
+import { Cluster } from 'ioredis'
 import { TAG_KEY_FINGERPRINT, TAG_KEY_FINGERPRINT_COPIES } from '../../lib/state/redis/keys.js'
 import { EvictionPolicyWatch } from '../../lib/state/redis/eviction-policy.js'
 import { RedisServerWatch } from '../../lib/state/redis/server-check.js'
-import { TagKeyGuard } from '../../lib/state/redis/tag-key-fingerprint.js'
 import { tagKeyFingerprint } from '../../lib/recipients/tag.js'
 import { bearer, buildApp, readiness, TEST_HMAC_KEYS, writeTenants, type TestApp } from '../helper.js'
 import { ask, startCluster, topologyTestOptions, type ClusterShard, type RedisClusterSet } from '../support/redis-topologies.js'
-import { startHoldingProxy } from '../support/holding-proxy.js'
 import { until } from '../support/wait.js'
 
 /*
@@ -151,29 +149,6 @@ t.test('Cluster', topologyTestOptions(), async (t) => {
       await t.rejects(buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path }), { name: 'ConfigError', variable: 'RECIPIENT_TAG_KEY' }, 'and the old key is the stranger now')
     })
 
-    t.test('two keys starting together, one instance\'s legacy read late and the other\'s record late: one key\'s copies, not a split', async (t) => {
-      // Each instance reaches the legacy key's primary through a proxy of its own, so that each
-      // can be held apart: A's every command to that key (its read comes after the 500 ms
-      // bound), and B's record of it (B wins the race, but late).
-      const [proxyA, proxyB] = [await startHoldingProxy(t, legacy.primary.port), await startHoldingProxy(t, legacy.primary.port)]
-      const via = async (proxyUrl: string): Promise<Cluster> => await connectCluster(t, cluster, 5000, { [`127.0.0.1:${legacy.primary.port}`]: { host: '127.0.0.1', port: Number(new URL(proxyUrl).port) } })
-      const [a, b] = [await via(proxyA.url), await via(proxyB.url)]
-      const log = { error: () => {}, info: () => {} }
-      const [keyA, keyB] = [tagKeyFingerprint(Buffer.alloc(32, 1)), tagKeyFingerprint(Buffer.alloc(32, 9))]
-      const guardA = new TagKeyGuard(a, { fingerprint: keyA, accept: null }, log)
-      const guardB = new TagKeyGuard(b, { fingerprint: keyB, accept: null }, log)
-      proxyA.holdCommandsFrom(TAG_KEY_FINGERPRINT)
-      proxyB.holdCommandsFrom('$6\r\nrecord')
-      await Promise.all([guardA.check(), guardB.check()])
-      proxyB.release()
-      proxyA.release()
-      await until('both records landed', async () => (await inspect.get(TAG_KEY_FINGERPRINT)) !== null)
-      const verdicts = await Promise.all([guardA.check(), guardB.check()])
-      t.same(new Set((await stored()).filter((copy) => copy !== null)).size, 1, 'every copy recorded holds one key\'s fingerprint')
-      t.ok(verdicts.some((verdict) => verdict.kind === 'matched'), `one key serves: ${verdicts.map((verdict) => verdict.kind).join(' ')}`)
-      t.notOk(verdicts.every((verdict) => verdict.kind === 'matched'), 'never both')
-    })
-
     t.test('two instances with different keys starting together on an empty Cluster: never both ready', async (t) => {
       const { path } = writeTenants(t)
       for (let round = 0; round < 3; round++) {
@@ -240,10 +215,9 @@ t.test('Cluster', topologyTestOptions(), async (t) => {
 })
 
 /** A client of the test's own on the Cluster as it is now, waiting `commandTimeout` for a reply; disconnected when the test ends. */
-async function connectCluster (t: Test, cluster: RedisClusterSet, commandTimeout = 5000, natMap?: NatMap): Promise<Cluster> {
+async function connectCluster (t: Test, cluster: RedisClusterSet, commandTimeout = 5000): Promise<Cluster> {
   const client = new Cluster((await cluster.shards()).map(({ primary }) => ({ host: '127.0.0.1', port: primary.port })), {
     enableOfflineQueue: false,
-    ...(natMap === undefined ? {} : { natMap }),
     scaleReads: 'master',
     redisOptions: { maxRetriesPerRequest: 0, commandTimeout }
   })
