@@ -1,4 +1,4 @@
-import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
+import { redisFailure, redisForTool } from './redis-tool.js'
 import { TemplateFolders, blockListFiles, templatesRootProblem } from '../lib/mail/templating/template-files.js'
 import { openRedisReputation } from '../lib/state/index.js'
 import { TenantRegistry } from '../lib/tenants/registry.js'
@@ -103,22 +103,13 @@ export async function run (argv: string[], { out, env }: Io): Promise<void> {
 /** Lifts the tenant's pause in the service's Redis and forgets its window's counts. */
 async function resume (tenantId: string, tenantsFile: string, env: Io['env'], out: Io['out']): Promise<void> {
   if (!new RegExp(TENANT_ID_PATTERN).test(tenantId)) throw new UsageError('resume needs a tenant id (lower-case letters, digits, - and _)')
-  let config
-  try {
-    config = parseRedisToolConfig(env)
-  } catch (error) {
-    if (error instanceof ConfigError) throw new CommandError(error.message)
-    throw error
-  }
-  if (config.redis === null) {
-    throw new CommandError('without Redis (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) a pause lives in the service\'s own process, which this command cannot reach: it lifts by itself once the window\'s rates fall below the thresholds, or when the service restarts')
-  }
+  const config = redisForTool(env, 'without Redis (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES) a pause lives in the service\'s own process, which this command cannot reach: it lifts by itself once the window\'s rates fall below the thresholds, or when the service restarts')
   const known = await tenantIds(tenantsFile)
   if (!known.has(tenantId)) throw new CommandError(`${tenantId} is not a tenant of ${tenantsFile} (--file or TENANTS_FILE names another): nothing was resumed`)
   const { reputation, close } = openRedisReputation(config.redis, config.reputationWindowMs)
   try {
     const lifted = await reputation.resume(tenantId, { forget: true, nowMs: Date.now() }).catch((error: unknown) => {
-      throw new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
+      throw redisFailure(config, error)
     })
     const since = lifted?.unreadable === undefined ? `paused since ${new Date(lifted?.sinceMs ?? 0).toISOString()}` : `its stored pause could not be read, ${lifted.unreadable}, and was removed`
     out(lifted === null

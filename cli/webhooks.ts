@@ -1,5 +1,5 @@
+import { redisFailure, redisForTool } from './redis-tool.js'
 import { openRedisWebhookQueue } from '../lib/state/index.js'
-import { ConfigError, parseRedisToolConfig } from '../lib/config/from-env.js'
 import { TENANT_ID_PATTERN } from '../schemas/tenants.js'
 import { WebhookPayloadsDocument } from '../schemas/webhooks.js'
 import { CommandError, helpFor, parse, text, UsageError, type Io } from './program.js'
@@ -73,21 +73,11 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
   if (action === 'replay' && all === (ids.length > 0)) throw new UsageError('replay needs either --all or --id ID')
   if (action === 'replay' && ids.length > 0 && tenant !== null) throw new UsageError('--tenant goes with --all; an id names its tenant')
 
-  let config
-  try {
-    config = parseRedisToolConfig(env)
-  } catch (error) {
-    if (error instanceof ConfigError) throw new CommandError(error.message)
-    throw error
-  }
-  if (config.redis === null) {
-    throw new CommandError('dead letters are kept in Redis: set REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) as for the service. Without Redis they live in the service process and are only logged.')
-  }
+  const config = redisForTool(env, 'dead letters are kept in Redis: set REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) as for the service. Without Redis they live in the service process and are only logged.')
   const { queue, close } = openRedisWebhookQueue(config.redis, { perTenant: config.webhooks.maxQueuedPerTenant })
   try {
-    const redisFailure = (error: unknown): CommandError => new CommandError(`Redis (${config.redisVariable ?? 'REDIS_URL'}) did not answer: ${(error as Error).message}`)
     if (action === 'list') {
-      const letters = await queue.deadLetters(tenant, limit).catch((error: unknown) => { throw redisFailure(error) })
+      const letters = await queue.deadLetters(tenant, limit).catch((error: unknown) => { throw redisFailure(config, error) })
       for (const letter of letters) {
         const { delivery } = letter
         out(JSON.stringify({
@@ -106,7 +96,7 @@ export async function run (argv: string[], { out, note, env }: Io): Promise<void
       if (letters.length === 0) note(tenant === null ? 'No dead letters.' : `No dead letters for tenant ${tenant}.`)
       return
     }
-    const result = await queue.replay(tenant, all ? null : ids).catch((error: unknown) => { throw redisFailure(error) })
+    const result = await queue.replay(tenant, all ? null : ids).catch((error: unknown) => { throw redisFailure(config, error) })
     out(`replayed ${plural(result.replayed, 'dead letter')}`)
     const problems: string[] = []
     if (result.unknown.length > 0) problems.push(`no dead letter ${result.unknown.join(', ')} (ids are <tenant>/<id>, as dead-letters list prints them)`)
