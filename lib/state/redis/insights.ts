@@ -61,11 +61,14 @@ export class RedisInsights implements InsightsStore {
     if (startsMs.length === 0) return []
     const pipeline = this.#client.pipeline()
     for (const start of startsMs) pipeline.hgetall(insightsBucketKey(tenantId, mode, granularity, start / BUCKET_MS[granularity]))
-    const replies = await storeCall('insights read', async () => await pipeline.exec())
-    return (replies ?? []).map(([error, fields]) => {
+    // A command's own error (the pipeline answered, that reply did not) is the store's failure too: a 503, not a 500.
+    const replies = await storeCall('insights read', async () => (await pipeline.exec() ?? []).map(([error, fields]) => {
       if (error !== null) throw error
+      return fields as Record<string, string>
+    }))
+    return replies.map((fields) => {
       const counts: BucketCounts = {}
-      for (const [field, value] of Object.entries(fields as Record<string, string>)) counts[field] = Number(value)
+      for (const [field, value] of Object.entries(fields)) counts[field] = Number(value)
       return counts
     })
   }
