@@ -230,6 +230,8 @@ for (const store of ['memory', 'redis'] as const) {
         ['?granularity=hour&granularity=day', 'INVALID_BODY'],
         ['?granularity=week', 'INVALID_BODY'],
         ['?tenant=globex', 'INVALID_BODY'],
+        ['?from[]=2026-01-01T00:00:00Z', 'INVALID_BODY'],
+        ['?__proto__[from]=2026-01-01T00:00:00Z', 'INVALID_BODY'],
         [`?from=${'9'.repeat(10_000)}`, 'INVALID_BODY']
       ]
       for (const [query, code] of cases) {
