@@ -27,6 +27,7 @@ import tenantTurnsPlugin from './plugins/tenant-turns.js'
 import idempotencyPlugin from './plugins/idempotency.js'
 import workloadIdentityPlugin, { meshLogFields, meshSettings } from './plugins/workload-identity.js'
 import healthRoutes from './routes/health.js'
+import insightsRoutes from './routes/insights.js'
 import feedbackRoutes from './routes/feedback.js'
 import metricsRoutes from './routes/metrics.js'
 import otpRoutes from './routes/otp.js'
@@ -166,6 +167,7 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
     await api.register(otpRoutes)
     await api.register(usageRoutes)
     await api.register(verificationRoutes)
+    await api.register(insightsRoutes)
     await api.register(recipientRoutes)
     await api.register(receiptRoutes)
     await api.register(sandboxRoutes)

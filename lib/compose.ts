@@ -15,6 +15,7 @@ import { OtpService, type OtpObserver } from './otp/service.js'
 import { CodeSigner } from './otp/signer.js'
 import { UsageService } from './quota/usage.js'
 import { VerificationStories } from './otp/verification-story.js'
+import { InsightsReports } from './otp/insights.js'
 import { AddressHasher } from './receipts/address-hash.js'
 import { ReceiptIssuer } from './receipts/receipt-issuer.js'
 import { Receipts } from './receipts/receipts.js'
@@ -79,6 +80,8 @@ export interface Services {
   readonly feedback: SesFeedback
   readonly usage: UsageService
   readonly verifications: VerificationStories
+  /** Each tenant's funnel (GET /insights), from the insights store. */
+  readonly insights: InsightsReports
   readonly sandbox: SandboxMessages
   readonly previews: TemplatePreviews
   /** Each tenant's live sending reputation: the counts, and the pauses dispatch asks about. */
@@ -167,6 +170,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       replicaAcks: config.redisReplicaAcks,
       webhookQueue: { perTenant: config.webhooks.maxQueuedPerTenant },
       verificationLog: config.verificationLog,
+      insights: config.insights,
       ...(config.reputation === null ? {} : { reputationWindowMs: config.reputation.windowMs }),
       log,
       ...(config.redis === null
@@ -294,6 +298,7 @@ export async function createServices (config: Config, options: ServicesOptions):
       feedback,
       usage: new UsageService(state.quota),
       verifications: new VerificationStories(state.verificationLog),
+      insights: new InsightsReports(state.insights, config.insights),
       sandbox: new SandboxMessages(state.sandboxInbox),
       previews: new TemplatePreviews(config.otpTtlSeconds),
       reputation,

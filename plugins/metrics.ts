@@ -321,6 +321,15 @@ export function observeServices (metrics: Metrics, services: Pick<Services, 'red
       this.inc(state.verificationLog.dropped())
     }
   }))
+  registry.registerMetric(new Counter({
+    name: 'email_otp_insights_dropped_total',
+    help: 'Refusals lost to GET /insights: past the in-process tallies waiting for the next write, or in a Redis write that failed (not tried again).',
+    registers: [],
+    collect () {
+      this.reset()
+      this.inc(state.insights.dropped())
+    }
+  }))
   registry.registerMetric(new Gauge({
     name: 'email_otp_blocklist_age_seconds',
     help: 'Age of each network block list since its last good load.',

@@ -1,6 +1,7 @@
 import type { FastifyError } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ErrorCode } from '../schemas/error-catalog.js'
+import { isRefusalStatus } from '../lib/state/insights.js'
 import { toApiError } from './errors.js'
 import { callerOf } from './services.js'
 
@@ -15,11 +16,21 @@ const COUNTED_BY_ADMISSION: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
  * address, an idempotency conflict…) is counted here, and answers 429 once the caller is past
  * a limit. Without it one source could send refused requests without end. The error then goes
  * on to the root error handler, which renders it.
+ *
+ * Every 402, 403 and 429 answered to a key the auth hook identified is also counted in its
+ * tenant's insights (GET /insights), in process: the store writes its tallies about once a
+ * second, off the request path. A caller with no valid key is nobody's to count.
  */
 export default fp(async function refusalsPlugin (fastify) {
   fastify.setErrorHandler(async function countRefusal (error: FastifyError, request) {
     const refusal = toApiError(error)
     if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || refusal.counted === true || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
     throw await fastify.otp.countRefused(callerOf(request), refusal)
+  })
+  fastify.addHook('onResponse', function countInInsights (request, reply, done) {
+    const key = request.auth
+    const status = reply.statusCode
+    if (key !== null && isRefusalStatus(status)) fastify.state.insights.refused(key.tenant.id, key.mode, status, Date.now())
+    done()
   })
 }, { name: 'refusals', dependencies: ['services', 'errors'], fastify: '5.x' })

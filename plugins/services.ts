@@ -11,6 +11,7 @@ import type { Blocklists } from '../lib/net/blocklist.js'
 import type { Caller, OtpService } from '../lib/otp/service.js'
 import type { UsageService } from '../lib/quota/usage.js'
 import type { VerificationStories } from '../lib/otp/verification-story.js'
+import type { InsightsReports } from '../lib/otp/insights.js'
 import type { Receipts } from '../lib/receipts/receipts.js'
 import type { RedisClient } from '../lib/state/index.js'
 import type { SandboxMessages } from '../lib/sandbox/messages.js'
@@ -35,6 +36,8 @@ declare module 'fastify' {
     usage: UsageService
     /** Each verification's story, read for its tenant (GET /verifications/{requestId}). */
     verifications: VerificationStories
+    /** Each tenant's funnel per hour or day (GET /insights). */
+    insights: InsightsReports
     sandbox: SandboxMessages
     previews: TemplatePreviews
   }
@@ -80,6 +83,7 @@ export default fp<ServicesPluginOptions>(async function servicesPlugin (fastify,
   fastify.decorate('feedback', services.feedback)
   fastify.decorate('usage', services.usage)
   fastify.decorate('verifications', services.verifications)
+  fastify.decorate('insights', services.insights)
   fastify.decorate('sandbox', services.sandbox)
   fastify.decorate('previews', services.previews)
   observeServices(fastify.metrics, services)

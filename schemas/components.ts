@@ -8,6 +8,7 @@ import { SandboxMessagesReply } from './sandbox.js'
 import { TemplatePreviewBody, TemplatePreviewReply } from './templates.js'
 import { UsageReply } from './usage.js'
 import { VerificationReply } from './verifications.js'
+import { InsightsReply } from './insights.js'
 
 /**
  * The named schemas, registered once with Fastify and published as
@@ -17,7 +18,7 @@ import { VerificationReply } from './verifications.js'
 export const namedSchemas: readonly TSchema[] = [
   ErrorCodeSchema, ErrorBody,
   DispatchBody, DispatchReply, VerifyBody, VerifyReply,
-  UsageReply, VerificationReply, SandboxMessagesReply, UnlockBody, UnlockReply, SuppressBody, SuppressReply, UnsuppressReply, FeedbackReply,
+  UsageReply, VerificationReply, InsightsReply, SandboxMessagesReply, UnlockBody, UnlockReply, SuppressBody, SuppressReply, UnsuppressReply, FeedbackReply,
   RedeemBody, RedeemReply, JwksReply,
   TemplatePreviewBody, TemplatePreviewReply,
   LiveReply, ReadyReply

@@ -23,6 +23,8 @@ export const errorCatalog = {
   RECEIPT_EXPIRED: { status: 400, message: 'The receipt has expired' },
   RECEIPT_ADDRESS_MISMATCH: { status: 400, message: 'The receipt was issued for another address' },
   RECEIPT_ADDRESS_REQUIRED: { status: 400, message: 'Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address)' },
+  INSIGHTS_RANGE_INVALID: { status: 400, message: 'The insights range is invalid: from and to must be RFC 3339 date-times, from before to, within INSIGHTS_DAYS of now' },
+  INSIGHTS_RANGE_TOO_LONG: { status: 400, message: 'The insights range has too many buckets: at most 168 hours or 400 days per answer' },
   SNS_MESSAGE_INVALID: { status: 400, message: 'The body is not a well-formed SNS message' },
   SNS_MESSAGE_STALE: { status: 400, message: 'The SNS message is older than SNS\'s one-hour retry window' },
   UNAUTHORIZED: { status: 401, message: 'A valid API key is required: Authorization: Bearer <key>' },

@@ -97,6 +97,7 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   // after authentication (readiness, a probe, is never limited).
   { headers: rateLimit, operations: ['getUsage'], statuses: [200, 503] },
   { headers: rateLimit, operations: ['getVerification'], statuses: [200, 404, 503] },
+  { headers: rateLimit, operations: ['getInsights'], statuses: [200, 400, 503] },
   { headers: rateLimit, operations: ['unlockRecipient', 'suppressRecipient', 'unsuppressRecipient'], statuses: [200, 400, 503] },
   { headers: rateLimit, operations: ['previewTemplate'], statuses: [200, 400] },
   { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },

@@ -15,6 +15,8 @@ export interface StateConfig {
   memoryStoreMaxTokens: number
   /** VERIFICATION_LOG_DAYS and VERIFICATION_LOG_MAX_PER_TENANT. */
   verificationLog: { retentionMs: number, maxPerScope: number }
+  /** INSIGHTS_DAYS: how long the funnel's buckets are kept after their end. */
+  insights: { retentionMs: number }
 }
 
 const REDIS_TOPOLOGY_VARIABLES = ['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const
@@ -81,7 +83,8 @@ export function stateConfig (env: Env, redis: { topology: RedisTopology, variabl
     redisCommandTimeoutMs: commandTimeoutMs,
     redisReplicaAcks: replicaAcks,
     memoryStoreMaxTokens: env.MEMORY_STORE_MAX_TOKENS,
-    verificationLog: { retentionMs: env.VERIFICATION_LOG_DAYS * 86_400_000, maxPerScope: env.VERIFICATION_LOG_MAX_PER_TENANT }
+    verificationLog: { retentionMs: env.VERIFICATION_LOG_DAYS * 86_400_000, maxPerScope: env.VERIFICATION_LOG_MAX_PER_TENANT },
+    insights: { retentionMs: env.INSIGHTS_DAYS * 86_400_000 }
   }
 }
 

@@ -34,6 +34,9 @@ import type { VerificationLog, VerificationLogLimits } from './verification-log.
 import { MemoryVerificationLog } from './memory/verification-log.js'
 import { RedisVerificationLog } from './redis/verification-log.js'
 import type { ReputationStore } from './reputation.js'
+import { INSIGHTS_DEFAULTS, type InsightsLimits, type InsightsStore } from './insights.js'
+import { MemoryInsights } from './memory/insights.js'
+import { RedisInsights } from './redis/insights.js'
 import { MemoryReputation } from './memory/reputation.js'
 import { RedisReputation } from './redis/reputation.js'
 
@@ -65,6 +68,8 @@ export interface State {
   readonly feedbackDedupe: FeedbackDedupe
   /** Each verification's story (GET /verifications/{requestId}): observational, written off the request's round trip. */
   readonly verificationLog: VerificationLog
+  /** Each tenant's funnel per hour and day (GET /insights): the log's events counted in its writes, and refusals. */
+  readonly insights: InsightsStore
   /** Each tenant's live sends, bounces and complaints over the reputation window, and the pauses they caused (lib/reputation/). */
   readonly reputation: ReputationStore
   /** Where @fastify/rate-limit counts the routes outside admission: in Redis beside the other stores, or in its own memory. */
@@ -105,6 +110,8 @@ export interface StateOptions {
   log?: EvictionLog & ServerCheckLog & TagKeyLog
   /** How long verification stories are kept, and how many per tenant and mode (defaults when not given). */
   verificationLog?: VerificationLogLimits
+  /** How long the funnel's buckets are kept (INSIGHTS_DAYS; 90 days when not given). */
+  insights?: InsightsLimits
   /** REPUTATION_WINDOW (24 hours when not given). */
   reputationWindowMs?: number
   /** The Redis settings the client was made from, so that a misnamed server is told apart from one that does not answer. */
@@ -120,6 +127,7 @@ const VERIFICATION_LOG_DEFAULTS: VerificationLogLimits = { retentionMs: 7 * 86_4
 
 export function createState (redis: RedisClient | null, options: StateOptions): State {
   const logLimits = options.verificationLog ?? VERIFICATION_LOG_DEFAULTS
+  const insightsLimits = options.insights ?? INSIGHTS_DEFAULTS
   const reputationWindow = { windowMs: options.reputationWindowMs ?? 86_400_000 }
   if (redis === null) {
     const tokens = new MemoryTokenStore({ maxTokensPerScope: options.memoryStoreMaxTokens })
@@ -127,7 +135,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     const idempotency = new MemoryIdempotencyStore()
     const redemptions = new MemoryRedemptionStore()
     const webhookQueue = new MemoryWebhookQueue(options.webhookQueue)
-    const verificationLog = new MemoryVerificationLog(logLimits)
+    const insights = new MemoryInsights(insightsLimits)
+    const verificationLog = new MemoryVerificationLog(logLimits, { insights })
     const reputation = new MemoryReputation(reputationWindow)
     return {
       kind: 'memory',
@@ -140,13 +149,14 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       webhookQueue,
       feedbackDedupe: new MemoryFeedbackDedupe(options.feedbackDedupeTtlMs),
       verificationLog,
+      insights,
       reputation,
       routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: null },
       ready: async () => ({ ok: await tokens.ready(), reason: null, refused: null, warnings: [], replicas: null }),
       unacknowledgedWrites: () => acks.shortfalls,
       close: async () => {
         idempotency.close()
-        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close(), verificationLog.close(), reputation.close()])
+        await Promise.all([tokens.close(), redemptions.close(), webhookQueue.close(), verificationLog.close(), insights.close(), reputation.close()])
       }
     }
   }
@@ -156,7 +166,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
   const replicaAcks = options.replicaAcks ?? { count: 0, timeoutMs: 0 }
   const acks = new ReplicaAcks(redis, replicaAcks)
   const tagKey = options.tagKey === undefined ? null : new TagKeyGuard(redis, options.tagKey, log)
-  const verificationLog = new RedisVerificationLog(redis, logLimits)
+  const verificationLog = new RedisVerificationLog(redis, logLimits, insightsLimits)
+  const insights = new RedisInsights(redis, insightsLimits)
   const reputation = new RedisReputation(redis, reputationWindow)
   const servers = new RedisServerWatch(redis, { topology: options.topology ?? null, requiredAcks: replicaAcks.count, connectTimeoutMs: options.connectTimeoutMs ?? 1000, log })
   return {
@@ -170,6 +181,7 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
     webhookQueue: new RedisWebhookQueue(redis, options.webhookQueue),
     feedbackDedupe: new RedisFeedbackDedupe(redis, options.feedbackDedupeTtlMs),
     verificationLog,
+    insights,
     reputation,
     routeLimits: { nameSpace: ROUTE_LIMIT_NAMESPACE, redis: withinRequestBudget(redis) },
     ready: async () => {
@@ -190,8 +202,8 @@ export function createState (redis: RedisClient | null, options: StateOptions): 
       return { ok, reason, ...found }
     },
     unacknowledgedWrites: () => acks.shortfalls,
-    // The events of the last turn are written before the caller closes the client.
-    close: async () => { await Promise.all([verificationLog.close(), reputation.close()]) }
+    // The events of the last turn, and the refusals tallied, are written before the caller closes the client.
+    close: async () => { await Promise.all([verificationLog.close(), insights.close(), reputation.close()]) }
   }
 }
 

@@ -23,6 +23,7 @@ const EVERY_METHOD: Record<keyof EmailOtpClient, (client: EmailOtpClient) => Pro
   sandboxMessages: async (client) => await client.sandboxMessages('ada@example.com'),
   usage: async (client) => await client.usage(),
   verification: async (client) => await client.verification('otp_request'),
+  insights: async (client) => await client.insights({ granularity: 'hour' }),
   unlockRecipient: async (client) => await client.unlockRecipient('ada@example.com'),
   suppressRecipient: async (client) => await client.suppressRecipient('ada@example.com'),
   unsuppressRecipient: async (client) => await client.unsuppressRecipient('ada@example.com'),
@@ -85,6 +86,11 @@ t.test('each method against the running service, typed by the document', async (
   t.same(story.events.map((event) => event.type), ['requested', 'sent', 'verified', 'receipt_redeemed'])
   const unknown = await client.verification('otp_unknownRequest0000000').catch((error: unknown) => error)
   t.same(unknown instanceof EmailOtpError ? [unknown.status, unknown.code] : unknown, [404, 'NOT_FOUND'], 'an unknown requestId')
+  const insights = await client.insights({ granularity: 'hour', from: new Date(Date.now() - 3_600_000) })
+  t.match(insights, { granularity: 'hour', buckets: Array, totals: { requested: Number, conversion: Number } })
+  t.ok(insights.totals.verified >= 1 && insights.totals.receiptsRedeemed >= 1, "the tenant's funnel counts the verification")
+  const tooLong = await client.insights({ granularity: 'hour', from: '2000-01-01T00:00:00Z', to: new Date() }).catch((error: unknown) => error)
+  t.same(tooLong instanceof EmailOtpError ? [tooLong.status, tooLong.code] : tooLong, [400, 'INSIGHTS_RANGE_TOO_LONG'], 'a range past its bound')
 
   t.same(await client.suppressRecipient(email).then((data) => typeof data.suppressedUntil), 'string')
   const refused = await client.dispatch(email).catch((error: unknown) => error)

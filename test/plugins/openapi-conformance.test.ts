@@ -30,12 +30,12 @@ const notTheApi = new Set([
   'x-download-options', 'x-frame-options', 'x-permitted-cross-domain-policies', 'x-xss-protection'
 ])
 
-const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
+const operationIds = ['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'getInsights', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate', 'getReceiptKeys', 'getLiveness', 'getReadiness', 'receiveSesFeedback']
 const connectionLayer = 'answered by the connection layer before any route is chosen; test/app/error-shapes.test.ts sends it over raw sockets'
 
 // Documented answers no request here can provoke, and why.
 const notExercised = new Map([
-  ...['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
+  ...['dispatchCode', 'verifyCode', 'getUsage', 'getVerification', 'getInsights', 'listSandboxMessages', 'unlockRecipient', 'suppressRecipient', 'unsuppressRecipient', 'redeemReceipt', 'previewTemplate'].map((id): [string, string] => [`${id} 500`, 'INTERNAL: no request makes the service fail']),
   ...operationIds.flatMap((id): Array<[string, string]> => [[`${id} 408`, connectionLayer], [`${id} 431`, connectionLayer]]),
   ['getLiveness 429', `the cap on connections per source: ${connectionLayer}`],
   ['getReadiness 429', `the cap on connections per source: ${connectionLayer}`],
@@ -145,6 +145,12 @@ t.test('every answer the service sends is the one the document describes', async
   await get('getVerification', 'no key', story, null)
   await get('getVerification', 'secret key in a browser', story, keys.acmeTest, { origin: 'https://app.acme.test' })
   await get('getVerification', 'malformed URL', `${story}%zz`, keys.acmeTest)
+  await get('getInsights', 'insights', '/insights?granularity=hour', keys.acmeTest)
+  await get('getInsights', 'bad range', '/insights?from=yesterday', keys.acmeTest)
+  await get('getInsights', 'range too long', '/insights?granularity=hour&from=2000-01-01T00:00:00Z', keys.acmeTest)
+  await get('getInsights', 'unknown parameter', '/insights?tenant=globex', keys.acmeTest)
+  await get('getInsights', 'restricted key', '/insights', keys.acmeBrowser, { origin: 'https://app.acme.test' })
+  await get('getInsights', 'no key', '/insights', null)
   await get('listSandboxMessages', 'live key', '/sandbox/messages?email=vera@example.com', keys.acmeLive)
   await get('listSandboxMessages', 'no address', '/sandbox/messages', keys.acmeTest)
   await get('listSandboxMessages', 'refused address', '/sandbox/messages?email=nope', keys.acmeTest)
@@ -212,6 +218,7 @@ t.test('every answer the service sends is the one the document describes', async
   for (const what of ['first', 'account limit']) {
     await get('getUsage', what, '/usage', keys.acmeTest, {}, limited.app)
     await get('getVerification', what, '/verifications/otp_unknownRequest0000000', keys.acmeTest, {}, limited.app)
+    await get('getInsights', what, '/insights', keys.acmeTest, {}, limited.app)
     await get('listSandboxMessages', what, '/sandbox/messages?email=dora@example.com', keys.acmeTest, {}, limited.app)
     await unlock(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
     await suppress(what, keys.acmeTest, { email: 'dora@example.com' }, {}, limited.app)
@@ -244,6 +251,7 @@ t.test('every answer the service sends is the one the document describes', async
   await verify('store down', keys.acmeTest, { requestId: 'abc', userGuess: '123456' }, {}, down.app)
   await get('getUsage', 'store down', '/usage', keys.acmeLive, {}, down.app)
   await get('getVerification', 'store down', '/verifications/otp_unknownRequest0000000', keys.acmeLive, {}, down.app)
+  await get('getInsights', 'store down', '/insights', keys.acmeLive, {}, down.app)
   await unlock('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await suppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)
   await unsuppress('store down', keys.acmeTest, { email: 'gus@example.com' }, {}, down.app)

@@ -107,6 +107,8 @@ t.test('through Prism as a validating proxy, every operation\'s happy path and a
   await pass('getUsage', 'GET', '/usage', { key: keys.acmeTest })
   const story = await pass('getVerification', 'GET', `/verifications/${String(sent.body.data.requestId)}`, { key: keys.acmeTest })
   t.equal(story.body.data.state, 'verified', 'the story of the verification above')
+  const insights = await pass('getInsights', 'GET', '/insights?granularity=hour', { key: keys.acmeTest })
+  t.equal(insights.body.data.totals.verified, 1, 'the funnel of the verification above')
   await pass('unlockRecipient', 'POST', '/recipients/unlock', { key: keys.acmeTest, json: { email } })
   await pass('suppressRecipient', 'POST', '/recipients/suppress', { key: keys.acmeTest, json: { email } })
   await pass('unsuppressRecipient', 'POST', '/recipients/unsuppress', { key: keys.acmeTest, json: { email } })

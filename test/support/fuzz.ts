@@ -225,7 +225,7 @@ export async function runProperty<Ts> (t: Test, name: string, defaultRuns: numbe
 // ---------------------------------------------------------------------------------------
 // Generators.
 
-const ROUTES = ['/otp/request', '/otp/verify', '/usage', '/verifications/otp_fuzzedRequest00000000', '/sandbox/messages', '/templates/preview', '/healthz', '/readyz', '/openapi.json']
+const ROUTES = ['/otp/request', '/otp/verify', '/usage', '/verifications/otp_fuzzedRequest00000000', '/insights', '/sandbox/messages', '/templates/preview', '/healthz', '/readyz', '/openapi.json']
 
 /**
  * Absent two times in three: each request keeps most of its envelope plausible. Shrinking
@@ -382,6 +382,12 @@ const query: fc.Arbitrary<string | null> = fc.option(fc.oneof(
   fc.webQueryParameters(),
   fc.constantFrom('email=a@b.co&email=c@d.co', 'email[]=a@b.co', '__proto__[polluted]=1', 'constructor[prototype][fuzzProbe]=1', '__proto__=x',
     'email', '&&&', '=', '%', 'email=%E0%A4%A', 'email=%00'),
+  // GET /insights: dates at and past every bound, repeated and empty.
+  fc.tuple(fc.constantFrom('from', 'to'), fc.oneof(
+    fc.date({ min: new Date(-8.64e15), max: new Date(8.64e15), noInvalidDate: true }).map((date) => encodeURIComponent(date.toISOString())),
+    fc.constantFrom('', '0000-00-00T00:00:00Z', '%2B275760-09-13T00:00:00Z', '9999-12-31T23:59:60Z', '2026-02-29T00:00:00Z', '1e308', '-1', '99999999999999999999'),
+    hostileString.map(encodeURIComponent)
+  ), fc.constantFrom('', '&granularity=hour', '&granularity=day', '&granularity=week', '&from=2026-01-01T00:00:00Z')).map(([name, value, more]) => `${name}=${value}${more}`),
   hostileString
 ))
 

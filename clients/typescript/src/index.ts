@@ -25,6 +25,8 @@ export type RedeemErrorCode = ErrorCodes<operations['redeemReceipt']['responses'
 export type SandboxMessagesErrorCode = ErrorCodes<operations['listSandboxMessages']['responses']>
 /** The codes verification can answer, from the document (`NOT_FOUND` for any requestId it will not tell about). */
 export type VerificationErrorCode = ErrorCodes<operations['getVerification']['responses']>
+/** The codes insights can answer, from the document. */
+export type InsightsErrorCode = ErrorCodes<operations['getInsights']['responses']>
 /** The codes previewTemplate can answer, from the document. */
 export type PreviewTemplateErrorCode = ErrorCodes<operations['previewTemplate']['responses']>
 
@@ -49,6 +51,11 @@ export type Verification = VerificationReply['data']
 export type VerificationState = Verification['state']
 /** One event of a verification's story; `type` tells which fields it has. */
 export type VerificationEvent = Verification['events'][number]
+export type InsightsReply = Schemas['InsightsReply']
+/** The tenant's funnel in the key's mode: every bucket of the range and the totals. */
+export type Insights = InsightsReply['data']
+/** One hour's or day's funnel: requested, sent, delivered, verified, refused… */
+export type InsightsBucket = Insights['buckets'][number]
 export type UnlockReply = Schemas['UnlockReply']
 export type SuppressReply = Schemas['SuppressReply']
 export type UnsuppressReply = Schemas['UnsuppressReply']
@@ -145,6 +152,15 @@ export interface SandboxMessagesOptions {
   requestId?: string
 }
 
+export interface InsightsOptions {
+  /** `hour` (at most 168 buckets) or `day` (the default, at most 400). */
+  granularity?: 'hour' | 'day'
+  /** The range's start (a Date or an RFC 3339 string); by default 24 hours or 30 days before `to`. */
+  from?: Date | string
+  /** The range's end, exclusive; by default now. */
+  to?: Date | string
+}
+
 export interface EmailOtpClient {
   /** Mails a code to `email`; resolves to the requestId to verify. */
   dispatch (email: string, options?: DispatchOptions): Promise<DispatchResult>
@@ -158,6 +174,8 @@ export interface EmailOtpClient {
   usage (): Promise<Usage>
   /** The story of one verification of the key's tenant and mode (secret keys); `NOT_FOUND` past VERIFICATION_LOG_DAYS. */
   verification (requestId: string): Promise<Verification>
+  /** The tenant's funnel per hour or day in the key's mode (secret keys); `INSIGHTS_RANGE_*` for a range it will not answer. */
+  insights (options?: InsightsOptions): Promise<Insights>
   /** Clears a recipient's lockout and run of wrong guesses (secret keys). */
   unlockRecipient (email: string): Promise<UnlockReply['data']>
   /** Stops all mail to a recipient for SUPPRESSION_DAYS (secret keys). */
@@ -327,6 +345,17 @@ export function createClient (options: ClientOptions): EmailOtpClient {
 
     async verification (requestId) {
       return await callForData<Verification>(`/verifications/${encodeURIComponent(requestId)}`, undefined, SAFE_RETRIES, (answer) => typeof answer.state === 'string' && Array.isArray(answer.events))
+    },
+
+    async insights (insightsOptions = {}) {
+      const query = new URLSearchParams()
+      if (insightsOptions.granularity !== undefined) query.set('granularity', insightsOptions.granularity)
+      for (const bound of ['from', 'to'] as const) {
+        const value = insightsOptions[bound]
+        if (value !== undefined) query.set(bound, value instanceof Date ? value.toISOString() : value)
+      }
+      const search = query.toString()
+      return await callForData<Insights>(`/insights${search === '' ? '' : `?${search}`}`, undefined, SAFE_RETRIES, (answer) => Array.isArray(answer.buckets) && isRecord(answer.totals))
     },
 
     async unlockRecipient (email) {

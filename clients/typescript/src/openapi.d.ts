@@ -164,6 +164,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/insights": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's funnel per hour or day: requested, sent, delivered, verified, refused…
+         * @description Secret keys only (a restricted key gets 403 KEY_NOT_PERMITTED), of the key's tenant and mode. A verification counts in the bucket of the hour or day it was requested in, so `conversion` (verified ÷ sent) is at most 1 in every bucket; refusals count in the hour they were answered. Kept INSIGHTS_DAYS; counts reach the answer within about a second. Times to verify and to delivery are estimated from fixed histogram bins. A range that is not RFC 3339, ends before it starts, ends before the oldest data kept or further ahead than INSIGHTS_DAYS answers 400 INSIGHTS_RANGE_INVALID; more than 168 hours or 400 days, 400 INSIGHTS_RANGE_TOO_LONG.
+         */
+        get: operations["getInsights"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/recipients/unlock": {
         parameters: {
             query?: never;
@@ -310,6 +330,8 @@ export interface components {
          *     - `RECEIPT_EXPIRED` (400): The receipt has expired.
          *     - `RECEIPT_ADDRESS_MISMATCH` (400): The receipt was issued for another address.
          *     - `RECEIPT_ADDRESS_REQUIRED` (400): Send the address your user claims as `email` (or `anyAddress: true` to redeem for any address).
+         *     - `INSIGHTS_RANGE_INVALID` (400): The insights range is invalid: from and to must be RFC 3339 date-times, from before to, within INSIGHTS_DAYS of now.
+         *     - `INSIGHTS_RANGE_TOO_LONG` (400): The insights range has too many buckets: at most 168 hours or 400 days per answer.
          *     - `SNS_MESSAGE_INVALID` (400): The body is not a well-formed SNS message.
          *     - `SNS_MESSAGE_STALE` (400): The SNS message is older than SNS's one-hour retry window.
          *     - `UNAUTHORIZED` (401): A valid API key is required: Authorization: Bearer <key>.
@@ -345,7 +367,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "TENANT_SENDING_PAUSED" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "INSIGHTS_RANGE_INVALID" | "INSIGHTS_RANGE_TOO_LONG" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "TENANT_SENDING_PAUSED" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -569,6 +591,155 @@ export interface components {
                 })[];
                 /** @description Events past their type's bound: counted, not listed. */
                 eventsOmitted: number;
+            };
+        };
+        /** @description The tenant's funnel in the key's mode, per hour or day. */
+        InsightsReply: {
+            /** @enum {boolean} */
+            success: true;
+            data: {
+                granularity: "hour" | "day";
+                /**
+                 * Format: date-time
+                 * @description The first bucket's start.
+                 */
+                from: string;
+                /**
+                 * Format: date-time
+                 * @description The last bucket's end.
+                 */
+                to: string;
+                /**
+                 * Format: date-time
+                 * @description The oldest bucket still kept (INSIGHTS_DAYS): nothing before it is answered.
+                 */
+                dataStart: string;
+                /** @description Every bucket of the range in order, zeros included. A verification counts in the bucket it was requested in, whenever its later events came. */
+                buckets: {
+                    /** Format: date-time */
+                    start: string;
+                    /** @description Dispatches admitted (a code was issued). */
+                    requested: number;
+                    /** @description Of those, mails a provider accepted. */
+                    sent: number;
+                    /** @description Dispatches whose mail did not leave, by reason (as `delivery.failed`): answered 502, nothing charged. */
+                    deliveryFailed: {
+                        timeout: number;
+                        connection: number;
+                        throttled: number;
+                        provider: number;
+                        rejected: number;
+                        unavailable: number;
+                        unknown: number;
+                        suppressed: number;
+                        sending_paused: number;
+                    };
+                    /** @description Mails the recipient's server accepted (SES feedback). */
+                    delivered: number;
+                    /** @description Mails bounced (SES feedback), by bounce type. */
+                    bounced: {
+                        permanent: number;
+                        transient: number;
+                    };
+                    /** @description Mails marked as spam (SES feedback). */
+                    complained: number;
+                    /** @description Verifications whose right code was entered. */
+                    verified: number;
+                    /** @description Verifies of these requestIds that did not verify, every one. */
+                    wrongGuesses: number;
+                    /** @description Verifications whose wrong guess locked the mailbox. */
+                    locked: number;
+                    /** @description Receipts of these verifications redeemed. */
+                    receiptsRedeemed: number;
+                    /** @description The tenant's keys' requests answered 402 (allowance used up), 403 (refused: recipient, CAPTCHA, end-user address…) or 429 (rate limited), by status, in the hour they were answered. */
+                    refused: {
+                        402: number;
+                        403: number;
+                        429: number;
+                    };
+                    /** @description Verified after their mail was sent ÷ sent; null when nothing was sent. */
+                    conversion: number | null;
+                    /** @description Null when none was measured. */
+                    timeToVerify: {
+                        /** @description Seconds: the median, estimated from the histogram (linear inside its bin). */
+                        p50: number;
+                        /** @description Seconds: the 90th percentile, estimated likewise. */
+                        p90: number;
+                        /** @description Verifications measured. */
+                        count: number;
+                    } | null;
+                    /** @description Null when none was measured. */
+                    timeToDelivery: {
+                        /** @description Seconds: the median, estimated from the histogram (linear inside its bin). */
+                        p50: number;
+                        /** @description Seconds: the 90th percentile, estimated likewise. */
+                        p90: number;
+                        /** @description Verifications measured. */
+                        count: number;
+                    } | null;
+                }[];
+                /** @description The same over the whole range. */
+                totals: {
+                    /** @description Dispatches admitted (a code was issued). */
+                    requested: number;
+                    /** @description Of those, mails a provider accepted. */
+                    sent: number;
+                    /** @description Dispatches whose mail did not leave, by reason (as `delivery.failed`): answered 502, nothing charged. */
+                    deliveryFailed: {
+                        timeout: number;
+                        connection: number;
+                        throttled: number;
+                        provider: number;
+                        rejected: number;
+                        unavailable: number;
+                        unknown: number;
+                        suppressed: number;
+                        sending_paused: number;
+                    };
+                    /** @description Mails the recipient's server accepted (SES feedback). */
+                    delivered: number;
+                    /** @description Mails bounced (SES feedback), by bounce type. */
+                    bounced: {
+                        permanent: number;
+                        transient: number;
+                    };
+                    /** @description Mails marked as spam (SES feedback). */
+                    complained: number;
+                    /** @description Verifications whose right code was entered. */
+                    verified: number;
+                    /** @description Verifies of these requestIds that did not verify, every one. */
+                    wrongGuesses: number;
+                    /** @description Verifications whose wrong guess locked the mailbox. */
+                    locked: number;
+                    /** @description Receipts of these verifications redeemed. */
+                    receiptsRedeemed: number;
+                    /** @description The tenant's keys' requests answered 402 (allowance used up), 403 (refused: recipient, CAPTCHA, end-user address…) or 429 (rate limited), by status, in the hour they were answered. */
+                    refused: {
+                        402: number;
+                        403: number;
+                        429: number;
+                    };
+                    /** @description Verified after their mail was sent ÷ sent; null when nothing was sent. */
+                    conversion: number | null;
+                    /** @description Null when none was measured. */
+                    timeToVerify: {
+                        /** @description Seconds: the median, estimated from the histogram (linear inside its bin). */
+                        p50: number;
+                        /** @description Seconds: the 90th percentile, estimated likewise. */
+                        p90: number;
+                        /** @description Verifications measured. */
+                        count: number;
+                    } | null;
+                    /** @description Null when none was measured. */
+                    timeToDelivery: {
+                        /** @description Seconds: the median, estimated from the histogram (linear inside its bin). */
+                        p50: number;
+                        /** @description Seconds: the 90th percentile, estimated likewise. */
+                        p90: number;
+                        /** @description Verifications measured. */
+                        count: number;
+                    } | null;
+                };
             };
         };
         /** @description The sandbox messages to one address, newest first. */
@@ -2610,6 +2781,269 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "NOT_FOUND";
+                    };
+                };
+            };
+            /** @description `REQUEST_TIMEOUT`: The request did not arrive in time. */
+            408: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request did not arrive in time",
+                     *       "code": "REQUEST_TIMEOUT"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `RATE_LIMITED`: Too many requests; retry later. */
+            429: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Too many requests; retry later",
+                     *       "code": "RATE_LIMITED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "RATE_LIMITED";
+                    };
+                };
+            };
+            /** @description `HEADERS_TOO_LARGE`: The request headers are too large. */
+            431: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request headers are too large",
+                     *       "code": "HEADERS_TOO_LARGE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description `INTERNAL`: Internal error. */
+            500: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "Internal error",
+                     *       "code": "INTERNAL"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INTERNAL";
+                    };
+                };
+            };
+            /** @description `UNAVAILABLE`: The service is temporarily unavailable; retry later. `TENANT_MISCONFIGURED`: This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed. */
+            503: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Seconds to wait before sending the request again (RFC 9110). */
+                    "Retry-After": number;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The service is temporarily unavailable; retry later",
+                     *       "code": "UNAVAILABLE"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+                    };
+                };
+            };
+        };
+    };
+    getInsights: {
+        parameters: {
+            query?: {
+                /** @description Bucket size: UTC hours (at most 168 per answer) or UTC days (at most 400). */
+                granularity?: "hour" | "day";
+                /**
+                 * @description RFC 3339 date-time; the range starts with the bucket it falls in. Default: `to` minus 24 hours (hour) or 30 days (day). Before the oldest data kept (INSIGHTS_DAYS) it is moved up to it (`dataStart`).
+                 * @example 2026-11-01T00:00:00Z
+                 */
+                from?: string;
+                /**
+                 * @description RFC 3339 date-time, exclusive: the range ends with the bucket it falls in (or before it, when it is a bucket's start). Default: now.
+                 * @example 2026-11-28T00:00:00Z
+                 */
+                to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every bucket of the range, zeros included, and the totals. */
+            200: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InsightsReply"];
+                };
+            };
+            /** @description `INVALID_BODY`: The request body is invalid. `INVALID_URL`: The request URL is malformed. `MALFORMED_REQUEST`: The request is not valid HTTP/1.1. `INVALID_FORWARDED_FOR`: X-Forwarded-For does not name a client address. `INVALID_WORKLOAD_IDENTITY`: The workload identity header from the mesh sidecar is malformed. `AMBIGUOUS_HEADER`: A header that says who the caller is (X-Forwarded-For, End-User-IP, the mesh identity header) appears more than once. `INVALID_END_USER_IP`: End-User-IP must be one IPv4 or IPv6 address. `END_USER_IP_NOT_ALLOWED`: End-User-IP may only be sent with a secret key: a browser does not choose its own source. `END_USER_IP_REQUIRED`: This tenant requires End-User-IP, the address of the end user a request is made for. `INSIGHTS_RANGE_INVALID`: The insights range is invalid: from and to must be RFC 3339 date-times, from before to, within INSIGHTS_DAYS of now. `INSIGHTS_RANGE_TOO_LONG`: The insights range has too many buckets: at most 168 hours or 400 days per answer. */
+            400: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /** @description Requests allowed in the window of the tightest velocity limit this request counted against (per source, recipient, backend or key; for a restricted key, only its own source's). On account and public routes, their own per-key or per-source limit. */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in that window before 429 `RATE_LIMITED`. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until that window resets. */
+                    "RateLimit-Reset"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The request body is invalid",
+                     *       "code": "INVALID_BODY"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "INVALID_BODY" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "INSIGHTS_RANGE_INVALID" | "INSIGHTS_RANGE_TOO_LONG";
+                    };
+                };
+            };
+            /** @description `UNAUTHORIZED`: A valid API key is required: Authorization: Bearer <key>. */
+            401: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    /**
+                     * @description The authentication scheme to use: `Bearer` (RFC 6750).
+                     * @example Bearer realm="email-otp"
+                     */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "A valid API key is required: Authorization: Bearer <key>",
+                     *       "code": "UNAUTHORIZED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "UNAUTHORIZED";
+                    };
+                };
+            };
+            /** @description `ORIGIN_NOT_ALLOWED`: This origin is not allowed for this key. `SECRET_KEY_IN_BROWSER`: Secret keys must not be used from a browser; use a restricted key. `KEY_NOT_PERMITTED`: This key is not permitted to call this endpoint. `WORKLOAD_NOT_ALLOWED`: This key is bound to other workloads: call it from one of them, through the mesh. `SOURCE_BLOCKED`: Requests from this network are not accepted. */
+            403: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "This origin is not allowed for this key",
+                     *       "code": "ORIGIN_NOT_ALLOWED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED";
                     };
                 };
             };

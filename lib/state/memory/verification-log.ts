@@ -1,5 +1,7 @@
 import { tenantScope } from '../../keys/scope.js'
 import type { Lane } from '../admission.js'
+import { eventFields, type CohortTimes } from '../insights.js'
+import type { MemoryInsights } from './insights.js'
 import { appendEvent, browserStories, newStory, type LaterEvent, type RequestedEvent, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
 
 /**
@@ -12,6 +14,8 @@ export const MEMORY_LOG_PER_SCOPE = 10_000
 interface Kept {
   createdMs: number
   story: VerificationStory
+  /** The story's cohort and send time, for the funnel's counts. */
+  times: CohortTimes
 }
 
 /** A scope's stories, one table per lane, each in the order its verifications were requested. */
@@ -27,8 +31,11 @@ export class MemoryVerificationLog implements VerificationLog {
   readonly #retentionMs: number
   readonly #caps: Record<Lane, number>
   readonly #now: () => number
+  readonly #insights: MemoryInsights | null
 
-  constructor (limits: VerificationLogLimits, options: { now?: () => number } = {}) {
+  /** `insights`: where its stories' events are counted for the funnel (nowhere when not given). */
+  constructor (limits: VerificationLogLimits, options: { now?: () => number, insights?: MemoryInsights } = {}) {
+    this.#insights = options.insights ?? null
     this.#retentionMs = limits.retentionMs
     const backend = Math.min(limits.maxPerScope, MEMORY_LOG_PER_SCOPE)
     this.#caps = { backend, browser: browserStories(backend) }
@@ -52,13 +59,18 @@ export class MemoryVerificationLog implements VerificationLog {
       if (oldest.done === true) break
       table.delete(oldest.value)
     }
-    table.set(id.requestId, { createdMs: now, story: newStory(event) })
+    const requestedMs = Date.parse(event.at)
+    table.set(id.requestId, { createdMs: now, story: newStory(event), times: { requestedMs, sentMs: null } })
+    this.#insights?.count(id.tenantId, id.mode, requestedMs, ['requested'])
   }
 
   record (id: VerificationId, event: LaterEvent): void {
     const kept = this.#kept(id)
     if (kept === undefined || this.#expired(kept, this.#now())) return
     appendEvent(kept.story, event)
+    const count = kept.story.counts[event.type] ?? 0
+    if (event.type === 'sent' && count === 1) kept.times.sentMs = Date.parse(event.at)
+    this.#insights?.count(id.tenantId, id.mode, kept.times.requestedMs, eventFields(event, count, kept.times))
   }
 
   async read (id: VerificationId): Promise<VerificationStory | null> {

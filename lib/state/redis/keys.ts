@@ -15,17 +15,19 @@ import type { LimitHit, TenantLimitName } from '../admission.js'
  * Every key one script touches carries the same tag, so the script runs on one slot:
  *   {<tenant>:<mode>}        a tenant's traffic in one mode: tokens, velocity, lockout,
  *                            suppression, quota, its mailbox counts, idempotency, receipts,
- *                            verification stories
+ *                            verification stories, insights buckets
  *   {mailbox:<mode>:<lane>}  the service-wide bucket of one mailbox (its own slot: on a
  *                            Cluster it is counted by a second command, lib/state/redis/admission.ts)
  *   {<tenant>}               the sandbox inbox: its addresses' boxes and their index
  *   {webhooks:<tenant>}      a tenant's webhook queue;  {webhooks}  the queue index
  *
- * Three names are derived inside scripts from a key they were given, and so share its slot: a
+ * Four names are derived inside scripts from a key they were given, and so share its slot: a
  * token set aside by a verify (`<token key>:used:<attempt>`, until the verify's outcome is
  * known), a mailbox's lockout state (`<lockout prefix><lane subject>`, the subject being
- * read from the token, whose tag the prefix carries) and a sandbox box the inbox forgets
- * (`<sandbox entries prefix><address>`, the address being read from the tenant's index).
+ * read from the token, whose tag the prefix carries), a sandbox box the inbox forgets
+ * (`<sandbox entries prefix><address>`, the address being read from the tenant's index) and
+ * an insights bucket the verification log counts in (`<insights prefix>h:<hour>` and
+ * `<insights prefix>d:<day>`, from the request time its story keeps).
  */
 
 /** The hash tag of a tenant's traffic in one mode, `{acme:live}`. */
@@ -185,6 +187,22 @@ export function sandboxShareKeys (tenantId: string): SandboxShareKeys {
 export function verificationLogKeys (tenantId: string, mode: KeyMode): { index: string, browserIndex: string, story: (requestId: string) => string } {
   const index = `vlog:${scopeTag(tenantId, mode)}`
   return { index, browserIndex: `vlog:browser:${scopeTag(tenantId, mode)}`, story: (requestId) => `${index}:${requestId}` }
+}
+
+/**
+ * Where a tenant's funnel is counted in one mode (GET /insights): one hash per hour,
+ * `insights:{acme:live}:h:<hour>`, and per day, `insights:{acme:live}:d:<day>` (hours and days
+ * since the epoch, UTC), in the scope's slot, so that the verification log's script counts in
+ * them and one pipeline reads a range. The verification log's script derives the names from the
+ * prefix (INSIGHTS_BUCKET_LUA).
+ */
+export function insightsKeyPrefix (tenantId: string, mode: KeyMode): string {
+  return `insights:${scopeTag(tenantId, mode)}:`
+}
+
+/** One bucket: its granularity's letter and its number (hours or days since the epoch). */
+export function insightsBucketKey (tenantId: string, mode: KeyMode, granularity: 'hour' | 'day', number: number): string {
+  return `${insightsKeyPrefix(tenantId, mode)}${granularity === 'hour' ? 'h' : 'd'}:${number}`
 }
 
 /**

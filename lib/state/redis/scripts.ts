@@ -1,5 +1,6 @@
 import { TOKEN_RECORD_SEPARATOR } from '../tokens.js'
 import { LISTED_PER_TYPE } from '../verification-log.js'
+import { BUCKET_MS, COUNTED_BY, DURATION_BOUNDS_SECONDS, ONCE_COUNTED } from '../insights.js'
 import { FENCE_LUA, UNDO_SHEBANG, WRITES_SHEBANG } from './fence.js'
 import { count, flag, key, keys, luaPrologue, number, scriptArgs, text, texts, tuples } from './script-args.js'
 
@@ -738,38 +739,79 @@ return { depth, tostring(oldest) }
 /* Verification stories (lib/state/redis/verification-log.ts). */
 
 /*
- * A story is a hash: `listed` (events listed so far), `e1`…`e<listed>` (each event's JSON) and
+ * A story is a hash: `listed` (events listed so far), `e1`…`e<listed>` (each event's JSON),
  * `n:<type>` (events of each type, listed or not): an event is listed while its type's count is
- * within LISTED_PER_TYPE. The scope's two indexes, one per lane, are sorted sets of story keys
- * by when they were requested, on Redis's clock.
+ * within LISTED_PER_TYPE; and for the funnel `t0`, when it was requested (ms), and `ts`, when
+ * its mail was sent. The scope's two indexes, one per lane, are sorted sets of story keys by when
+ * they were requested, on Redis's clock.
  */
 
-/** The lane indexes, each event's story key; retention, each lane's cap; each event's type, its story's lane (a `requested` one's) and JSON. */
+/**
+ * Counting in the funnel's buckets (lib/state/insights.ts), for the verification log's script:
+ * `countIn(requestedMs, fields)` adds one to each field in the hour's and the day's bucket of
+ * the story's request time, named from the `insights` prefix, each kept `insightsRetentionMs`
+ * past its end; `durationField(histogram, ms)` names a duration's bin, as durationField does.
+ */
+const INSIGHTS_BUCKET_LUA = `
+local durationBounds = { ${DURATION_BOUNDS_SECONDS.join(', ')} }
+local function durationField (histogram, ms)
+  local seconds = math.max(0, ms) / 1000
+  for _, upper in ipairs(durationBounds) do
+    if seconds <= upper then return histogram .. ':' .. upper end
+  end
+  return histogram .. ':inf'
+end
+local bucketSizes = { { 'h', ${BUCKET_MS.hour} }, { 'd', ${BUCKET_MS.day} } }
+local function countIn (requestedMs, fields)
+  for _, size in ipairs(bucketSizes) do
+    local number = math.floor(requestedMs / size[2])
+    local expireAt = (number + 1) * size[2] + insightsRetentionMs
+    if expireAt > nowMs then
+      local bucket = insights .. size[1] .. ':' .. string.format('%d', number)
+      for _, field in ipairs(fields) do redis.call('HINCRBY', bucket, field, 1) end
+      redis.call('PEXPIREAT', bucket, string.format('%d', expireAt))
+    end
+  end
+end
+`
+
+/**
+ * The lane indexes, the insights prefix, each event's story key; retention, each lane's cap, the
+ * insights' retention; each event's type, its story's lane (a `requested` one's), JSON, time (ms)
+ * and the field the funnel counts it by (a failure's reason, a bounce's type; else empty).
+ */
 export const VERIFICATION_LOG_ARGS = scriptArgs({
-  keys: [key('index'), key('browserIndex'), keys('stories')],
-  argv: [number('retentionMs'), number('maxStories'), number('maxBrowserStories'), tuples('events', ['type', 'lane', 'json'], 'stories')]
+  keys: [key('index'), key('browserIndex'), key('insights'), keys('stories')],
+  argv: [number('retentionMs'), number('maxStories'), number('maxBrowserStories'), number('insightsRetentionMs'), tuples('events', ['type', 'lane', 'json', 'atMs', 'detail'], 'stories')]
 })
 /**
  * VERIFICATION_LOG_ARGS. A `requested` event starts its story (once: a repeat is dropped) and
  * forgets its lane's oldest stories past the lane's cap; any other event is added to a story that
- * exists and dropped otherwise. Reply: the events written.
+ * exists and dropped otherwise. Each event a story takes is counted in the funnel's buckets of
+ * the story's request time: `wrong_guess` each time, the other types the first time the story
+ * has one (countIn); a story written before it kept `t0` is not counted. Reply: the events written.
  */
 export const VERIFICATION_LOG_LUA = `${WRITES_SHEBANG}${luaPrologue(VERIFICATION_LOG_ARGS)}
 local listedPerType = { ${Object.entries(LISTED_PER_TYPE).map(([type, listed]) => `${type} = ${listed}`).join(', ')} }
+local onceCounted = { ${ONCE_COUNTED.map((type) => `${type} = true`).join(', ')} }
+local countedBy = { ${Object.keys(COUNTED_BY).map((type) => `${type} = true`).join(', ')} }
 local time = redis.call('TIME')
 local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+${INSIGHTS_BUCKET_LUA}
 redis.call('ZREMRANGEBYSCORE', index, '-inf', nowMs - retentionMs)
 redis.call('ZREMRANGEBYSCORE', browserIndex, '-inf', nowMs - retentionMs)
 local written = 0
 for i = 0, storiesCount - 1 do
   local story = KEYS[storiesAt + i]
-  local eventType = ARGV[eventsAt + 3 * i]
-  local json = ARGV[eventsAt + 3 * i + 2]
+  local at = eventsAt + 5 * i
+  local eventType = ARGV[at]
+  local json = ARGV[at + 2]
+  local atMs = tonumber(ARGV[at + 3])
   if eventType == 'requested' then
     if redis.call('EXISTS', story) == 0 then
       local laneIndex, cap = index, maxStories
-      if ARGV[eventsAt + 3 * i + 1] == 'browser' then laneIndex, cap = browserIndex, maxBrowserStories end
-      redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1)
+      if ARGV[at + 1] == 'browser' then laneIndex, cap = browserIndex, maxBrowserStories end
+      redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1, 't0', ARGV[at + 3])
       redis.call('PEXPIRE', story, retentionMs)
       redis.call('ZADD', laneIndex, nowMs, story)
       local over = redis.call('ZCARD', laneIndex) - cap
@@ -778,11 +820,31 @@ for i = 0, storiesCount - 1 do
         redis.call('ZREMRANGEBYRANK', laneIndex, 0, over - 1)
       end
       redis.call('PEXPIRE', laneIndex, retentionMs)
+      countIn(atMs, { 'requested' })
       written = written + 1
     end
   elseif redis.call('EXISTS', story) == 1 then
-    if redis.call('HINCRBY', story, 'n:' .. eventType, 1) <= (listedPerType[eventType] or 0) then
+    local count = redis.call('HINCRBY', story, 'n:' .. eventType, 1)
+    if count <= (listedPerType[eventType] or 0) then
       redis.call('HSET', story, 'e' .. redis.call('HINCRBY', story, 'listed', 1), json)
+    end
+    local requestedMs = tonumber(redis.call('HGET', story, 't0') or '')
+    if requestedMs ~= nil then
+      local fields = {}
+      if eventType == 'wrong_guess' then
+        fields = { 'wrong_guess' }
+      elseif count == 1 and countedBy[eventType] then
+        fields = { eventType .. ':' .. ARGV[at + 4] }
+      elseif count == 1 and onceCounted[eventType] then
+        fields = { eventType }
+        if eventType == 'sent' then
+          redis.call('HSET', story, 'ts', ARGV[at + 3])
+        elseif eventType == 'verified' or eventType == 'delivered' then
+          local sentMs = tonumber(redis.call('HGET', story, 'ts') or '')
+          if sentMs ~= nil then fields[2] = durationField(eventType == 'verified' and 'ttv' or 'ttd', atMs - sentMs) end
+        end
+      end
+      if #fields > 0 then countIn(requestedMs, fields) end
     end
     written = written + 1
   end

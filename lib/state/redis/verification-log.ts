@@ -1,15 +1,22 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
-import { verificationLogKeys } from './keys.js'
+import { insightsKeyPrefix, verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
 import { VERIFICATION_LOG_ARGS, VERIFICATION_LOG_LUA } from './scripts.js'
 import type { Lane } from '../admission.js'
+import { COUNTED_BY, INSIGHTS_DEFAULTS, type InsightsLimits } from '../insights.js'
 import { browserStories, MAX_LISTED, type LaterEvent, type RequestedEvent, type VerificationEvent, type VerificationEventType, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
 
 /** Events waiting for the next write; past it new ones are dropped (and counted) rather than held. */
 export const MAX_BUFFERED_EVENTS = 10_000
 /** Events of one scope per script call, so that one call never holds Redis long. */
 const EVENTS_PER_CALL = 256
+
+/** The field an event is counted by in the funnel (lib/state/insights.ts COUNTED_BY), empty for the others. */
+function detailOf (event: VerificationEvent): string {
+  const by = COUNTED_BY[event.type]
+  return by === undefined ? '' : String((event as unknown as Record<string, unknown>)[by] ?? '')
+}
 
 type Command = (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unknown>
 
@@ -20,7 +27,8 @@ interface Pending {
 }
 
 /**
- * Stories in Redis, shared by every instance, each gone by itself after retention. A dispatch or
+ * Stories in Redis, shared by every instance, each gone by itself after retention, and the
+ * funnel's counts of their events in the same script (lib/state/insights.ts). A dispatch or
  * a verify pays no round trip for its events: `record` queues them in process, and what a turn
  * of the event loop queued is written on the next one, one script per tenant and mode (the keys
  * of one scope share its slot). The queue is bounded; an event past it, or of a write that
@@ -30,15 +38,18 @@ export class RedisVerificationLog implements VerificationLog {
   readonly #client: RedisClient
   readonly #command: Command
   readonly #limits: VerificationLogLimits
+  readonly #insights: InsightsLimits
   #pending = new Map<string, Pending>()
   #buffered = 0
   #dropped = 0
   #scheduled: NodeJS.Immediate | null = null
   readonly #writing = new Set<Promise<void>>()
 
-  constructor (client: RedisClient, limits: VerificationLogLimits) {
+  /** `insights`: how long the funnel's buckets its script counts in are kept (INSIGHTS_DAYS). */
+  constructor (client: RedisClient, limits: VerificationLogLimits, insights: InsightsLimits = INSIGHTS_DEFAULTS) {
     this.#client = client
     this.#limits = limits
+    this.#insights = insights
     client.defineCommand('emailOtpVerificationLog', { lua: VERIFICATION_LOG_LUA })
     const command = (client as unknown as Record<string, Command | undefined>).emailOtpVerificationLog
     if (command === undefined) throw new Error('defineCommand did not add the verification log command')
@@ -110,16 +121,19 @@ export class RedisVerificationLog implements VerificationLog {
     this.#buffered = 0
     for (const { tenantId, mode, entries } of pending.values()) {
       const keys = verificationLogKeys(tenantId, mode)
+      const insights = insightsKeyPrefix(tenantId, mode)
       for (let from = 0; from < entries.length; from += EVENTS_PER_CALL) {
         const batch = entries.slice(from, from + EVENTS_PER_CALL)
         const packed = packArgs(VERIFICATION_LOG_ARGS, {
           index: keys.index,
           browserIndex: keys.browserIndex,
+          insights,
           stories: batch.map(({ requestId }) => keys.story(requestId)),
           retentionMs: this.#limits.retentionMs,
           maxStories: this.#limits.maxPerScope,
           maxBrowserStories: browserStories(this.#limits.maxPerScope),
-          events: batch.map(({ event, lane }) => ({ type: event.type, lane, json: JSON.stringify(event) }))
+          insightsRetentionMs: this.#insights.retentionMs,
+          events: batch.map(({ event, lane }) => ({ type: event.type, lane, json: JSON.stringify(event), atMs: Date.parse(event.at), detail: detailOf(event) }))
         })
         const write = this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length })
         this.#writing.add(write)

@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { Redis } from 'ioredis'
-import { lockoutKey, lockoutKeyPrefix, TAG_KEY_FINGERPRINT_COPIES, tokenKey } from '../../../../lib/state/redis/keys.js'
+import { insightsKeyPrefix, lockoutKey, lockoutKeyPrefix, TAG_KEY_FINGERPRINT_COPIES, tokenKey, verificationLogKeys } from '../../../../lib/state/redis/keys.js'
 import { hashKey, generateKey } from '../../../../lib/keys/api-keys.js'
 import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../../../helper.js'
 import { redisTestOptions, startRedis } from '../../../support/redis.js'
@@ -85,7 +85,14 @@ const ADDED_KEY_PATTERNS = [
   'rl:mc:{acme:live}:<id>',
   'rl:mc:{acme:live}:browser:<id>',
   'rl:mc:{acme:test}:<id>',
-  'rl:mc:{globex:test}:<id>'
+  'rl:mc:{globex:test}:<id>',
+  // The funnel of GET /insights: an hour's and a day's counts, a hash each, in the scope's slot.
+  'insights:{acme:live}:d:<n>',
+  'insights:{acme:live}:h:<n>',
+  'insights:{acme:test}:d:<n>',
+  'insights:{acme:test}:h:<n>',
+  'insights:{globex:test}:d:<n>',
+  'insights:{globex:test}:h:<n>'
 ]
 
 function wrong (code: string): string {
@@ -150,6 +157,7 @@ t.test('the flows leave the key names deployed instances use', { ...redisTestOpt
   await until('globex\'s refused delivery in its retry set', async () => await client.zcard('webhooks:{webhooks:globex}:retry') > 0)
 
   await app.state.verificationLog.flush()
+  await app.state.insights.flush()
   const found = new Set<string>()
   let cursor = '0'
   do {
@@ -166,6 +174,8 @@ t.test('the keys a script derives share the slot of the key they derive from', a
   t.equal(tag(lockoutKeyPrefix('acme', 'live') + 'browser:tag'), tag(tokenKey('acme', 'live', 'request')))
   t.equal(tag(lockoutKey('acme', 'live', 'tag')), tag(tokenKey('acme', 'live', 'request')))
   t.not(tag(lockoutKeyPrefix('acme', 'live')), tag(tokenKey('acme', 'test', 'request')), 'the sandbox is another slot')
+  // The verification log's script builds the insights buckets from this prefix and the request time its story keeps.
+  t.equal(tag(insightsKeyPrefix('acme', 'live') + 'h:493000'), tag(verificationLogKeys('acme', 'live').story('request')))
 })
 
 t.test('on a Cluster, the recipient tag key fingerprint\'s copies beside recipient-tag:fingerprint', async (t) => {
