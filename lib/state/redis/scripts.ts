@@ -813,7 +813,12 @@ for i = 0, storiesCount - 1 do
       if ARGV[at + 1] == 'browser' then laneIndex, cap = browserIndex, maxBrowserStories end
       redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1, 't0', ARGV[at + 3])
       redis.call('PEXPIRE', story, retentionMs)
-      redis.call('ZADD', laneIndex, nowMs, story)
+      -- Past the cap the lowest score goes first: stories started in one millisecond (one call
+      -- holds many) must not tie, or Redis would order them by name, not by when they started.
+      local score = nowMs
+      local last = redis.call('ZRANGE', laneIndex, -1, -1, 'WITHSCORES')[2]
+      if last and tonumber(last) >= score then score = tonumber(last) + 1 / 1024 end
+      redis.call('ZADD', laneIndex, string.format('%.17g', score), story)
       local over = redis.call('ZCARD', laneIndex) - cap
       if over > 0 then
         for _, gone in ipairs(redis.call('ZRANGE', laneIndex, 0, over - 1)) do redis.call('DEL', gone) end
