@@ -2,6 +2,7 @@ import type { KeyMode } from '../../keys/api-keys.js'
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
 import { insightsBucketKey } from './keys.js'
+import { WriteBehind } from './write-behind.js'
 import { BUCKET_MS, bucketStart, type BucketCounts, type Granularity, type InsightsLimits, type InsightsStore, type RefusalStatus } from '../insights.js'
 
 /** How long refusals are tallied in process before they are written: off the request path, about once a second. */
@@ -28,9 +29,8 @@ export class RedisInsights implements InsightsStore {
   readonly #client: RedisClient
   readonly #retentionMs: number
   #pending = new Map<string, Tally>()
-  #timer: NodeJS.Timeout | null = null
+  readonly #schedule = new WriteBehind(REFUSALS_FLUSH_MS, () => this.#write())
   #dropped = 0
-  readonly #writing = new Set<Promise<void>>()
 
   constructor (client: RedisClient, limits: InsightsLimits) {
     this.#client = client
@@ -51,10 +51,7 @@ export class RedisInsights implements InsightsStore {
       this.#pending.set(name, tally)
     }
     tally.counts.set(status, (tally.counts.get(status) ?? 0) + 1)
-    if (this.#timer === null) {
-      this.#timer = setTimeout(() => { this.#write() }, REFUSALS_FLUSH_MS)
-      this.#timer.unref()
-    }
+    this.#schedule.queued()
   }
 
   async read (tenantId: string, mode: KeyMode, granularity: Granularity, startsMs: readonly number[]): Promise<BucketCounts[]> {
@@ -74,11 +71,7 @@ export class RedisInsights implements InsightsStore {
   }
 
   async flush (): Promise<void> {
-    if (this.#timer !== null) {
-      clearTimeout(this.#timer)
-      this.#write()
-    }
-    await Promise.all([...this.#writing])
+    await this.#schedule.flush()
   }
 
   dropped (): number {
@@ -89,8 +82,7 @@ export class RedisInsights implements InsightsStore {
     await this.flush()
   }
 
-  #write (): void {
-    this.#timer = null
+  #write (): Array<Promise<void>> {
     const pending = this.#pending
     this.#pending = new Map()
     const scopes = new Map<string, Tally[]>()
@@ -98,7 +90,7 @@ export class RedisInsights implements InsightsStore {
       const scope = `${tally.tenantId.length}:${tally.tenantId}:${tally.mode}`
       scopes.set(scope, [...(scopes.get(scope) ?? []), tally])
     }
-    for (const tallies of scopes.values()) {
+    return [...scopes.values()].map((tallies) => {
       const pipeline = this.#client.pipeline()
       let counted = 0
       for (const { tenantId, mode, atMs, counts } of tallies) {
@@ -110,11 +102,9 @@ export class RedisInsights implements InsightsStore {
         }
         for (const count of counts.values()) counted += count
       }
-      const write = pipeline.exec().then((replies) => {
+      return pipeline.exec().then((replies) => {
         if (replies?.some(([error]) => error !== null) === true) this.#dropped += counted
       }, () => { this.#dropped += counted })
-      this.#writing.add(write)
-      void write.finally(() => { this.#writing.delete(write) })
-    }
+    })
   }
 }

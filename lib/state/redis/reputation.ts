@@ -1,5 +1,6 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
+import { WRITE_BEHIND_MS, WriteBehind } from './write-behind.js'
 import { REPUTATION_PAUSED_KEY, reputationBucketKey } from './keys.js'
 import { REPUTATION_BUCKET_MS, reputationBucket, windowBuckets, type ReputationCounts, type ReputationEvent, parsePause, type ReputationStore, type SendingPause } from '../reputation.js'
 
@@ -7,17 +8,16 @@ const EVENTS: readonly ReputationEvent[] = ['sent', 'bounced', 'complained']
 
 /**
  * Counts and pauses in Redis, shared by every instance. A dispatch pays no round trip for its
- * count: `count` adds it to this process's tally, and what a turn of the event loop tallied is
- * written on the next one, one increment per tenant, hour and kind (a pipeline per tenant: its
- * hours share a slot). Each hour's hash expires a window after its hour ended.
+ * count: `count` adds it to this process's tally, written WRITE_BEHIND_MS later with every count
+ * tallied meanwhile, one increment per tenant, hour and kind (a pipeline per tenant: its hours
+ * share a slot). Each hour's hash expires a window after its hour ended.
  */
 export class RedisReputation implements ReputationStore {
   readonly #client: RedisClient
   readonly #windowMs: number
   /** tenant → `<hour>:<event>` → count not written yet. */
   #pending = new Map<string, Map<string, number>>()
-  #scheduled: NodeJS.Immediate | null = null
-  readonly #writing = new Set<Promise<void>>()
+  readonly #schedule = new WriteBehind(WRITE_BEHIND_MS, () => this.#write())
 
   constructor (client: RedisClient, { windowMs }: { windowMs: number }) {
     this.#client = client
@@ -32,18 +32,15 @@ export class RedisReputation implements ReputationStore {
     }
     const field = `${reputationBucket(atMs)}:${event}`
     tally.set(field, (tally.get(field) ?? 0) + 1)
-    this.#scheduled ??= setImmediate(() => { this.#write() })
+    this.#schedule.queued()
   }
 
   async flush (): Promise<void> {
-    if (this.#scheduled !== null) {
-      clearImmediate(this.#scheduled)
-      this.#write()
-    }
-    await Promise.all([...this.#writing])
+    await this.#schedule.flush()
   }
 
   async window (tenantId: string, nowMs: number): Promise<ReputationCounts> {
+    await this.flush()
     const pipeline = this.#client.pipeline()
     for (const hour of windowBuckets(nowMs, this.#windowMs)) pipeline.hmget(reputationBucketKey(tenantId, hour), ...EVENTS)
     const replies = await storeCall('reputation read', async () => await pipeline.exec())
@@ -80,11 +77,10 @@ export class RedisReputation implements ReputationStore {
     await this.flush()
   }
 
-  #write (): void {
-    this.#scheduled = null
+  #write (): Array<Promise<void>> {
     const pending = this.#pending
     this.#pending = new Map()
-    for (const [tenantId, tally] of pending) {
+    return [...pending].map(([tenantId, tally]) => {
       const pipeline = this.#client.pipeline()
       for (const [field, count] of tally) {
         const [hour = '0', event = 'sent'] = field.split(':')
@@ -94,9 +90,7 @@ export class RedisReputation implements ReputationStore {
         pipeline.pexpireat(key, (Number(hour) + 1) * REPUTATION_BUCKET_MS + this.#windowMs)
       }
       // A failed write loses these counts, never a dispatch: the rate is a little less exact.
-      const write = pipeline.exec().then(() => {}, () => {})
-      this.#writing.add(write)
-      void write.finally(() => { this.#writing.delete(write) })
-    }
+      return pipeline.exec().then(() => {}, () => {})
+    })
   }
 }

@@ -2,12 +2,16 @@ import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
 import { insightsKeyPrefix, verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
+import { WRITE_BEHIND_MS, WriteBehind } from './write-behind.js'
 import { VERIFICATION_LOG_ARGS, VERIFICATION_LOG_LUA } from './scripts.js'
 import type { Lane } from '../admission.js'
 import { COUNTED_BY, INSIGHTS_DEFAULTS, type InsightsLimits } from '../insights.js'
 import { browserStories, MAX_LISTED, type LaterEvent, type RequestedEvent, type VerificationEvent, type VerificationEventType, type VerificationId, type VerificationLog, type VerificationLogLimits, type VerificationStory } from '../verification-log.js'
 
-/** Events waiting for the next write; past it new ones are dropped (and counted) rather than held. */
+/**
+ * Events queued or being written; past it new ones are dropped (and counted) rather than held, so
+ * that a Redis that stalls costs this process a bounded memory, not one more write per request.
+ */
 export const MAX_BUFFERED_EVENTS = 10_000
 /** Events of one scope per script call, so that one call never holds Redis long. */
 const EVENTS_PER_CALL = 256
@@ -29,9 +33,9 @@ interface Pending {
 /**
  * Stories in Redis, shared by every instance, each gone by itself after retention, and the
  * funnel's counts of their events in the same script (lib/state/insights.ts). A dispatch or
- * a verify pays no round trip for its events: `record` queues them in process, and what a turn
- * of the event loop queued is written on the next one, one script per tenant and mode (the keys
- * of one scope share its slot). The queue is bounded; an event past it, or of a write that
+ * a verify pays no round trip for its events: `record` queues them in process, written WRITE_BEHIND_MS later
+ * (or at once when a call's worth is queued) with every event queued meanwhile, one script per
+ * tenant and mode (the keys of one scope share its slot). The queue is bounded; an event past it, or of a write that
  * failed, is lost and counted (`dropped`), the request that made it answered all the same.
  */
 export class RedisVerificationLog implements VerificationLog {
@@ -40,13 +44,19 @@ export class RedisVerificationLog implements VerificationLog {
   readonly #limits: VerificationLogLimits
   readonly #insights: InsightsLimits
   #pending = new Map<string, Pending>()
+  /** Events queued or in a write not settled yet. */
   #buffered = 0
+  /** Events queued for the next write. */
+  #queued = 0
   #dropped = 0
-  #scheduled: NodeJS.Immediate | null = null
-  readonly #writing = new Set<Promise<void>>()
+  readonly #schedule: WriteBehind
 
-  /** `insights`: how long the funnel's buckets its script counts in are kept (INSIGHTS_DAYS). */
-  constructor (client: RedisClient, limits: VerificationLogLimits, insights: InsightsLimits = INSIGHTS_DEFAULTS) {
+  /**
+   * `insights`: how long the funnel's buckets its script counts in are kept (INSIGHTS_DAYS).
+   * `writeBehindMs`: how long events gather before a write (tests hold them longer).
+   */
+  constructor (client: RedisClient, limits: VerificationLogLimits, insights: InsightsLimits = INSIGHTS_DEFAULTS, { writeBehindMs = WRITE_BEHIND_MS }: { writeBehindMs?: number } = {}) {
+    this.#schedule = new WriteBehind(writeBehindMs, () => this.#write())
     this.#client = client
     this.#limits = limits
     this.#insights = insights
@@ -65,6 +75,8 @@ export class RedisVerificationLog implements VerificationLog {
   }
 
   async read (id: VerificationId): Promise<VerificationStory | null> {
+    // This instance's own events first: a backend reading the story its dispatch just started sees it.
+    await this.flush()
     const key = verificationLogKeys(id.tenantId, id.mode).story(id.requestId)
     const fields = await storeCall('verification story read', async () => await this.#client.hgetall(key))
     if (fields.e1 === undefined) return null
@@ -95,15 +107,12 @@ export class RedisVerificationLog implements VerificationLog {
     }
     pending.entries.push({ requestId: id.requestId, event, lane })
     this.#buffered++
-    this.#scheduled ??= setImmediate(() => { this.#write() })
+    this.#queued++
+    this.#schedule.queued(this.#queued >= EVENTS_PER_CALL)
   }
 
   async flush (): Promise<void> {
-    if (this.#scheduled !== null) {
-      clearImmediate(this.#scheduled)
-      this.#write()
-    }
-    await Promise.all([...this.#writing])
+    await this.#schedule.flush()
   }
 
   dropped (): number {
@@ -114,11 +123,11 @@ export class RedisVerificationLog implements VerificationLog {
     await this.flush()
   }
 
-  #write (): void {
-    this.#scheduled = null
+  #write (): Array<Promise<void>> {
+    const writes: Array<Promise<void>> = []
     const pending = this.#pending
     this.#pending = new Map()
-    this.#buffered = 0
+    this.#queued = 0
     for (const { tenantId, mode, entries } of pending.values()) {
       const keys = verificationLogKeys(tenantId, mode)
       const insights = insightsKeyPrefix(tenantId, mode)
@@ -135,10 +144,9 @@ export class RedisVerificationLog implements VerificationLog {
           insightsRetentionMs: this.#insights.retentionMs,
           events: batch.map(({ event, lane }) => ({ type: event.type, lane, json: JSON.stringify(event), atMs: Date.parse(event.at), detail: detailOf(event) }))
         })
-        const write = this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length })
-        this.#writing.add(write)
-        void write.finally(() => { this.#writing.delete(write) })
+        writes.push(this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length }).finally(() => { this.#buffered -= batch.length }))
       }
     }
+    return writes
   }
 }

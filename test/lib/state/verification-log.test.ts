@@ -88,7 +88,8 @@ function logSuite (t: Test, makeLog: (limits: VerificationLogLimits) => Verifica
     const tenant = `capped-${++ids}`
     const other = freshId(`other-${ids}`)
     log.start(other, 'backend', requested)
-    const mine = Array.from({ length: 5 }, () => freshId(tenant))
+    // Each requestId sorts before the one started before it: the order kept is the order started, not the names'.
+    const mine = Array.from({ length: 5 }, (_, i) => ({ ...freshId(tenant), requestId: `${'zyxwv'[i] ?? ''}-${ids}` }))
     const kept = async (): Promise<boolean[]> => await Promise.all(mine.map(async (id) => await log.read(id) !== null))
     for (const id of mine.slice(0, 4)) log.start(id, 'backend', requested)
     await log.flush()
@@ -189,6 +190,36 @@ t.test('redis', redisTestOptions(), async (t) => {
     await log.flush()
     t.equal(await scripts() - before, 1, 'one script call for 40 events')
     t.strictSame((await log.read(stories[19] as VerificationId))?.counts, { requested: 1, sent: 1 })
+  })
+
+  t.test('events of many turns within the wait go in one write; a call\'s worth is written at once', async (t) => {
+    const scripts = async (): Promise<number> => (await client.info('commandstats')).split('\n')
+      .filter((line) => /^cmdstat_eval(sha)?:/.test(line))
+      .reduce((sum, line) => sum + Number(/calls=(\d+)/.exec(line)?.[1] ?? 0), 0)
+    // A wait no test outlasts: only the flush, or a full call, writes.
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 1000 }, undefined, { writeBehindMs: 600_000 })
+    const before = await scripts()
+    const stories = Array.from({ length: 20 }, () => freshId('gathered'))
+    for (const id of stories) {
+      log.start(id, 'backend', requested)
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    t.equal(await scripts() - before, 0, 'nothing written before the wait ends')
+    await log.flush()
+    t.equal(await scripts() - before, 1, 'the events of 20 turns in one script call')
+    const full = Array.from({ length: 256 }, () => freshId('gathered'))
+    for (const id of full) log.start(id, 'backend', requested)
+    await attemptUntil('the full call to be written', async () => await scripts() - before, (calls) => calls === 2)
+    t.not(await new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 1000 }).read(full[255] as VerificationId), null, 'written without a flush')
+  })
+
+  t.test('without a flush, events reach Redis after the wait by themselves', async (t) => {
+    const log = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 100 })
+    const reader = new RedisVerificationLog(client, { retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId()
+    log.start(id, 'backend', requested)
+    const answers = await attemptUntil('another instance to read the story', async () => await reader.read(id), (story) => story !== null)
+    t.strictSame(answers.at(-1)?.counts, { requested: 1 })
   })
 
   t.test('the queue waiting for the next write is bounded: past it events are dropped and counted', async (t) => {
