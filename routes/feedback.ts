@@ -93,8 +93,16 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
       }
       if (error instanceof FeedbackUnavailable) {
         count(request, 'unavailable')
-        request.log.warn({ err: error }, 'SNS message not handled; SNS will retry')
-        throw apiError('UNAVAILABLE')
+        // The sender's own 503 (a certificate it named that cannot be had now) is paced like
+        // its 4xx: anyone may post it again at once, and each costs its body's reading. SNS
+        // loses nothing by the hold, as it retries a 5xx after its own backoff.
+        request.pacedAsRefusal = error.sendersOwn
+        // A failed certificate URL was logged once, when its fetch failed (lib/compose.ts):
+        // each message naming it for the next minute is counted only. No stack: nothing failed here.
+        if (error.reason !== 'certificate-failed') request.log.warn({ reason: error.message }, 'SNS message not handled; SNS will retry')
+        const unavailable = apiError('UNAVAILABLE')
+        unavailable.logged = true
+        throw unavailable
       }
       throw error
     }
