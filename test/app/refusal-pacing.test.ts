@@ -8,6 +8,8 @@
  * speed, and one with its own pace is not held at all. The rate itself is tested on an
  * injected clock in test/lib/net/refusal-pacing.test.ts.
  */
+import { createSign, randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants, type Capture, type FixtureKeys } from '../helper.js'
@@ -234,6 +236,29 @@ test('POST /feedback/ses: a flood of one message whose certificate URL failed (5
   const lines = logs.lines.slice(linesAtStart).map((line) => JSON.parse(line) as { level: number, msg: string, certificateUrl?: string })
   t.same(lines.filter((line) => line.level >= 40).map((line) => [line.msg, line.certificateUrl]), [['SNS signing certificate could not be fetched; messages naming it are answered 503 for a minute (SNS retries)', 'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc123.pem']], `one warning for ${statuses.length + 1} answers, none with a stack`)
   t.notMatch(logs.lines.slice(linesAtStart).join('\n'), /"stack"/, 'no stack trace')
+})
+
+/** A SubscriptionConfirmation signed as SNS signs it (version 2), with the fixture's key. */
+function signedConfirmation (origin: string): string {
+  const message: Record<string, string> = { Type: 'SubscriptionConfirmation', MessageId: randomUUID(), Token: 'tok', TopicArn: TOPIC, Message: 'confirm', SubscribeURL: `${origin}/confirm?Token=tok`, Timestamp: new Date().toISOString() }
+  const signer = createSign('RSA-SHA256')
+  for (const field of ['Message', 'MessageId', 'SubscribeURL', 'Timestamp', 'Token', 'TopicArn', 'Type']) signer.update(`${field}\n${message[field] ?? ''}\n`)
+  const key = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
+  return JSON.stringify({ ...message, SignatureVersion: '2', Signature: signer.sign(key, 'base64'), SigningCertURL: `${origin}/SimpleNotificationService-0123456789abcdef.pem` })
+}
+
+test('POST /feedback/ses: a 503 of the service\'s own reach (a subscription SNS\'s host did not confirm) is not paced', async (t) => {
+  const cert = readFileSync(new URL('../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
+  // SNS's host serves its certificate, but does not answer confirmations.
+  const sns = await playHost(t, 'sns.eu-west-1.amazonaws.com', (request, response) => {
+    if (request.url?.endsWith('.pem') === true) response.writeHead(200).end(cert)
+    else response.writeHead(503).end()
+  })
+  const paced = await pacedApp(t, { SES_FEEDBACK_TOPIC_ARNS: TOPIC })
+  const confirmation: Ask = async () => await send({ port: paced.port, localAddress: '127.0.0.2', path: '/feedback/ses', headers: { 'content-type': 'text/plain' }, body: signedConfirmation(sns.origin), timeoutMs: 60_000 })
+  t.equal(await flood(paced, confirmation), 0, 'none of the flood is held: SNS is not held back for the service\'s trouble')
+  t.same(new Set(await closeAndCollect(paced)), new Set([503]))
+  t.equal(sns.requests.filter((request) => request.path.startsWith('/confirm')).length, FLOOD, 'each was signed, checked and tried')
 })
 
 test('IPv6 clients are paced per /64: another address of the /64 shares the pace, another /64 has its own', async (t) => {
