@@ -281,6 +281,11 @@ export async function createServices (config: Config, options: ServicesOptions):
         await applyEffects(feedback)
         // Counted once handled: a message that failed half-way is sent again by SNS.
         observers.feedback?.(feedback.tenant.id, feedback.type, feedback.bounceType)
+      },
+      // One line per failure: the messages naming the URL for the next minute are answered
+      // 503 and counted (email_otp_ses_feedback_total{outcome="unavailable"}), not logged.
+      certificateFailed (url, reason) {
+        log.warn({ certificateUrl: url, reason }, 'SNS signing certificate could not be fetched; messages naming it are answered 503 for a minute (SNS retries)')
       }
     })
 

@@ -9,6 +9,8 @@ export interface ApiError extends Error {
   headers?: Record<string, string>
   /** Already counted against the caller's velocity limits by the step that refused it. */
   counted?: boolean
+  /** A 5xx the route accounted for in its own log (or on purpose not): no `request failed` line. */
+  logged?: boolean
 }
 
 // Expected outcomes (a wrong code, a limit) are not bugs: no stack trace is captured, which

@@ -94,7 +94,7 @@ export function answerErrorsInContractShape (fastify: FastifyInstance, countErro
     if (answeredOnConnection.has(request.raw.socket)) return send(reply, mapped)
     countError(mapped.code)
     if (mapped.statusCode >= 500) {
-      request.log.error({ err: error }, 'request failed')
+      if (mapped.logged !== true) request.log.error({ err: error }, 'request failed')
     } else if (mapped.code === 'INVALID_BODY' || mapped.code === 'INVALID_JSON') {
       request.log.info({ code: mapped.code }, 'request rejected')
     }

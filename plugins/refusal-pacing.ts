@@ -19,6 +19,14 @@ declare module 'fastify' {
      */
     paceIpv6Prefix?: number
   }
+  interface FastifyRequest {
+    /**
+     * Set by a route for an error answer that is not a 4xx but that its sender brought about
+     * and may ask for again at once (POST /feedback/ses's 503 for a certificate it named that
+     * cannot be had now): paced like its refusals. A 5xx of the service's own trouble is not.
+     */
+    pacedAsRefusal: boolean
+  }
 }
 
 /** Sources whose pace is remembered at once (a few MB at most). */
@@ -29,6 +37,7 @@ const HELD_REFUSALS = 10_000
 /** The answers a caller gets for asking what it may not: these are paced. */
 function isRefusal (status: number, request: FastifyRequest): boolean {
   if (status === 429 || status === 401 || status === 403) return true
+  if (request.pacedAsRefusal && status >= 400) return true
   return status >= 400 && status < 500 && request.routeOptions.config.paceRefusals === 'every-4xx'
 }
 
@@ -41,10 +50,11 @@ function isRefusal (status: number, request: FastifyRequest): boolean {
  * (every workload behind a sidecar has the sidecar's address). A partner's backend is the
  * source of its secret key's requests, not the End-User-IP it names: it is the one that keeps
  * asking. Admitted answers are never held. A route whose config says `paceRefusals: 'every-4xx'`
- * has each of its 4xx paced too.
+ * has each of its 4xx paced too, and a route may mark an answer paced (`pacedAsRefusal`).
  */
 export default fp(async function refusalPacingPlugin (fastify) {
   const { refusalPace, ipv6BucketPrefix } = fastify.config
+  fastify.decorateRequest('pacedAsRefusal', false)
   if (refusalPace === null) return
   const pacer = new RefusalPacer({ ...refusalPace, maxSources: PACED_SOURCES, maxHeld: HELD_REFUSALS })
   const { registry } = fastify.metrics

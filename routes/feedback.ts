@@ -62,7 +62,7 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
     schema: {
       operationId: 'receiveSesFeedback',
       summary: 'SES delivery events, as an SNS HTTPS subscription',
-      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A body is parsed only when it has the shape of an SNS message (a JSON object of SNS\'s own fields, each at most once, each a string but `MessageAttributes`: at most 10 attributes, each of `Type` and `Value`); bodies up to 256 KiB are read (an SES event is a few KiB). Every 4xx here counts in the refusal pace of its sender (an IPv6 sender per /48). A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when a fetch of the sender is under way (each address, IPv6 /48 or mesh workload has one at a time; every caller through the sidecar without an identity is one sender), too many are being fetched, or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
+      description: 'Subscribe this URL to the SNS topic(s) of SES_FEEDBACK_TOPIC_ARNS that the SES configuration set (SES_CONFIGURATION_SET) publishes Delivery, DeliveryDelay, Bounce and Complaint events to. SNS sends JSON as `text/plain`. A message of another topic, older than an hour, with a signing certificate URL not matching SNS_SIGNING_CERT_URL_PATTERN (or longer than 256 characters, not https on port 443, naming an IP address, or not in its canonical form), or whose signature (version 1 or 2) does not verify is refused and changes nothing; a MessageId is handled once. A body is parsed only when it has the shape of an SNS message (a JSON object of SNS\'s own fields, each at most once, each a string but `MessageAttributes`: at most 10 attributes, each of `Type` and `Value`); bodies up to 256 KiB are read (an SES event is a few KiB). Every 4xx here counts in the refusal pace of its sender (an IPv6 sender per /48), and so does a 503 for a certificate the sender named that failed or cannot be fetched now; a 503 of the service\'s own trouble (Redis, a subscription not confirmed) does not. A certificate not fetched yet is fetched within bounds: 429 when the sender asked for too many new ones, 503 (SNS retries) when a fetch of the sender is under way (each address, IPv6 /48 or mesh workload has one at a time; every caller through the sidecar without an identity is one sender), too many are being fetched, or one just failed. Subscription confirmations are confirmed for the listed topics only. Events become the tenant\'s `delivery.*` webhooks; a permanent bounce or a complaint suppresses the mailbox.',
       tags: ['feedback'],
       security: [],
       body: SnsRequestBody,
@@ -93,8 +93,16 @@ const feedbackRoutes: FastifyPluginAsync = async function feedbackRoutes (fastif
       }
       if (error instanceof FeedbackUnavailable) {
         count(request, 'unavailable')
-        request.log.warn({ err: error }, 'SNS message not handled; SNS will retry')
-        throw apiError('UNAVAILABLE')
+        // The sender's own 503 (a certificate it named that cannot be had now) is paced like
+        // its 4xx: anyone may post it again at once, and each costs its body's reading. SNS
+        // loses nothing by the hold, as it retries a 5xx after its own backoff.
+        request.pacedAsRefusal = error.sendersOwn
+        // A failed certificate URL was logged once, when its fetch failed (lib/compose.ts):
+        // each message naming it for the next minute is counted only. No stack: nothing failed here.
+        if (error.reason !== 'certificate-failed') request.log.warn({ reason: error.message }, 'SNS message not handled; SNS will retry')
+        const unavailable = apiError('UNAVAILABLE')
+        unavailable.logged = true
+        throw unavailable
       }
       throw error
     }

@@ -42,6 +42,8 @@ export interface SesFeedbackOptions {
   now?: () => number
   /** Confirms a subscription: a GET of its SubscribeURL. */
   confirm?: (url: URL) => Promise<void>
+  /** Told once per failed certificate fetch (SigningCertificatesOptions.fetchFailed). */
+  certificateFailed?: (url: string, reason: string) => void
 }
 
 /** A GET of the SubscribeURL over node:https, the same client (and trust store) that fetches certificates. */
@@ -132,7 +134,7 @@ export class SesFeedback {
   constructor (options: SesFeedbackOptions) {
     this.#options = options
     this.#now = options.now ?? Date.now
-    this.#certificates = new SigningCertificates({ now: this.#now })
+    this.#certificates = new SigningCertificates({ now: this.#now, fetchFailed: options.certificateFailed ?? (() => {}) })
     this.#confirm = options.confirm ?? defaultConfirm
   }
 
@@ -163,7 +165,7 @@ export class SesFeedback {
       try {
         await this.#confirm(subscribe)
       } catch {
-        throw new FeedbackUnavailable('the subscription could not be confirmed')
+        throw new FeedbackUnavailable('confirmation-failed', 'the subscription could not be confirmed')
       }
       return 'confirmed'
     }

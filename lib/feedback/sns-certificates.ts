@@ -54,6 +54,11 @@ export interface SigningCertificatesOptions {
   now?: () => number
   /** Bound on one fetch (tests shorten it). */
   timeoutMs?: number
+  /**
+   * Told of each failed fetch: once per URL per FAILED_CERT_URL_MS, however many messages
+   * name it meanwhile (they share the fetch, then the failure's memory).
+   */
+  fetchFailed?: (url: string, reason: string) => void
 }
 
 /**
@@ -71,6 +76,7 @@ export interface SigningCertificatesOptions {
 export class SigningCertificates {
   readonly #now: () => number
   readonly #timeoutMs: number
+  readonly #fetchFailed: (url: string, reason: string) => void
   readonly #keys = new LruMap<{ key: KeyObject, until: number }>(CERT_URLS_REMEMBERED)
   readonly #failedUntil = new LruMap<number>(CERT_URLS_REMEMBERED)
   readonly #sources = new LruMap<{ tokens: number, at: number }>(SOURCES_REMEMBERED)
@@ -81,6 +87,7 @@ export class SigningCertificates {
   constructor (options: SigningCertificatesOptions = {}) {
     this.#now = options.now ?? Date.now
     this.#timeoutMs = options.timeoutMs ?? CERT_FETCH_TIMEOUT_MS
+    this.#fetchFailed = options.fetchFailed ?? (() => {})
   }
 
   /** The public key of the certificate at `url` (checked by signingCertificateUrl), for a message from `requester`. */
@@ -115,17 +122,17 @@ export class SigningCertificates {
   #admit (id: string, requester: CertificateRequester | null): void {
     const now = this.#now()
     const failedUntil = this.#failedUntil.get(id)
-    if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('the signing certificate could not be fetched a moment ago')
+    if (failedUntil !== undefined && failedUntil > now) throw new FeedbackUnavailable('certificate-failed', 'the signing certificate could not be fetched a moment ago')
     const { burst, refillMs, inFlight } = CERT_FETCHES_PER_SOURCE
-    if (requester !== null && (this.#inFlight.get(requester.source) ?? 0) >= inFlight) throw new FeedbackUnavailable('this source\'s signing certificate fetch is under way')
+    if (requester !== null && (this.#inFlight.get(requester.source) ?? 0) >= inFlight) throw new FeedbackUnavailable('certificate-pending', 'this source\'s signing certificate fetch is under way')
     if (requester === null || !requester.spendsTokens) {
-      if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
+      if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('certificate-pending', 'too many signing certificates are being fetched')
       return
     }
     const bucket = this.#sources.get(requester.source) ?? { tokens: burst, at: now }
     const tokens = Math.min(burst, bucket.tokens + (now - bucket.at) / refillMs)
     if (tokens < 1) throw new FeedbackThrottled('this source asked for too many new signing certificates', Math.ceil((1 - tokens) * refillMs / 1000))
-    if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('too many signing certificates are being fetched')
+    if (this.#fetching.size >= CERT_FETCHES_IN_FLIGHT) throw new FeedbackUnavailable('certificate-pending', 'too many signing certificates are being fetched')
     this.#sources.set(requester.source, { tokens: tokens - 1, at: now })
   }
 
@@ -135,7 +142,9 @@ export class SigningCertificates {
       key = new X509Certificate(await this.#download(url)).publicKey
     } catch (error) {
       this.#failedUntil.set(id, this.#now() + FAILED_CERT_URL_MS)
-      throw new FeedbackUnavailable(`the signing certificate could not be fetched: ${error instanceof Error ? error.message : String(error)}`)
+      const reason = error instanceof Error ? error.message : String(error)
+      this.#fetchFailed(url.href, reason)
+      throw new FeedbackUnavailable('certificate-failed', `the signing certificate could not be fetched: ${reason}`)
     }
     this.#keys.set(id, { key, until: this.#now() + CERT_KEPT_MS })
     return key

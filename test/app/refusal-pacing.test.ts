@@ -8,12 +8,15 @@
  * speed, and one with its own pace is not held at all. The rate itself is tested on an
  * injected clock in test/lib/net/refusal-pacing.test.ts.
  */
+import { createSign, randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys } from '../helper.js'
+import { bearer, buildApp, TEST_METRICS_TOKEN, writeTenants, type Capture, type FixtureKeys } from '../helper.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { PIPELINED_PER_CONNECTION } from '../../plugins/connections.js'
+import { playHost } from '../support/https-hosts.js'
 import { listenApp, openConnection, send, type RawAnswer, type RawConnection } from '../support/http.js'
 import { until } from '../support/wait.js'
 
@@ -63,14 +66,15 @@ interface Paced {
   app: FastifyInstance
   port: number
   keys: FixtureKeys
+  logs: Capture
   /** Every answer still to come (held ones until the app closes). */
   pending: Array<Promise<Outcome>>
 }
 
 async function pacedApp (t: Test, env: Record<string, string> = {}, mutate?: (file: TenantsFile) => void): Promise<Paced> {
   const { path, keys } = writeTenants(t, mutate)
-  const { app } = await buildApp(t, { TENANTS_FILE: path, ...PACE, ...env })
-  return { app, port: await listenApp(app), keys, pending: [] }
+  const { app, logs } = await buildApp(t, { TENANTS_FILE: path, ...PACE, ...env })
+  return { app, port: await listenApp(app), keys, logs, pending: [] }
 }
 
 /**
@@ -174,6 +178,87 @@ test('POST /feedback/ses takes no key: a flood of malformed bodies (400, 413, 41
   t.same(elsewhere.held, false, 'the paced source\'s 404 on another route is not held: only this route paces every 4xx')
   t.equal((await elsewhere.answer).status, 404)
   t.same(new Set(await closeAndCollect(paced)), new Set([400, 404, 413, 415]))
+})
+
+const TOPIC = 'arn:aws:sns:eu-west-1:123456789012:ses-events'
+
+/** The red team's message: SNS's shape, a made-up certificate URL on the topic region's host, 205 KB. */
+const failingCertificate = JSON.stringify({
+  Type: 'Notification',
+  MessageId: 'm-1',
+  TopicArn: TOPIC,
+  Message: 'x'.repeat(200 * 1024),
+  Timestamp: new Date().toISOString(),
+  SignatureVersion: '1',
+  Signature: 'AAAA',
+  SigningCertURL: 'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc123.pem'
+})
+
+test('POST /feedback/ses: a flood of one message whose certificate URL failed (503) is held to its sender\'s pace and logged once; another sender is answered at once', async (t) => {
+  // SNS's host, played on loopback: every certificate it is asked for is 404.
+  const sns = await playHost(t, 'sns.eu-west-1.amazonaws.com', (_request, response) => { response.writeHead(404).end() })
+  const paced = await pacedApp(t, { SES_FEEDBACK_TOPIC_ARNS: TOPIC })
+  const { app, port, logs } = paced
+  const ask = feedback(port, '127.0.0.2', failingCertificate)
+  const linesAtStart = logs.lines.length
+  t.match(await ask(), { status: 503, body: { code: 'UNAVAILABLE' } }, 'the certificate is fetched, and the fetch fails')
+  // Four closed loops from one source, as the red team's: unpaced, each answer came in about a
+  // millisecond. Paced (a burst of 2, then 1 a second), at most the burst and one a second of the
+  // window are answered within it; the rest wait for the pace, whatever the machine's speed.
+  const WINDOW_MS = 1500
+  const window = { open: true }
+  let answeredInWindow = 0
+  let inFlight = 0
+  const loop = async (): Promise<void> => {
+    while (window.open) {
+      inFlight++
+      const answer = outcome(ask)
+      paced.pending.push(answer)
+      await answer
+      inFlight--
+      if (window.open) answeredInWindow++
+    }
+  }
+  for (let index = 0; index < 4; index++) void loop()
+  await sleep(WINDOW_MS)
+  window.open = false
+  t.ok(answeredInWindow <= 2 + Math.ceil(WINDOW_MS / 1000) + 1, `held to the pace: ${answeredInWindow} answers in ${WINDOW_MS} ms`)
+  await until('each loop\'s last request held or answered', async () => (await pacing(app)).held === inFlight)
+  t.same((await held(paced, ask)).held, true, 'the flooding source\'s next 503 is held: it still owes the pace')
+  const other = await held(paced, feedback(port, '127.0.0.3', failingCertificate))
+  t.same(other.held, false, 'another source\'s is not held')
+  t.match(await other.answer, { status: 503, body: { code: 'UNAVAILABLE' } })
+  t.equal(sns.requests.length, 1, 'the failed URL was fetched once')
+  const statuses = await closeAndCollect(paced)
+  t.same(new Set(statuses), new Set([503]), 'every held answer was sent on the shutdown')
+  const unavailable = (await app.metrics.registry.getSingleMetric('email_otp_ses_feedback_total')?.get())?.values.find((value) => value.labels.outcome === 'unavailable')?.value
+  t.equal(unavailable, statuses.length + 1, 'every answer is counted as `unavailable`')
+  const lines = logs.lines.slice(linesAtStart).map((line) => JSON.parse(line) as { level: number, msg: string, certificateUrl?: string })
+  t.same(lines.filter((line) => line.level >= 40).map((line) => [line.msg, line.certificateUrl]), [['SNS signing certificate could not be fetched; messages naming it are answered 503 for a minute (SNS retries)', 'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc123.pem']], `one warning for ${statuses.length + 1} answers, none with a stack`)
+  t.notMatch(logs.lines.slice(linesAtStart).join('\n'), /"stack"/, 'no stack trace')
+})
+
+/** A SubscriptionConfirmation signed as SNS signs it (version 2), with the fixture's key. */
+function signedConfirmation (origin: string): string {
+  const message: Record<string, string> = { Type: 'SubscriptionConfirmation', MessageId: randomUUID(), Token: 'tok', TopicArn: TOPIC, Message: 'confirm', SubscribeURL: `${origin}/confirm?Token=tok`, Timestamp: new Date().toISOString() }
+  const signer = createSign('RSA-SHA256')
+  for (const field of ['Message', 'MessageId', 'SubscribeURL', 'Timestamp', 'Token', 'TopicArn', 'Type']) signer.update(`${field}\n${message[field] ?? ''}\n`)
+  const key = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
+  return JSON.stringify({ ...message, SignatureVersion: '2', Signature: signer.sign(key, 'base64'), SigningCertURL: `${origin}/SimpleNotificationService-0123456789abcdef.pem` })
+}
+
+test('POST /feedback/ses: a 503 of the service\'s own reach (a subscription SNS\'s host did not confirm) is not paced', async (t) => {
+  const cert = readFileSync(new URL('../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
+  // SNS's host serves its certificate, but does not answer confirmations.
+  const sns = await playHost(t, 'sns.eu-west-1.amazonaws.com', (request, response) => {
+    if (request.url?.endsWith('.pem') === true) response.writeHead(200).end(cert)
+    else response.writeHead(503).end()
+  })
+  const paced = await pacedApp(t, { SES_FEEDBACK_TOPIC_ARNS: TOPIC })
+  const confirmation: Ask = async () => await send({ port: paced.port, localAddress: '127.0.0.2', path: '/feedback/ses', headers: { 'content-type': 'text/plain' }, body: signedConfirmation(sns.origin), timeoutMs: 60_000 })
+  t.equal(await flood(paced, confirmation), 0, 'none of the flood is held: SNS is not held back for the service\'s trouble')
+  t.same(new Set(await closeAndCollect(paced)), new Set([503]))
+  t.equal(sns.requests.filter((request) => request.path.startsWith('/confirm')).length, FLOOD, 'each was signed, checked and tried')
 })
 
 test('IPv6 clients are paced per /64: another address of the /64 shares the pace, another /64 has its own', async (t) => {

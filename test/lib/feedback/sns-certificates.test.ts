@@ -48,6 +48,25 @@ t.test('a certificate is fetched once from port 443 of the checked host and its 
   t.equal(host.requests.length, 2, 'then fetched again, so a rotated or revoked certificate is not trusted forever')
 })
 
+t.test('a failed URL is told once per failure, however many messages name it; its 503s, and a source\'s fetch under way, are the sender\'s own', async (t) => {
+  let now = 1_000_000
+  const host = await startHost(t, {})
+  const failures: string[] = []
+  const certificates = new SigningCertificates({ now: () => now, timeoutMs: 300, fetchFailed: (url, reason) => { failures.push(`${url} ${reason}`) } })
+  const url = host.url(pem('f1'))
+  const reasons = async (asks: Array<Promise<unknown>>): Promise<string[]> => (await Promise.allSettled(asks)).map((settled) => settled.status === 'rejected' && settled.reason instanceof FeedbackUnavailable ? `${settled.reason.reason} ${settled.reason.sendersOwn}` : 'other')
+  t.same(await reasons(Array.from({ length: 5 }, async () => await certificates.publicKey(url, from('stranger')))), Array.from({ length: 5 }, () => 'certificate-failed true'), 'five messages sharing one failed fetch')
+  t.same(await reasons(Array.from({ length: 5 }, async () => await certificates.publicKey(url, from('other')))), Array.from({ length: 5 }, () => 'certificate-failed true'), 'five more in the minute after')
+  t.same(failures, [`${url.href} HTTP 404`], 'told once')
+  now += FAILED_CERT_URL_MS
+  await t.rejects(certificates.publicKey(url, from('other')), FeedbackUnavailable)
+  t.equal(failures.length, 2, 'and once more when it is fetched again, a minute later, and fails')
+  const hanging = await startHost(t, { [pem('f2')]: () => {} }, 'evil.example')
+  const slow = certificates.publicKey(hanging.url(pem('f2')), from('slow')).catch(() => {})
+  t.same(await reasons([certificates.publicKey(host.url(pem('f3')), from('slow'))]), ['certificate-pending true'], 'a source\'s second URL while its fetch is under way')
+  t.teardown(async () => { await slow })
+})
+
 t.test('what is not a certificate within the bounds is unavailable, and not fetched again for a minute', async (t) => {
   let now = 1_000_000
   const evil = await startHost(t, { [pem('e1')]: (response) => response.writeHead(200).end(CERT) }, 'evil.example')
