@@ -138,6 +138,12 @@ function invalid (message: string): Error {
 export class InsightsReports {
   readonly #store: Pick<InsightsStore, 'read'>
   readonly #retentionMs: number
+  /**
+   * Tenants with a report being made in this process: one at a time each. A long range costs
+   * the event loop a few milliseconds to read and answer; a tenant's keys asking hundreds at once
+   * held every tenant's requests for most of a second. Another ask meanwhile is a 429 at once.
+   */
+  readonly #reporting = new Set<string>()
 
   constructor (store: Pick<InsightsStore, 'read'>, { retentionMs }: { retentionMs: number }) {
     this.#store = store
@@ -145,6 +151,18 @@ export class InsightsReports {
   }
 
   async report (tenantId: string, mode: KeyMode, query: InsightsQuery, nowMs = Date.now()): Promise<InsightsView> {
+    if (this.#reporting.has(tenantId)) {
+      throw apiError('RATE_LIMITED', "Another insights read of this tenant is being answered; retry once it is done", { 'retry-after': 1 })
+    }
+    this.#reporting.add(tenantId)
+    try {
+      return await this.#report(tenantId, mode, query, nowMs)
+    } finally {
+      this.#reporting.delete(tenantId)
+    }
+  }
+
+  async #report (tenantId: string, mode: KeyMode, query: InsightsQuery, nowMs: number): Promise<InsightsView> {
     const granularity = query.granularity ?? 'day'
     const size = BUCKET_MS[granularity]
     const instant = (name: string, text: string): number => {

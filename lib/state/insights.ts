@@ -7,7 +7,10 @@ import type { LaterEvent, VerificationEventType } from './verification-log.js'
  *   requested, sent, delivered, complained, locked, verified, receipt_redeemed
  *                          once per verification (a repeated SES notification counts once)
  *   delivery_failed:<reason>, bounced:<bounceType>   once per verification, by kind
- *   wrong_guess            every one
+ *   wrong_guess            once per verification: its first guess, when wrong and before a
+ *                          right one (a guess uses the code up, so no later guess meets a code;
+ *                          counting them would let anyone with a requestId, a page's visitor
+ *                          included, raise the count without end)
  *   ttv:<bound>, ttd:<bound>   the histograms of time to verify and time to delivery
  *   refused:<status>       402, 403 and 429 answers to an identified key
  * A verification's events count in the buckets of the hour and the day it was requested in
@@ -60,9 +63,9 @@ export interface CohortTimes {
  * The counters one event of a story adds, given how many of its type the story has had with it
  * (1: the first). The in-process twin of the counting in VERIFICATION_LOG_LUA.
  */
-export function eventFields (event: LaterEvent, countOfType: number, times: CohortTimes): string[] {
-  if (event.type === 'wrong_guess') return ['wrong_guess']
+export function eventFields (event: LaterEvent, countOfType: number, times: CohortTimes, verifiedBefore: boolean): string[] {
   if (countOfType !== 1) return []
+  if (event.type === 'wrong_guess') return verifiedBefore ? [] : ['wrong_guess']
   if (event.type === 'delivery_failed') return [`delivery_failed:${event.reason}`]
   if (event.type === 'bounced') return [`bounced:${event.bounceType}`]
   if (!ONCE_COUNTED.includes(event.type)) return []

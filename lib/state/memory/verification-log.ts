@@ -70,7 +70,7 @@ export class MemoryVerificationLog implements VerificationLog {
     appendEvent(kept.story, event)
     const count = kept.story.counts[event.type] ?? 0
     if (event.type === 'sent' && count === 1) kept.times.sentMs = Date.parse(event.at)
-    this.#insights?.count(id.tenantId, id.mode, kept.times.requestedMs, eventFields(event, count, kept.times))
+    this.#insights?.count(id.tenantId, id.mode, kept.times.requestedMs, eventFields(event, count, kept.times, (kept.story.counts.verified ?? 0) > 0))
   }
 
   async read (id: VerificationId): Promise<VerificationStory | null> {

@@ -788,8 +788,8 @@ export const VERIFICATION_LOG_ARGS = scriptArgs({
  * VERIFICATION_LOG_ARGS. A `requested` event starts its story (once: a repeat is dropped) and
  * forgets its lane's oldest stories past the lane's cap; any other event is added to a story that
  * exists and dropped otherwise. Each event a story takes is counted in the funnel's buckets of
- * the story's request time: `wrong_guess` each time, the other types the first time the story
- * has one (countIn); a story written before it kept `t0` is not counted. Reply: the events written.
+ * the story's request time, each type the first time the story has one (countIn; a wrong guess
+ * only before a right one: eventFields says why); a story written before it kept `t0` is not counted. Reply: the events written.
  */
 export const VERIFICATION_LOG_LUA = `${WRITES_SHEBANG}${luaPrologue(VERIFICATION_LOG_ARGS)}
 local listedPerType = { ${Object.entries(LISTED_PER_TYPE).map(([type, listed]) => `${type} = ${listed}`).join(', ')} }
@@ -837,7 +837,7 @@ for i = 0, storiesCount - 1 do
     if requestedMs ~= nil then
       local fields = {}
       if eventType == 'wrong_guess' then
-        fields = { 'wrong_guess' }
+        if count == 1 and not redis.call('HGET', story, 'n:verified') then fields = { 'wrong_guess' } end
       elseif count == 1 and countedBy[eventType] then
         fields = { eventType .. ':' .. ARGV[at + 4] }
       elseif count == 1 and onceCounted[eventType] then
