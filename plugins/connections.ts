@@ -57,7 +57,7 @@ interface Turns {
 }
 
 /** Node's own test for a 100-continue expectation (lib/_http_server.js). */
-const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
+export const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
 
 /**
  * Reads no more from the socket. Node resumes a paused socket on its own (when an answer
@@ -96,6 +96,14 @@ function declaredBytes (headers: Record<string, string | string[] | undefined>):
  *   bodies) for as long as the pace holds each; HTTP lets a server close a connection with
  *   pipelined requests unanswered (RFC 9112 §9.3.2), and the client sends them again, on a new
  *   connection, if it wants to. The running one keeps its answer: it may have sent a code.
+ *   From then on nothing more is read from the connection, and the requests Node already read
+ *   behind the bound (the rest of the same read) never reach Fastify: not routed, not logged,
+ *   dropped with the connection. Otherwise a client that never reads kept the close from coming
+ *   (its answer never finished) while every request it sent was parsed, routed and logged.
+ * - Answers nobody takes. An answer the app has finished but the client does not read may wait
+ *   unwritten for writeStallMs; then the connection is destroyed, with whatever waits on it.
+ *   It counts from the end of the app's work, so a request held by the refusal pace or a slow
+ *   relay is not cut (a socket inactivity timeout would cut those).
  * - Shutdown. Node stops checking request deadlines once the server closes, so a slow upload
  *   would hold the drain until the grace period kills the process. From the moment the app
  *   closes, every connection that is not serving a fully received request (an upload still
