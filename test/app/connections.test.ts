@@ -12,6 +12,7 @@
  * (test/abuse/slow-bodies.abuse.ts) holds 300 slow connections against a real process.
  */
 import { once } from 'node:events'
+import type { IncomingMessage } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
@@ -139,11 +140,17 @@ t.test('bodies within the budget wait their turn and are answered', async (t) =>
 const OPENAPI = 'GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'
 
 /** A connection from CLIENT that never reads what the server sends, and the server's end of it. */
-async function nonReader (t: Test, stallMs: number): Promise<{ client: Socket, server: () => Socket, closed: Promise<unknown>, logs: { lines: string[] } }> {
+async function nonReader (t: Test, stallMs: number): Promise<{ client: Socket, server: () => Socket, readAtBound: () => number | undefined, closed: Promise<unknown>, logs: { lines: string[] } }> {
   const { app, logs } = await buildApp(t, { REQUEST_TIMEOUT_MS: String(stallMs) })
   const port = await listenApp(app)
   const accepted: Socket[] = []
   app.server.on('connection', (socket: Socket) => { accepted.push(socket) })
+  // What the server had read when it parsed the request past the bound: the running one, those waiting, then it.
+  let parsed = 0
+  let readAtBound: number | undefined
+  app.server.on('request', (request: IncomingMessage) => {
+    if (++parsed === PIPELINED_PER_CONNECTION + 2) readAtBound = request.socket.bytesRead
+  })
   const client = connect({ port, host: '127.0.0.1', localAddress: CLIENT })
   // Paused before it connects: not even the socket's own buffer is filled.
   client.pause()
@@ -153,11 +160,11 @@ async function nonReader (t: Test, stallMs: number): Promise<{ client: Socket, s
   const closed = new Promise((resolve) => { client.once('close', resolve) })
   await once(client, 'connect')
   await until('the server to accept the connection', () => accepted.length === 1)
-  return { client, server: () => accepted[0] as Socket, closed, logs }
+  return { client, server: () => accepted[0] as Socket, readAtBound: () => readAtBound, closed, logs }
 }
 
 t.test('a client that pipelines and never reads: the server stops reading at the bound, routes none of what it read past it, and closes the connection', async (t) => {
-  const { client, server, closed, logs } = await nonReader(t, 1000)
+  const { client, server, readAtBound, closed, logs } = await nonReader(t, 1000)
   let open = true
   void closed.then(() => { open = false })
   // One request per write, as fast as the client's own buffer takes them.
@@ -169,9 +176,20 @@ t.test('a client that pipelines and never reads: the server stops reading at the
   await until('the server to close the connection', () => !open)
   const sent = client.bytesWritten
   t.ok(sent > 1024 * 1024, `the client wrote ${sent} bytes`)
-  t.ok(server().bytesRead < 128 * 1024, `the server read ${server().bytesRead} of them: no more than a read's worth past the bound`)
+  t.ok(server().bytesRead <= 128 * 1024, `the server read ${server().bytesRead} of them`)
+  t.equal(server().bytesRead, readAtBound(), 'nothing after the read that carried the request past the bound')
   const routed = logs.lines.filter((line) => line.includes('"incoming request"')).length
   t.ok(routed <= PIPELINED_PER_CONNECTION + 2, `${routed} requests routed: the running one, those waiting and the one past the bound`)
+})
+
+t.test('a client that never reads answers more than the socket buffers hold is disconnected after the stall bound', async (t) => {
+  const { client, server } = await nonReader(t, 1000)
+  // Within the pipelining bound: 16 answers of ~300 KB, more than a loopback connection's
+  // kernel buffers hold (a few MB) when its client does not read, so the last ones wait in the
+  // process. The close is the server's: its FIN waits behind the unread bytes.
+  client.write(OPENAPI.repeat(PIPELINED_PER_CONNECTION))
+  await until('the server to destroy its end', () => server().destroyed)
+  t.pass('destroyed')
 })
 
 t.test('requests read behind the bound in the same read are neither routed nor logged', async (t) => {
