@@ -123,7 +123,8 @@ async function app (fastify: FastifyInstance, options: AppOptions): Promise<void
   await fastify.register(connectionsPlugin, {
     maxPerSource: options.config.maxConnectionsPerSource,
     trustedProxies: trustedProxies(options.config.trustProxy),
-    ipv6BucketPrefix: options.config.ipv6BucketPrefix
+    ipv6BucketPrefix: options.config.ipv6BucketPrefix,
+    writeStallMs: options.config.requestTimeoutMs
   })
   await fastify.register(drainPlugin)
   await fastify.register(helmetPlugin)
@@ -193,7 +194,7 @@ export async function internalApp (fastify: FastifyInstance, options: InternalAp
   answerErrorsInContractShape(fastify)
   // The health routes answer the named schemas the public app's OpenAPI plugin registers.
   for (const schema of namedSchemas) fastify.addSchema(schema)
-  await fastify.register(connectionsPlugin, { maxPerSource: 0, trustedProxies: null, ipv6BucketPrefix: 128 })
+  await fastify.register(connectionsPlugin, { maxPerSource: 0, trustedProxies: null, ipv6BucketPrefix: 128, writeStallMs: options.service.config.requestTimeoutMs })
   await fastify.register(healthRoutes, { service: options.service, details: 'everyone' })
   await fastify.register(metricsRoutes, { service: options.service, requireToken: false })
 }

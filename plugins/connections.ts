@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
-import { STATUS_CODES, type ServerResponse } from 'node:http'
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import fp from 'fastify-plugin'
 import { errorCatalog } from '../schemas/error-catalog.js'
 import { sourceBucket } from '../lib/net/source-address.js'
 import type { IpRangeSet } from '../lib/net/ip-ranges.js'
+import { apiError } from '../lib/errors.js'
 
 export interface ConnectionsOptions {
   /** Open connections one source may hold (MAX_CONNECTIONS_PER_SOURCE); 0 for no limit. */
@@ -13,6 +14,12 @@ export interface ConnectionsOptions {
   trustedProxies: IpRangeSet | null
   /** IPv6 peers share a limit per prefix of this length, as they share a velocity bucket. */
   ipv6BucketPrefix: number
+  /**
+   * How long an answer the app has finished may take to be written out (REQUEST_TIMEOUT_MS:
+   * a client gets as long to take an answer as to send a request); then the connection is
+   * destroyed. 0 for no bound.
+   */
+  writeStallMs: number
 }
 
 /**
@@ -49,6 +56,19 @@ interface Turns {
   last: boolean
 }
 
+/** Node's own test for a 100-continue expectation (lib/_http_server.js). */
+export const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
+
+/**
+ * Reads no more from the socket. Node resumes a paused socket on its own (when an answer
+ * drains, when a request is dumped), so each resume is undone at once: the resume's read and
+ * this pause run in the same turn, before any I/O.
+ */
+function stopReading (socket: Socket): void {
+  socket.pause()
+  socket.on('resume', () => { socket.pause() })
+}
+
 /** What a request's body may cost while it waits: its Content-Length, or all of it when chunked. */
 function declaredBytes (headers: Record<string, string | string[] | undefined>): number {
   if (headers['transfer-encoding'] !== undefined) return Number.POSITIVE_INFINITY
@@ -76,6 +96,14 @@ function declaredBytes (headers: Record<string, string | string[] | undefined>):
  *   bodies) for as long as the pace holds each; HTTP lets a server close a connection with
  *   pipelined requests unanswered (RFC 9112 §9.3.2), and the client sends them again, on a new
  *   connection, if it wants to. The running one keeps its answer: it may have sent a code.
+ *   From then on nothing more is read from the connection, and the requests Node already read
+ *   behind the bound (the rest of the same read) never reach Fastify: not routed, not logged,
+ *   dropped with the connection. Otherwise a client that never reads kept the close from coming
+ *   (its answer never finished) while every request it sent was parsed, routed and logged.
+ * - Answers nobody takes. An answer the app has finished but the client does not read may wait
+ *   unwritten for writeStallMs; then the connection is destroyed, with whatever waits on it.
+ *   It counts from the end of the app's work, so a request held by the refusal pace or a slow
+ *   relay is not cut (a socket inactivity timeout would cut those).
  * - Shutdown. Node stops checking request deadlines once the server closes, so a slow upload
  *   would hold the drain until the grace period kills the process. From the moment the app
  *   closes, every connection that is not serving a fully received request (an upload still
@@ -113,10 +141,33 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
     })
   })
 
+  // Fastify's handler behind a gate: a request read on a connection that is to close after
+  // the answer it is serving is dropped before Fastify sees it (no routing, no log line, no
+  // request object); Node keeps its bare response until the connection ends. The expectations
+  // Node would answer itself come through the same gate (the hooks below answer them).
+  const handlers = server.listeners('request') as Array<(request: IncomingMessage, response: ServerResponse) => void>
+  server.removeAllListeners('request')
+  const admit = (request: IncomingMessage, response: ServerResponse): void => {
+    const turns = sockets.get(request.socket)
+    if (turns !== undefined && (turns.last || request.socket.destroyed)) return
+    for (const handler of handlers) handler.call(server, request, response)
+  }
+  server.on('request', admit)
+  server.on('checkContinue', admit)
+  server.on('checkExpectation', admit)
+
   const serve = (socket: Socket, turns: Turns, response: ServerResponse, done: () => void): void => {
     turns.serving = response
+    let stall: NodeJS.Timeout | undefined
+    if (options.writeStallMs > 0) {
+      // The app is done with the answer; what is left is the client's to take.
+      response.once('prefinish', () => {
+        if (!response.writableFinished) stall = setTimeout(() => { socket.destroy() }, options.writeStallMs)
+      })
+    }
     // 'close' also comes when the connection is lost before the answer is written.
     response.once('close', () => {
+      clearTimeout(stall)
       turns.serving = null
       // An answer whose head was written before the connection was marked went out keep-alive.
       if (turns.last) {
@@ -155,6 +206,7 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
     if (turns.waiting.length >= PIPELINED_PER_CONNECTION || turns.waitingBytes + bytes > PIPELINED_BYTES_PER_CONNECTION) {
       request.log.debug({ waiting: turns.waiting.length, waitingBytes: turns.waitingBytes + bytes }, 'connection to close after the current answer: too much pipelined')
       turns.last = true
+      stopReading(socket)
       turns.waiting.length = 0
       turns.waitingBytes = 0
       if (!turns.serving.headersSent) turns.serving.shouldKeepAlive = false
@@ -162,6 +214,24 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
     }
     turns.waitingBytes += bytes
     turns.waiting.push({ bytes, run: () => { serve(socket, turns, reply.raw, done) } })
+  })
+
+  // The expectations Node would answer itself, answered here once the request's other hooks
+  // have run (its security headers set, its caller known): after them, a request's body is read.
+  // - 100-continue invites the body: it is sent only if the length declared fits the route's
+  //   limit; otherwise the 413 comes instead (Node then closes the connection, as the client
+  //   may send the body anyway).
+  // - Any other value is refused 417 in the error shape, a turn of its connection like any answer.
+  fastify.addHook('preParsing', (request, reply, payload, done) => {
+    const expect = request.headers.expect
+    if (expect === undefined || request.raw.httpVersion !== '1.1') {
+      done(null, payload)
+    } else if (!CONTINUE_EXPECTATION.test(expect)) {
+      done(apiError('EXPECTATION_FAILED'))
+    } else {
+      if (sockets.has(request.raw.socket) && !(Number(request.headers['content-length']) > request.routeOptions.bodyLimit)) reply.raw.writeContinue()
+      done(null, payload)
+    }
   })
 
   let sweeper: NodeJS.Timeout | undefined

@@ -5,6 +5,7 @@ import { finished } from 'node:stream/promises'
 import fp from 'fastify-plugin'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify'
 import { apiError, isApiError, type ApiError } from '../lib/errors.js'
+import { CONTINUE_EXPECTATION } from './connections.js'
 import { errorCatalog, type ErrorCode } from '../schemas/error-catalog.js'
 import { StoreFullError, StoreUnavailableError } from '../lib/store-errors.js'
 import { perSource } from './external/rate-limit.js'
@@ -35,6 +36,8 @@ export const DRAIN_LIMIT_BYTES = 64 * 1024
 async function keepConnectionIfRead (request: FastifyRequest, reply: FastifyReply, error: ApiError): Promise<void> {
   const raw = request.raw
   if (!raw.complete && error.code === 'PAYLOAD_TOO_LARGE') {
+    // Not invited to send it (plugins/connections.ts): the client may never do so.
+    if (CONTINUE_EXPECTATION.test(raw.headers.expect ?? '')) return
     const declared = Number(raw.headers['content-length'])
     if (!Number.isSafeInteger(declared) || declared > DRAIN_LIMIT_BYTES) return
     raw.resume()

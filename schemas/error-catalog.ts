@@ -45,6 +45,7 @@ export const errorCatalog = {
   METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed here; see the Allow header' },
   REQUEST_TIMEOUT: { status: 408, message: 'The request did not arrive in time' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large' },
+  EXPECTATION_FAILED: { status: 417, message: 'The only Expect value this service meets is 100-continue' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json' },
   HEADERS_TOO_LARGE: { status: 431, message: 'The request headers are too large' },
   RECIPIENT_SUPPRESSED: { status: 422, message: 'This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress)' },

@@ -60,10 +60,10 @@ export const urlErrors: readonly ErrorCode[] = ['INVALID_URL']
 /**
  * Answers any route can give before it is chosen: the connection's own (MALFORMED_REQUEST,
  * REQUEST_TIMEOUT, HEADERS_TOO_LARGE, written by the client error handler), an unreadable
- * X-Forwarded-For from a trusted proxy, a header naming the caller sent twice, and too many
- * connections from one source.
+ * X-Forwarded-For from a trusted proxy, a header naming the caller sent twice, too many
+ * connections from one source, and an Expect value other than 100-continue.
  */
-export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'INVALID_WORKLOAD_IDENTITY', 'AMBIGUOUS_HEADER', 'RATE_LIMITED']
+export const connectionErrors: readonly ErrorCode[] = [...urlErrors, 'MALFORMED_REQUEST', 'REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'INVALID_FORWARDED_FOR', 'INVALID_WORKLOAD_IDENTITY', 'AMBIGUOUS_HEADER', 'RATE_LIMITED', 'EXPECTATION_FAILED']
 
 /**
  * Answers any keyed route can give before its handler runs (connection, keys, sources,

@@ -152,7 +152,7 @@ export class InsightsReports {
 
   async report (tenantId: string, mode: KeyMode, query: InsightsQuery, nowMs = Date.now()): Promise<InsightsView> {
     if (this.#reporting.has(tenantId)) {
-      throw apiError('RATE_LIMITED', "Another insights read of this tenant is being answered; retry once it is done", { 'retry-after': 1 })
+      throw apiError('RATE_LIMITED', 'Another insights read of this tenant is being answered; retry once it is done', { 'retry-after': '1' })
     }
     this.#reporting.add(tenantId)
     try {

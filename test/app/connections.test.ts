@@ -4,9 +4,16 @@
  * usable, other addresses are not affected, a closed connection frees its place, and the
  * proxies in TRUST_PROXY, through which every client arrives, have no cap. Past the bound of
  * what may wait pipelined on one connection, the request running keeps its answer, sent with
- * `Connection: close`, and none of those waiting is run. The abuse suite
+ * `Connection: close`, none of those waiting is run, the server reads no more from it and
+ * the requests already read behind it are never routed nor logged. An answer the client does
+ * not take closes its connection after REQUEST_TIMEOUT_MS. Expect: 100-continue is granted
+ * only to a body the route would read; other expectations are answered 417 in the error
+ * shape, as turns of their connection. The abuse suite
  * (test/abuse/slow-bodies.abuse.ts) holds 300 slow connections against a real process.
  */
+import { once } from 'node:events'
+import type { IncomingMessage } from 'node:http'
+import { connect, type Socket } from 'node:net'
 import t, { type Test } from 'tap'
 import { buildApp, TEST_METRICS_TOKEN } from '../helper.js'
 import { PIPELINED_BYTES_PER_CONNECTION, PIPELINED_PER_CONNECTION } from '../../plugins/connections.js'
@@ -128,4 +135,116 @@ t.test('bodies within the budget wait their turn and are answered', async (t) =>
   t.notMatch(connection.received(), /\r\nConnection: close\r\n/i)
   await healthOn(connection)
   t.pass('the connection serves the next request')
+})
+
+const OPENAPI = 'GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'
+
+/** A connection from CLIENT that never reads what the server sends, and the server's end of it. */
+async function nonReader (t: Test, stallMs: number): Promise<{ client: Socket, server: () => Socket, readAtBound: () => number | undefined, closed: Promise<unknown>, logs: { lines: string[] } }> {
+  const { app, logs } = await buildApp(t, { REQUEST_TIMEOUT_MS: String(stallMs) })
+  const port = await listenApp(app)
+  const accepted: Socket[] = []
+  app.server.on('connection', (socket: Socket) => { accepted.push(socket) })
+  // What the server had read when it parsed the request past the bound: the running one, those waiting, then it.
+  let parsed = 0
+  let readAtBound: number | undefined
+  app.server.on('request', (request: IncomingMessage) => {
+    if (++parsed === PIPELINED_PER_CONNECTION + 2) readAtBound = request.socket.bytesRead
+  })
+  const client = connect({ port, host: '127.0.0.1', localAddress: CLIENT })
+  // Paused before it connects: not even the socket's own buffer is filled.
+  client.pause()
+  client.on('error', () => {})
+  t.teardown(() => client.destroy())
+  // Not once(): a reset comes as an error before the close.
+  const closed = new Promise((resolve) => { client.once('close', resolve) })
+  await once(client, 'connect')
+  await until('the server to accept the connection', () => accepted.length === 1)
+  return { client, server: () => accepted[0] as Socket, readAtBound: () => readAtBound, closed, logs }
+}
+
+t.test('a client that pipelines and never reads: the server stops reading at the bound, routes none of what it read past it, and closes the connection', async (t) => {
+  const { client, server, readAtBound, closed, logs } = await nonReader(t, 1000)
+  let open = true
+  void closed.then(() => { open = false })
+  // One request per write, as fast as the client's own buffer takes them.
+  const pump = (): void => { while (!client.destroyed && client.writableLength < 256 * 1024) client.write(OPENAPI) }
+  pump()
+  client.on('drain', pump)
+  const topUp = setInterval(pump, 5)
+  t.teardown(() => { clearInterval(topUp) })
+  await until('the server to close the connection', () => !open)
+  const sent = client.bytesWritten
+  t.ok(sent > 1024 * 1024, `the client wrote ${sent} bytes`)
+  t.ok(server().bytesRead <= 128 * 1024, `the server read ${server().bytesRead} of them`)
+  t.equal(server().bytesRead, readAtBound(), 'nothing after the read that carried the request past the bound')
+  const routed = logs.lines.filter((line) => line.includes('"incoming request"')).length
+  t.ok(routed <= PIPELINED_PER_CONNECTION + 2, `${routed} requests routed: the running one, those waiting and the one past the bound`)
+})
+
+t.test('a client that never reads answers more than the socket buffers hold is disconnected after the stall bound', async (t) => {
+  const { client, server } = await nonReader(t, 1000)
+  // Within the pipelining bound: 16 answers of ~300 KB, more than a loopback connection's
+  // kernel buffers hold (a few MB) when its client does not read, so the last ones wait in the
+  // process. The close is the server's: its FIN waits behind the unread bytes.
+  client.write(OPENAPI.repeat(PIPELINED_PER_CONNECTION))
+  await until('the server to destroy its end', () => server().destroyed)
+  t.pass('destroyed')
+})
+
+t.test('requests read behind the bound in the same read are neither routed nor logged', async (t) => {
+  const { app, logs } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  const count = 1500
+  connection.socket.write(HEALTH.repeat(count))
+  await connection.closed.catch(() => {})
+  t.equal([...connection.received().matchAll(/HTTP\/1\.1 200 /g)].length, 1, 'one answer')
+  const routed = logs.lines.filter((line) => line.includes('"incoming request"')).length
+  t.ok(routed <= PIPELINED_PER_CONNECTION + 2, `${routed} of ${count} requests routed`)
+})
+
+/** Writes `request` on a new connection and returns what came back within the first answer. */
+async function firstAnswer (t: Test, request: string): Promise<string> {
+  const { app } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  connection.socket.write(request)
+  await until('an answer with its body', () => /\r\n\r\n[^]*\}/.test(connection.received()))
+  return connection.received()
+}
+
+t.test('Expect: 100-continue with a body over the route\'s limit is answered 413, without 100 Continue', async (t) => {
+  const answer = await firstAnswer(t, 'POST /feedback/ses HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n')
+  t.match(answer, /^HTTP\/1\.1 413 /, 'the final answer comes first')
+  t.notMatch(answer, /100 Continue/)
+  t.match(answer, /\r\nX-Request-Id: [0-9a-f-]{36}\r\n/i)
+  t.match(answer, /\r\nConnection: close\r\n/i, 'the client may send the body anyway: the connection closes')
+  t.match(answer, /"code":"PAYLOAD_TOO_LARGE"/)
+  // Under the size the service drains to keep a connection: it must not wait for a body it did not invite.
+  const small = await firstAnswer(t, 'POST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n')
+  t.match(small, /^HTTP\/1\.1 413 [^]*"code":"PAYLOAD_TOO_LARGE"/, 'a body just over the limit: 413 at once, not a wait for the body')
+})
+
+t.test('Expect: 100-continue with a body within the limit is granted, and the request answered', async (t) => {
+  const { app } = await buildApp(t)
+  const connection = await openConnection(await listenApp(app), CLIENT)
+  t.teardown(() => connection.socket.destroy())
+  connection.socket.write('POST /nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n')
+  await until('100 Continue', () => connection.received().startsWith('HTTP/1.1 100 Continue\r\n\r\n'))
+  connection.socket.write('{}')
+  await until('the answer', () => /HTTP\/1\.1 404 [^]*\}$/.test(connection.received()))
+  t.pass('100 Continue, then the answer')
+})
+
+t.test('an unknown expectation is answered 417 in the error shape, and counts as a turn of its connection', async (t) => {
+  const expecting = 'POST /otp/request HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}'
+  const answer = await firstAnswer(t, expecting)
+  t.match(answer, /^HTTP\/1\.1 417 /)
+  t.match(answer, /\r\nX-Request-Id: [0-9a-f-]{36}\r\n/i)
+  t.match(answer, /\r\nX-Content-Type-Options: nosniff\r\n/i, 'with the security headers of every answer')
+  t.same(JSON.parse(answer.split('\r\n\r\n')[1] ?? ''), { success: false, message: 'The only Expect value this service meets is 100-continue', code: 'EXPECTATION_FAILED' })
+  const heads = await pipelinedOverBound(t, 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n'.repeat(PIPELINED_PER_CONNECTION + 4))
+  t.equal(heads.length, 1, 'past the bound, one answer, then the connection is closed')
+  t.match(heads[0], /^HTTP\/1\.1 417 /)
 })

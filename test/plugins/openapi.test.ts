@@ -82,8 +82,8 @@ t.test('every operation is named, secured or public on purpose, and answers name
 
   const dispatch = document.paths['/otp/request']!.post!
   const verify = document.paths['/otp/verify']!.post!
-  t.same(Object.keys(dispatch.responses).sort(), ['200', '400', '401', '402', '403', '408', '409', '413', '415', '422', '429', '431', '500', '502', '503'])
-  t.same(Object.keys(verify.responses).sort(), ['200', '400', '401', '403', '408', '413', '415', '429', '431', '500', '503'])
+  t.same(Object.keys(dispatch.responses).sort(), ['200', '400', '401', '402', '403', '408', '409', '413', '415', '417', '422', '429', '431', '500', '502', '503'])
+  t.same(Object.keys(verify.responses).sort(), ['200', '400', '401', '403', '408', '413', '415', '417', '429', '431', '500', '503'])
   t.equal(document.components.securitySchemes.bearerAuth?.scheme, 'bearer')
   for (const code of ['CODE_MISMATCH', 'INVALID_CODE_FORMAT', 'INVALID_BODY', 'INVALID_JSON', 'INVALID_URL']) t.ok(listedCodes(verify.responses['400']!)?.includes(code), `verify lists ${code}`)
 })

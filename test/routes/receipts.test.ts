@@ -194,7 +194,7 @@ t.test('the OpenAPI document describes the receipt, the JWKS and redeem', async 
   t.ok(document.paths['/.well-known/jwks.json'].get.responses['200'])
   t.same(document.paths['/.well-known/jwks.json'].get.security, [], 'no key for the JWKS')
   const redeemRoute = document.paths['/otp/receipts/redeem'].post
-  t.same(Object.keys(redeemRoute.responses).sort(), ['200', '400', '401', '403', '408', '409', '413', '415', '429', '431', '500', '503'])
+  t.same(Object.keys(redeemRoute.responses).sort(), ['200', '400', '401', '403', '408', '409', '413', '415', '417', '429', '431', '500', '503'])
   t.match(JSON.stringify(redeemRoute.responses['400']), /RECEIPT_INVALID.*RECEIPT_EXPIRED.*RECEIPT_ADDRESS_MISMATCH/)
   t.match(JSON.stringify(redeemRoute.responses['409']), /RECEIPT_ALREADY_REDEEMED.*RECEIPT_NOT_REDEEMABLE/)
 })

@@ -352,6 +352,7 @@ export interface components {
          *     - `METHOD_NOT_ALLOWED` (405): This method is not allowed here; see the Allow header.
          *     - `REQUEST_TIMEOUT` (408): The request did not arrive in time.
          *     - `PAYLOAD_TOO_LARGE` (413): The request body is too large.
+         *     - `EXPECTATION_FAILED` (417): The only Expect value this service meets is 100-continue.
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): Send the body as application/json.
          *     - `HEADERS_TOO_LARGE` (431): The request headers are too large.
          *     - `RECIPIENT_SUPPRESSED` (422): This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress).
@@ -367,7 +368,7 @@ export interface components {
          *     - `TENANT_MISCONFIGURED` (503): This key's tenant is not served: its configuration breaks a rule of the service. Its operator is told; retry once it is fixed.
          * @enum {string}
          */
-        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "INSIGHTS_RANGE_INVALID" | "INSIGHTS_RANGE_TOO_LONG" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "TENANT_SENDING_PAUSED" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
+        ErrorCode: "INVALID_BODY" | "INVALID_JSON" | "INVALID_URL" | "MALFORMED_REQUEST" | "INVALID_FORWARDED_FOR" | "INVALID_WORKLOAD_IDENTITY" | "AMBIGUOUS_HEADER" | "INVALID_END_USER_IP" | "END_USER_IP_NOT_ALLOWED" | "END_USER_IP_REQUIRED" | "IDEMPOTENCY_KEY_UNSCOPED" | "INVALID_EMAIL" | "LOCALE_NOT_AVAILABLE" | "INVALID_CODE_FORMAT" | "CODE_MISMATCH" | "RECEIPT_INVALID" | "RECEIPT_EXPIRED" | "RECEIPT_ADDRESS_MISMATCH" | "RECEIPT_ADDRESS_REQUIRED" | "INSIGHTS_RANGE_INVALID" | "INSIGHTS_RANGE_TOO_LONG" | "SNS_MESSAGE_INVALID" | "SNS_MESSAGE_STALE" | "UNAUTHORIZED" | "QUOTA_EXCEEDED" | "ORIGIN_NOT_ALLOWED" | "SECRET_KEY_IN_BROWSER" | "KEY_NOT_PERMITTED" | "WORKLOAD_NOT_ALLOWED" | "SOURCE_BLOCKED" | "CAPTCHA_REQUIRED" | "CAPTCHA_INVALID" | "TENANT_SENDING_PAUSED" | "RECIPIENT_BLOCKED" | "SNS_TOPIC_NOT_ALLOWED" | "SNS_CERT_URL_NOT_ALLOWED" | "SNS_SIGNATURE_INVALID" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "EXPECTATION_FAILED" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "RECIPIENT_SUPPRESSED" | "IDEMPOTENCY_MISMATCH" | "IDEMPOTENCY_IN_FLIGHT" | "IDEMPOTENCY_OUTCOME_UNKNOWN" | "RECEIPT_ALREADY_REDEEMED" | "RECEIPT_NOT_REDEEMABLE" | "RATE_LIMITED" | "INTERNAL" | "DELIVERY_FAILED" | "UNAVAILABLE" | "TENANT_MISCONFIGURED";
         /** @description The body of every error answer. */
         Error: {
             /** @enum {boolean} */
@@ -1041,6 +1042,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -1167,6 +1192,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -1316,6 +1365,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -1565,6 +1638,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -1935,6 +2032,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RECIPIENT_SUPPRESSED`: This address bounced permanently or marked a message as spam: no code is sent to it until the suppression ends or is lifted (POST /recipients/unsuppress). `IDEMPOTENCY_MISMATCH`: This Idempotency-Key was used with a different request body. */
             422: {
                 headers: {
@@ -2294,6 +2415,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -2529,6 +2674,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -2808,6 +2977,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -3068,6 +3261,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -3373,6 +3590,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -3675,6 +3916,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -3974,6 +4239,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -4309,6 +4598,30 @@ export interface operations {
                     };
                 };
             };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
+                    };
+                };
+            };
             /** @description `RATE_LIMITED`: Too many requests; retry later. */
             429: {
                 headers: {
@@ -4594,6 +4907,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };
@@ -4896,6 +5233,30 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description `EXPECTATION_FAILED`: The only Expect value this service meets is 100-continue. */
+            417: {
+                headers: {
+                    /**
+                     * @description Identifies this answer in the service's logs (`reqId`): quote it when reporting a problem. A fresh UUID chosen by the service, which ignores a value sent by the client; behind a proxy listed in TRUST_PROXY (a mesh sidecar), the proxy's own `X-Request-Id` when it is 1 to 128 characters of `A-Z a-z 0-9 . _ : + = / @ -`, so that the service's lines match the proxy's access log. The answers written on the connection before a request could be read (400 `MALFORMED_REQUEST`, 408 `REQUEST_TIMEOUT`, 431 `HEADERS_TOO_LARGE`, and the 429 `RATE_LIMITED` of the cap on connections per source) carry a fresh UUID that no request line names: 400, 408 and 431 are logged with it at debug level, the connection cap's 429 only counted.
+                     * @example 0b9f4a36-5a43-4b7e-9d55-2b0f6e0e4c1a
+                     */
+                    "X-Request-Id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "success": false,
+                     *       "message": "The only Expect value this service meets is 100-continue",
+                     *       "code": "EXPECTATION_FAILED"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code: "EXPECTATION_FAILED";
                     };
                 };
             };

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { funnelOf, histogramQuantile, InsightsReports, parseDateTime } from '../../../lib/otp/insights.js'
+import { SANDBOX_MODE } from '../../../lib/keys/api-keys.js'
 import { MemoryInsights } from '../../../lib/state/memory/insights.js'
 import { DURATION_BOUNDS_SECONDS } from '../../../lib/state/insights.js'
 
@@ -60,4 +61,21 @@ t.test('a report: the buckets of the range, clamped to retention, bounded', asyn
   await t.rejects(reports.report('acme', 'live', { granularity: 'hour', from: '2026-11-20T00:00:00Z' }, now), { code: 'INSIGHTS_RANGE_TOO_LONG' })
   await t.rejects(reports.report('acme', 'live', { to: '2026-11-18T11:00:00Z' }, now), { code: 'INSIGHTS_RANGE_INVALID' }, 'ends before the first day kept: nothing to tell')
   await t.rejects(reports.report('acme', 'live', { to: '2026-12-09T00:00:00Z' }, now), { code: 'INSIGHTS_RANGE_INVALID' }, 'further ahead than retention')
+})
+
+t.test('one report at a time per tenant: another ask meanwhile is a 429 at once, another tenant\'s is answered', async (t) => {
+  const now = Date.UTC(2026, 10, 28, 10, 30)
+  const store = new MemoryInsights({ retentionMs: 10 * DAY }, { now: () => now })
+  let release = (): void => {}
+  const held = new Promise<void>((resolve) => { release = resolve })
+  // The store's own read, held until the test lets it go: the first report is still being made.
+  const holding = { read: async (...args: Parameters<MemoryInsights['read']>) => { await held; return await store.read(...args) } }
+  const reports = new InsightsReports(holding, { retentionMs: 10 * DAY })
+  const first = reports.report('acme', 'live', {}, now)
+  await t.rejects(reports.report('acme', SANDBOX_MODE, {}, now), { code: 'RATE_LIMITED', headers: { 'retry-after': '1' } }, 'the same tenant, even in its other mode')
+  const other = reports.report('globex', 'live', {}, now)
+  release()
+  t.equal((await first).buckets.length, 10)
+  t.equal((await other).buckets.length, 10, "another tenant's report was made meanwhile")
+  t.equal((await reports.report('acme', 'live', {}, now)).buckets.length, 10, 'once done, the tenant asks again')
 })
