@@ -762,15 +762,30 @@ local function durationField (histogram, ms)
   return histogram .. ':inf'
 end
 local bucketSizes = { { 'h', ${BUCKET_MS.hour} }, { 'd', ${BUCKET_MS.day} } }
+-- The call's counts, summed per bucket and field and written once at its end (writeCounts): a
+-- call carries the events of many requests, nearly all in the same hour and day.
+local counted, expiring, countedBuckets = {}, {}, {}
 local function countIn (requestedMs, fields)
   for _, size in ipairs(bucketSizes) do
     local number = math.floor(requestedMs / size[2])
     local expireAt = (number + 1) * size[2] + insightsRetentionMs
     if expireAt > nowMs then
       local bucket = insights .. size[1] .. ':' .. string.format('%d', number)
-      for _, field in ipairs(fields) do redis.call('HINCRBY', bucket, field, 1) end
-      redis.call('PEXPIREAT', bucket, string.format('%d', expireAt))
+      local counts = counted[bucket]
+      if counts == nil then
+        counts = {}
+        counted[bucket] = counts
+        expiring[bucket] = expireAt
+        countedBuckets[#countedBuckets + 1] = bucket
+      end
+      for _, field in ipairs(fields) do counts[field] = (counts[field] or 0) + 1 end
     end
+  end
+end
+local function writeCounts ()
+  for _, bucket in ipairs(countedBuckets) do
+    for field, count in pairs(counted[bucket]) do redis.call('HINCRBY', bucket, field, count) end
+    redis.call('PEXPIREAT', bucket, string.format('%d', expiring[bucket]))
   end
 end
 `
@@ -854,5 +869,6 @@ for i = 0, storiesCount - 1 do
     written = written + 1
   end
 end
+writeCounts()
 return written
 `
