@@ -102,6 +102,8 @@ export const responseHeaderPlacements: readonly HeaderPlacement[] = [
   { headers: rateLimit, operations: ['previewTemplate'], statuses: [200, 400] },
   { headers: rateLimit, operations: ['listSandboxMessages'], statuses: [200, 400, 404, 503] },
   { headers: rateLimit, operations: ['getReceiptKeys'], statuses: [200], required: true },
+  // Its limit is counted per source as the request arrives, before an expectation is refused.
+  { headers: rateLimit, operations: ['getReceiptKeys'], statuses: [417] },
   { headers: rateLimit, operations: ['redeemReceipt'], statuses: [200, 400, 409, 503] },
   { headers: rateLimit, operations: ['verifyCode'], statuses: [200], required: true },
   { headers: rateLimit, operations: ['verifyCode'], statuses: [400] },

@@ -260,6 +260,23 @@ t.test('every answer the service sends is the one the document describes', async
   await get('listSandboxMessages', 'store down', '/sandbox/messages?email=gus@example.com', keys.acmeTest, {}, down.app)
   await get('getReadiness', 'store down', '/readyz', null, {}, down.app)
 
+  // An expectation other than 100-continue: every operation answers 417 EXPECTATION_FAILED once its caller is known.
+  const expectations: Array<[string, 'GET' | 'POST', string, string | null]> = [
+    ['dispatchCode', 'POST', '/otp/request', keys.acmeLive], ['verifyCode', 'POST', '/otp/verify', keys.acmeLive],
+    ['getUsage', 'GET', '/usage', keys.acmeLive], ['getVerification', 'GET', '/verifications/otp_unknownRequest0000000', keys.acmeTest],
+    ['getInsights', 'GET', '/insights', keys.acmeLive], ['listSandboxMessages', 'GET', '/sandbox/messages?email=vera@example.com', keys.acmeTest],
+    ['unlockRecipient', 'POST', '/recipients/unlock', keys.acmeLive], ['suppressRecipient', 'POST', '/recipients/suppress', keys.acmeLive],
+    ['unsuppressRecipient', 'POST', '/recipients/unsuppress', keys.acmeLive], ['redeemReceipt', 'POST', '/otp/receipts/redeem', keys.acmeTest],
+    ['previewTemplate', 'POST', '/templates/preview', keys.acmeLive], ['getReceiptKeys', 'GET', '/.well-known/jwks.json', null],
+    ['getLiveness', 'GET', '/healthz', null], ['getReadiness', 'GET', '/readyz', null], ['receiveSesFeedback', 'POST', '/feedback/ses', null]
+  ]
+  for (const [operationId, method, url, key] of expectations) {
+    const answer = await exchange(main.app, operationId, 'an unknown expectation', {
+      method, url, headers: { ...(key === null ? {} : bearer(key)), ...(method === 'POST' ? json : {}), expect: '200-ok' }, ...(method === 'POST' ? { payload: '{}' } : {})
+    })
+    t.equal(answer.statusCode, 417, `${operationId}: an unknown expectation is 417`)
+  }
+
   const document = (await main.app.inject({ method: 'GET', url: '/openapi.json' })).json<Document>()
   const operations = new Map(Object.values(document.paths).flatMap((item) => Object.values(item)).map((operation) => [operation.operationId, operation]))
   const seen = new Map<string, Set<string>>()
