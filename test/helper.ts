@@ -8,6 +8,7 @@ import { parseConfig } from '../lib/config/from-env.js'
 import { generateKey, hashKey } from '../lib/keys/api-keys.js'
 import { DEMO_SANDBOX_KEY } from '../lib/tenants-file/demo.js'
 import type { TenantsFile } from '../schemas/tenants.js'
+import { startRedis } from './support/redis.js'
 
 /** Collects everything written to it, line by line. */
 export class Capture extends Writable {
@@ -184,4 +185,15 @@ export async function assertStartsUnavailable (t: Test, env: Record<string, stri
   const answer = await app.inject({ method: 'POST', url: '/otp/request', headers: bearer(DEMO_SANDBOX_KEY), payload: { email: 'a@example.com' } })
   t.same([answer.statusCode, answer.json().code], [503, 'UNAVAILABLE'])
   t.ok(Date.now() - asked < UNBOUNDED_WAIT_MS, `answered in ${Date.now() - asked} ms`)
+}
+
+/**
+ * The environment of an app on the given store: none in memory; on Redis, a redis-server of the
+ * test's own (stopped at its end) and the HMAC keys a Redis store requires.
+ */
+export async function storeEnv (t: Test, store: 'memory' | 'redis'): Promise<Record<string, string>> {
+  if (store === 'memory') return {}
+  const redis = await startRedis()
+  t.teardown(async () => { await redis.stop() })
+  return { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
 }

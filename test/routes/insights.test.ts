@@ -1,43 +1,16 @@
-import { createSign, randomUUID } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Redis } from 'ioredis'
-import { bearer, buildApp, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys } from '../helper.js'
+import { bearer, buildApp, storeEnv, TEST_HMAC_KEYS, TEST_METRICS_TOKEN, writeTenants, type FixtureKeys } from '../helper.js'
 import { playHost } from '../support/https-hosts.js'
+import { SNS_CERT, SNS_CERT_PATH, SNS_TOPIC, signedFeedback } from '../support/sns.js'
 import { redisTestOptions, startRedis } from '../support/redis.js'
 import { startSmtp } from '../support/mail-peers.js'
 import { attemptUntil, until } from '../support/wait.js'
 import type { TenantsFile } from '../../schemas/tenants.js'
 
-const SNS_KEY = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
-const SNS_CERT = readFileSync(new URL('../fixtures/sns/signing-cert.pem', import.meta.url), 'utf8')
-const TOPIC = 'arn:aws:sns:eu-west-1:123456789012:ses-events'
-const PEM = '/SimpleNotificationService-0123456789abcdef.pem'
 const HOUR = 3_600_000
 const DAY = 86_400_000
-
-/** An SES event for one recipient of a dispatch, in a Notification signed as SNS signs it (v2). */
-function signedFeedback (origin: string, requestId: string, address: string, eventType: string, details: object): Record<string, unknown> {
-  const message = {
-    Type: 'Notification',
-    MessageId: randomUUID(),
-    TopicArn: TOPIC,
-    Message: JSON.stringify({ eventType, mail: { messageId: 'ses-1', destination: [address], tags: { tenant: ['acme'], mode: ['live'], requestId: [requestId] } }, ...details }),
-    Timestamp: new Date().toISOString(),
-    SigningCertURL: `${origin}${PEM}`
-  }
-  const signer = createSign('RSA-SHA256')
-  for (const field of ['Message', 'MessageId', 'Timestamp', 'TopicArn', 'Type'] as const) signer.update(`${field}\n${message[field]}\n`)
-  return { ...message, SignatureVersion: '2', Signature: signer.sign(SNS_KEY, 'base64') }
-}
-
-async function storeEnv (t: Test, store: 'memory' | 'redis'): Promise<Record<string, string>> {
-  if (store === 'memory') return {}
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  return { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
-}
 
 interface Harness {
   app: FastifyInstance
@@ -177,10 +150,10 @@ for (const store of ['memory', 'redis'] as const) {
 
     t.test('SES feedback: delivered once however often SES says it, bounced by type, complained', async (t) => {
       const sns = await playHost(t, 'sns.eu-west-1.amazonaws.com', (request, response) => {
-        if (request.url === PEM) response.writeHead(200).end(SNS_CERT)
+        if (request.url === SNS_CERT_PATH) response.writeHead(200).end(SNS_CERT)
         else response.writeHead(404).end()
       })
-      const h = await harness(t, store, { SES_FEEDBACK_TOPIC_ARNS: TOPIC })
+      const h = await harness(t, store, { SES_FEEDBACK_TOPIC_ARNS: SNS_TOPIC })
       const post = async (body: object): Promise<number> => (await h.app.inject({ method: 'POST', url: '/feedback/ses', headers: { 'content-type': 'text/plain; charset=UTF-8', 'x-amz-sns-message-type': 'Notification' }, payload: JSON.stringify(body) })).statusCode
       const first = (await h.dispatch('di@example.com')).requestId as string
       const second = (await h.dispatch('el@example.com')).requestId as string

@@ -2,9 +2,9 @@ import { createSign, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { bearer, buildApp, TEST_HMAC_KEYS, writeTenants } from '../helper.js'
+import { bearer, buildApp, storeEnv, writeTenants } from '../helper.js'
 import { playHost } from '../support/https-hosts.js'
-import { redisTestOptions, startRedis } from '../support/redis.js'
+import { redisTestOptions } from '../support/redis.js'
 import { startReceiver, webhookSecret } from '../support/webhook-receiver.js'
 
 const KEY = readFileSync(new URL('../fixtures/sns/signing-key.pem', import.meta.url), 'utf8')
@@ -117,13 +117,6 @@ async function metric (app: FastifyInstance, outcome: string): Promise<number> {
 /** `^https://sns\.eu-west-1\.amazonaws\.com` and what follows, as an operator would write a looser pattern. */
 function hostPattern (host: CertificateHost, rest: string): string {
   return `^${host.origin.replaceAll('.', '\\.')}${rest}`
-}
-
-async function storeEnv (t: Test, store: 'memory' | 'redis'): Promise<Record<string, string>> {
-  if (store === 'memory') return {}
-  const redis = await startRedis()
-  t.teardown(async () => { await redis.stop() })
-  return { REDIS_URL: redis.url, OTP_HMAC_KEYS: TEST_HMAC_KEYS }
 }
 
 for (const store of ['memory', 'redis'] as const) {
