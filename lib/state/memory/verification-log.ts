@@ -1,3 +1,4 @@
+import Denque from 'denque'
 import { tenantScope } from '../../keys/scope.js'
 import type { Lane } from '../admission.js'
 import { eventFields, type CohortTimes } from '../insights.js'
@@ -12,14 +13,30 @@ import { appendEvent, browserStories, newStory, type LaterEvent, type RequestedE
 export const MEMORY_LOG_PER_SCOPE = 10_000
 
 interface Kept {
+  requestId: string
   createdMs: number
   story: VerificationStory
   /** The story's cohort and send time, for the funnel's counts. */
   times: CohortTimes
 }
 
-/** A scope's stories, one table per lane, each in the order its verifications were requested. */
-type Tables = Record<Lane, Map<string, Kept>>
+/**
+ * A lane's stories by requestId, and the same stories in the order they were started. The order
+ * is a queue of its own: a Map's oldest entry is found by walking its insertion order, which at
+ * the cap holds thousands of deleted slots before V8 compacts it, and that walk on every start
+ * was a sixth of an in-memory dispatch's CPU.
+ */
+interface Table {
+  byId: Map<string, Kept>
+  oldestFirst: Denque<Kept>
+}
+
+/** A scope's stories, one table per lane. */
+type Tables = Record<Lane, Table>
+
+function newTable (): Table {
+  return { byId: new Map(), oldestFirst: new Denque() }
+}
 
 /**
  * Stories in process, per tenant and mode and per lane: past retention or past its lane's cap a
@@ -46,21 +63,19 @@ export class MemoryVerificationLog implements VerificationLog {
     const scope = tenantScope(id.tenantId, id.mode)
     let tables = this.#scopes.get(scope)
     if (tables === undefined) {
-      tables = { backend: new Map(), browser: new Map() }
+      tables = { backend: newTable(), browser: newTable() }
       this.#scopes.set(scope, tables)
     }
-    if (tables.backend.has(id.requestId) || tables.browser.has(id.requestId)) return
+    if (tables.backend.byId.has(id.requestId) || tables.browser.byId.has(id.requestId)) return
     const now = this.#now()
     const table = tables[lane]
     this.#forgetOld(tables.backend, now)
     this.#forgetOld(tables.browser, now)
-    while (table.size >= this.#caps[lane]) {
-      const oldest = table.keys().next()
-      if (oldest.done === true) break
-      table.delete(oldest.value)
-    }
+    while (table.oldestFirst.length >= this.#caps[lane]) forgetOldest(table)
     const requestedMs = Date.parse(event.at)
-    table.set(id.requestId, { createdMs: now, story: newStory(event), times: { requestedMs, sentMs: null } })
+    const kept: Kept = { requestId: id.requestId, createdMs: now, story: newStory(event), times: { requestedMs, sentMs: null } }
+    table.byId.set(id.requestId, kept)
+    table.oldestFirst.push(kept)
     this.#insights?.count(id.tenantId, id.mode, requestedMs, ['requested'])
   }
 
@@ -92,23 +107,27 @@ export class MemoryVerificationLog implements VerificationLog {
   /** The number of stories kept for a scope, both lanes (tests, the security table's measurement). */
   size (tenantId: string, mode: VerificationId['mode']): number {
     const tables = this.#scopes.get(tenantScope(tenantId, mode))
-    return (tables?.backend.size ?? 0) + (tables?.browser.size ?? 0)
+    return (tables?.backend.byId.size ?? 0) + (tables?.browser.byId.size ?? 0)
   }
 
   #kept (id: VerificationId): Kept | undefined {
     const tables = this.#scopes.get(tenantScope(id.tenantId, id.mode))
-    return tables?.backend.get(id.requestId) ?? tables?.browser.get(id.requestId)
+    return tables?.backend.byId.get(id.requestId) ?? tables?.browser.byId.get(id.requestId)
   }
 
   #expired (kept: Kept, now: number): boolean {
     return now - kept.createdMs >= this.#retentionMs
   }
 
-  /** From the oldest, up to the first story still within retention (a table is in creation order). */
-  #forgetOld (table: Map<string, Kept>, now: number): void {
-    for (const [requestId, kept] of table) {
-      if (!this.#expired(kept, now)) break
-      table.delete(requestId)
+  /** From the oldest, up to the first story still within retention. */
+  #forgetOld (table: Table, now: number): void {
+    for (let oldest = table.oldestFirst.peekFront(); oldest !== undefined && this.#expired(oldest, now); oldest = table.oldestFirst.peekFront()) {
+      forgetOldest(table)
     }
   }
+}
+
+function forgetOldest (table: Table): void {
+  const oldest = table.oldestFirst.shift()
+  if (oldest !== undefined) table.byId.delete(oldest.requestId)
 }
