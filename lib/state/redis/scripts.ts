@@ -815,6 +815,35 @@ local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 ${INSIGHTS_BUCKET_LUA}
 redis.call('ZREMRANGEBYSCORE', index, '-inf', nowMs - retentionMs)
 redis.call('ZREMRANGEBYSCORE', browserIndex, '-inf', nowMs - retentionMs)
+-- Each story the call touches is read once and written once, at the end (one HSET of every field
+-- its events changed): a dispatch's requested and sent events, nearly always in one call, cost
+-- one write, not one per event and field. Each lane's index is added to once per call too.
+local lanes = {
+  backend = { index = index, cap = maxStories, members = {}, last = nil },
+  browser = { index = browserIndex, cap = maxBrowserStories, members = {}, last = nil }
+}
+local touched, touchedOrder = {}, {}
+local function touch (story, state)
+  touched[story] = state
+  touchedOrder[#touchedOrder + 1] = story
+  return state
+end
+-- An existing story's state, or nil when there is none.
+local function existing (story)
+  local state = touched[story]
+  if state ~= nil then return state end
+  local f = redis.call('HMGET', story, 'listed', 't0', 'ts', 'n:verified')
+  if not f[1] then return nil end
+  return touch(story, { listed = tonumber(f[1]), t0 = tonumber(f[2] or ''), ts = tonumber(f[3] or ''), counts = { verified = tonumber(f[4] or '0') }, fresh = false, set = {} })
+end
+local function countOf (story, state, eventType)
+  local count = state.counts[eventType]
+  if count == nil then
+    count = state.fresh and 0 or tonumber(redis.call('HGET', story, 'n:' .. eventType) or '0')
+    state.counts[eventType] = count
+  end
+  return count
+end
 local written = 0
 for i = 0, storiesCount - 1 do
   local story = KEYS[storiesAt + i]
@@ -823,50 +852,72 @@ for i = 0, storiesCount - 1 do
   local json = ARGV[at + 2]
   local atMs = tonumber(ARGV[at + 3])
   if eventType == 'requested' then
-    if redis.call('EXISTS', story) == 0 then
-      local laneIndex, cap = index, maxStories
-      if ARGV[at + 1] == 'browser' then laneIndex, cap = browserIndex, maxBrowserStories end
-      redis.call('HSET', story, 'listed', 1, 'e1', json, 'n:requested', 1, 't0', ARGV[at + 3])
-      redis.call('PEXPIRE', story, retentionMs)
+    if touched[story] == nil and redis.call('EXISTS', story) == 0 then
+      local state = touch(story, { listed = 1, t0 = atMs, ts = nil, counts = { requested = 1 }, fresh = true,
+        set = { listed = 1, e1 = json, ['n:requested'] = 1, t0 = ARGV[at + 3] } })
+      local lane = lanes[ARGV[at + 1]] or lanes.backend
       -- Past the cap the lowest score goes first: stories started in one millisecond (one call
       -- holds many) must not tie, or Redis would order them by name, not by when they started.
+      if lane.last == nil then lane.last = tonumber(redis.call('ZRANGE', lane.index, -1, -1, 'WITHSCORES')[2] or '-1') end
       local score = nowMs
-      local last = redis.call('ZRANGE', laneIndex, -1, -1, 'WITHSCORES')[2]
-      if last and tonumber(last) >= score then score = tonumber(last) + 1 / 1024 end
-      redis.call('ZADD', laneIndex, string.format('%.17g', score), story)
-      local over = redis.call('ZCARD', laneIndex) - cap
-      if over > 0 then
-        for _, gone in ipairs(redis.call('ZRANGE', laneIndex, 0, over - 1)) do redis.call('DEL', gone) end
-        redis.call('ZREMRANGEBYRANK', laneIndex, 0, over - 1)
-      end
-      redis.call('PEXPIRE', laneIndex, retentionMs)
+      if lane.last >= score then score = lane.last + 1 / 1024 end
+      lane.last = score
+      lane.members[#lane.members + 1] = string.format('%.17g', score)
+      lane.members[#lane.members + 1] = story
       countIn(atMs, { 'requested' })
       written = written + 1
     end
-  elseif redis.call('EXISTS', story) == 1 then
-    local count = redis.call('HINCRBY', story, 'n:' .. eventType, 1)
-    if count <= (listedPerType[eventType] or 0) then
-      redis.call('HSET', story, 'e' .. redis.call('HINCRBY', story, 'listed', 1), json)
-    end
-    local requestedMs = tonumber(redis.call('HGET', story, 't0') or '')
-    if requestedMs ~= nil then
-      local fields = {}
-      if eventType == 'wrong_guess' then
-        if count == 1 and not redis.call('HGET', story, 'n:verified') then fields = { 'wrong_guess' } end
-      elseif count == 1 and countedBy[eventType] then
-        fields = { eventType .. ':' .. ARGV[at + 4] }
-      elseif count == 1 and onceCounted[eventType] then
-        fields = { eventType }
-        if eventType == 'sent' then
-          redis.call('HSET', story, 'ts', ARGV[at + 3])
-        elseif eventType == 'verified' or eventType == 'delivered' then
-          local sentMs = tonumber(redis.call('HGET', story, 'ts') or '')
-          if sentMs ~= nil then fields[2] = durationField(eventType == 'verified' and 'ttv' or 'ttd', atMs - sentMs) end
-        end
+  else
+    local state = existing(story)
+    if state ~= nil then
+      local count = countOf(story, state, eventType) + 1
+      state.counts[eventType] = count
+      state.set['n:' .. eventType] = count
+      if count <= (listedPerType[eventType] or 0) then
+        state.listed = state.listed + 1
+        state.set.listed = state.listed
+        state.set['e' .. state.listed] = json
       end
-      if #fields > 0 then countIn(requestedMs, fields) end
+      if state.t0 ~= nil then
+        local fields = {}
+        if eventType == 'wrong_guess' then
+          if count == 1 and countOf(story, state, 'verified') == 0 then fields = { 'wrong_guess' } end
+        elseif count == 1 and countedBy[eventType] then
+          fields = { eventType .. ':' .. ARGV[at + 4] }
+        elseif count == 1 and onceCounted[eventType] then
+          fields = { eventType }
+          if eventType == 'sent' then
+            state.ts = atMs
+            state.set.ts = ARGV[at + 3]
+          elseif (eventType == 'verified' or eventType == 'delivered') and state.ts ~= nil then
+            fields[2] = durationField(eventType == 'verified' and 'ttv' or 'ttd', atMs - state.ts)
+          end
+        end
+        if #fields > 0 then countIn(state.t0, fields) end
+      end
+      written = written + 1
     end
-    written = written + 1
+  end
+end
+for _, story in ipairs(touchedOrder) do
+  local state = touched[story]
+  local args = {}
+  for field, value in pairs(state.set) do
+    args[#args + 1] = field
+    args[#args + 1] = value
+  end
+  if #args > 0 then redis.call('HSET', story, unpack(args)) end
+  if state.fresh then redis.call('PEXPIRE', story, retentionMs) end
+end
+for _, lane in pairs(lanes) do
+  if #lane.members > 0 then
+    redis.call('ZADD', lane.index, unpack(lane.members))
+    local over = redis.call('ZCARD', lane.index) - lane.cap
+    if over > 0 then
+      for _, gone in ipairs(redis.call('ZRANGE', lane.index, 0, over - 1)) do redis.call('DEL', gone) end
+      redis.call('ZREMRANGEBYRANK', lane.index, 0, over - 1)
+    end
+    redis.call('PEXPIRE', lane.index, retentionMs)
   end
 end
 writeCounts()

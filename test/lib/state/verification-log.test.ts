@@ -32,6 +32,27 @@ function logSuite (t: Test, makeLog: (limits: VerificationLogLimits) => Verifica
     }, 'a second requested of one requestId changes nothing')
   })
 
+  t.test('a story written over several writes keeps its events in order and its counts', async (t) => {
+    const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
+    const id = freshId()
+    const sent: LaterEvent = { type: 'sent', at, provider: 'smtp' }
+    const wrong: LaterEvent = { type: 'wrong_guess', at, reason: 'wrong_code' }
+    log.start(id, 'backend', requested)
+    log.record(id, sent)
+    await log.flush()
+    log.record(id, wrong)
+    await log.flush()
+    log.record(id, wrong)
+    log.record(id, { type: 'verified', at })
+    await log.flush()
+    log.record(id, { type: 'receipt_redeemed', at })
+    await log.flush()
+    t.strictSame(await log.read(id), {
+      events: [requested, sent, wrong, wrong, { type: 'verified', at }, { type: 'receipt_redeemed', at }],
+      counts: { requested: 1, sent: 1, wrong_guess: 2, verified: 1, receipt_redeemed: 1 }
+    })
+  })
+
   t.test('events of a requestId never requested store nothing', async (t) => {
     const log = makeLog({ retentionMs: DAY, maxPerScope: 100 })
     const id = freshId()
