@@ -18,6 +18,8 @@ import { peerCodeDigest, peerTokenKey } from './peers/express-otp.js'
 import { Resources, cpuSeconds, startNodeChild, type NodeChild, runWithResources } from './support/children.js'
 import { runLoad, type LoadResult, type NextRequest } from './support/load.js'
 import { BASE_ENV, ROOT, benchTenant, benchTenantsDocument, dispatchRequest, nextAddress, NO_LIMIT, startService, verifyRequests, type Guesses, type Service, type Token, type VerifyBody } from './support/service.js'
+import { runPacedLoad } from './support/paced-load.js'
+import { sesRoundTrip, smtpRoundTrip } from './support/provider-round-trip.js'
 import { runLoadFrom } from './support/source-load.js'
 import { loadTokens } from './support/tokens.js'
 
@@ -73,6 +75,11 @@ const TARGETS = {
   /** Real transports against local peers: service CPU against the log dispatch's, and p99. */
   vsLog: { ses: 1.5, smtp: 3 },
   realP99Ms: 25,
+  /**
+   * Each dispatch path at half the rate it sustained (at saturation p99 is only connections ÷
+   * throughput): the log path's p99, and how far SES's and SMTP's may be above the provider's own.
+   */
+  halfRateP99Ms: { log: 10, aboveProvider: 25 },
   /** Refusal floods: service CPU against the bare route's (401 and 403; 429), p99 of 400 and 413. */
   refusalVsBare: { auth: 1.5, limit: 2 },
   refusalP99Ms: 20,
@@ -176,6 +183,13 @@ async function measureDispatch (meter: Meter, target: Target, connections: numbe
   const spec = { url: target.url, path: format?.path ?? '/otp/request', headers: target.headers, connections, next, ...(rate === undefined ? {} : { rate }) }
   await runLoad({ ...spec, seconds: warmup })
   return await meter(target, async () => await runLoad({ ...spec, seconds }))
+}
+
+/** Dispatch at a steady `rate` (support/paced-load.ts), after a warm-up at the same rate. */
+async function measurePacedDispatch (meter: Meter, target: Target, rate: number): Promise<Measured> {
+  const spec = { url: target.url, path: '/otp/request', headers: target.headers, connections: MAIN_CONNECTIONS, rate, next: dispatchRequest }
+  await runPacedLoad({ ...spec, seconds: WARMUP_SECONDS })
+  return await meter(target, async () => await runPacedLoad({ ...spec, seconds: MAIN_SECONDS }))
 }
 
 /**
@@ -629,6 +643,25 @@ async function main (resources: Resources): Promise<void> {
     const ratio = (to: number | null): number | null => row.result.cpuMicros === null || to === null || to === 0 ? null : row.result.cpuMicros / to
     return { path: name, cpuMicros: row.result.cpuMicros, redisCpuMicros: row.result.redisCpuMicros, cpuVsBare: ratio(row.reference.cpuMicros), cpuVsLog: ratio(logDispatch.result.cpuMicros), rps: row.result.rps, p99: row.result.p99 }
   })
+  // Latency as users feel it: each dispatch path at half the rate it sustained, against the
+  // provider's own round trip (one message at a time from this process, nothing in between).
+  process.stderr.write('\neach dispatch path at half the rate it sustained; the providers\' own round trip\n')
+  const providers = { ses: await sesRoundTrip(ses.url), smtp: await smtpRoundTrip(smtpPort) }
+  for (const [name, trip] of Object.entries(providers)) process.stderr.write(`  ${`${name.toUpperCase()} alone, one message at a time`.padEnd(52)} p50 ${number(trip.p50, 2)} ms  p99 ${number(trip.p99, 2)} ms\n`)
+  const halfRate: Array<{ path: string, rate: number, p99: number, providerP99: number | null, boundMs: number }> = []
+  for (const [target, provider] of [[redisTarget, null], [sesTarget, 'ses'], [smtpTarget, 'smtp']] as const) {
+    const rate = Math.max(1, Math.floor(result(`${target.name} dispatch`).result.rps / 2))
+    const measured = await measurePacedDispatch(meter, target, rate)
+    record({ group: 'main', target: `${target.name} dispatch at half its rate`, connections: MAIN_CONNECTIONS, result: measured, reference: bare })
+    const providerP99 = provider === null ? null : providers[provider].p99
+    const boundMs = providerP99 === null ? TARGETS.halfRateP99Ms.log : providerP99 + TARGETS.halfRateP99Ms.aboveProvider
+    halfRate.push({ path: `${target.name} dispatch`, rate: measured.rps, p99: measured.p99, providerP99, boundMs })
+    targets.push({
+      target: `${target.name} dispatch p99 at half its rate ≤ ${providerP99 === null ? `${TARGETS.halfRateP99Ms.log} ms` : `provider's p99 + ${TARGETS.halfRateP99Ms.aboveProvider} ms`}`,
+      value: `${number(measured.p99, 2)} ms at ${number(measured.rps)} req/s${providerP99 === null ? '' : ` (bound ${number(boundMs, 2)} ms)`}`,
+      pass: measured.p99 <= boundMs
+    })
+  }
   // The three dispatch paths again at one rate all of them sustain: at saturation each runs at
   // its own rate, and the work they share (Redis pipelines, socket wake-ups) costs more per
   // request where fewer requests share it.
@@ -704,6 +737,9 @@ async function main (resources: Resources): Promise<void> {
     '',
     'real paths (the service\'s own CPU per answer; Redis apart)',
     ...realPaths.map((path) => `  ${path.path.padEnd(40)}  ${micros(path.cpuMicros).padStart(6)} µs  ${ratioText(path.cpuVsBare).padStart(7)} bare  ${ratioText(path.cpuVsLog).padStart(7)} log  p99 ${number(path.p99, 2).padStart(9)} ms`),
+    '',
+    'each dispatch path at half the rate it sustained (p99 as users feel it; the provider\'s own p99 one message at a time)',
+    ...halfRate.map((path) => `  ${path.path.padEnd(40)}  ${number(path.rate).padStart(6)} req/s  p99 ${number(path.p99, 2).padStart(9)} ms${path.providerP99 === null ? '' : `  provider ${number(path.providerP99, 2)} ms`}`),
     ...(fixedRate === null ? [] : ['', `the same paths at one rate, ${number(fixedRate)} req/s (the service's own CPU per answer)`]),
     ...fixed.map((path) => `  ${path.path.padEnd(40)}  ${micros(path.cpuMicros).padStart(6)} µs  ${ratioText(path.cpuVsLog).padStart(7)} log  ${number(path.rps).padStart(6)} req/s  p99 ${number(path.p99, 2).padStart(9)} ms`),
     '',
@@ -724,6 +760,7 @@ async function main (resources: Resources): Promise<void> {
     vsExpress,
     vsBetterAuth,
     realPaths,
+    halfRate: { providers, paths: halfRate },
     ...(fixedRate === null ? {} : { fixedRate: { rate: fixedRate, paths: fixed } }),
     targets,
     warnings
