@@ -5,6 +5,7 @@ import { RedisAdmission } from '../../lib/state/redis/admission.js'
 import { RedisQuotaStore } from '../../lib/state/redis/quota-store.js'
 import { RedisSandboxInbox } from '../../lib/state/redis/sandbox-inbox.js'
 import { RedisTokenStore } from '../../lib/state/redis/token-store.js'
+import { RedisVerificationLog } from '../../lib/state/redis/verification-log.js'
 import { tokenKey } from '../../lib/state/redis/keys.js'
 import { ConfigError, parseConfig } from '../../lib/config/from-env.js'
 import { parseWindow } from '../../lib/limits/window.js'
@@ -303,6 +304,28 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       }
     })
 
+    t.test('scripts whose number of keys varies go with their keys: a turn\'s writes of every primary\'s tenants all land', async (t) => {
+      const log = new RedisVerificationLog(client, { retentionMs: 86_400_000, maxPerScope: 100 })
+      const inbox = new RedisSandboxInbox(client)
+      const idempotency = new RedisIdempotencyStore(client)
+      // Twelve tenants' slots spread over the three primaries; everything below leaves in one turn.
+      const tenants = Array.from({ length: 12 }, (_, i) => `spread${i}`)
+      const at = new Date().toISOString()
+      for (const tenantId of tenants) log.start({ tenantId, mode: 'live', requestId: 'r1' }, 'backend', { type: 'requested', at, keyId: 'sk1', expiresAt: at })
+      const outcomes = await Promise.allSettled([
+        log.flush(),
+        ...tenants.map(async (tenantId) => { await inbox.add(tenantId, { requestId: 'r1', to: 'box@example.com', from: 'f', subject: 's', text: 't', html: 'h', code: '123456', createdAt: at }) }),
+        ...tenants.map(async (tenantId) => await idempotency.begin(`${tenantId}:live`, 'k', 'fingerprint', 'attempt', 60_000, 5_000))
+      ])
+      const failures = outcomes.flatMap((outcome) => outcome.status === 'rejected' ? [String((outcome.reason as Error).cause ?? outcome.reason)] : [])
+      t.strictSame(failures, [], 'no write failed')
+      t.equal(log.dropped(), 0, 'no story was dropped')
+      const stories = await Promise.all(tenants.map(async (tenantId) => await log.read({ tenantId, mode: 'live', requestId: 'r1' })))
+      t.ok(stories.every((story) => story?.counts.requested === 1), 'every tenant\'s story is there')
+      const boxes = await Promise.all(tenants.map(async (tenantId) => await inbox.list(tenantId, 'box@example.com')))
+      t.ok(boxes.every((box) => box.length === 1), 'every tenant\'s sandbox message is there')
+    })
+
     t.test('the data is spread over all three primaries', async (t) => {
       const sizes = await Promise.all(client.nodes('master').map(async (node) => await node.dbsize()))
       t.equal(sizes.length, 3)
@@ -366,6 +389,7 @@ t.test('Redis Cluster', topologyTestOptions(), async (t) => {
       t.equal(a.mail.count + b.mail.count, 5, 'five mails left, no more')
 
       const first = await dispatch(a, keys.acmeTest, 'idem@example.com', { 'idempotency-key': 'shared' })
+      t.equal(first.statusCode, 200, `the first answer: ${first.body}`)
       const replayed = await dispatch(b, keys.acmeTest, 'idem@example.com', { 'idempotency-key': 'shared' })
       t.equal(replayed.headers['idempotent-replayed'], 'true', 'idempotency is shared too')
       t.equal(replayed.json().data.requestId, first.json().data.requestId)

@@ -9,6 +9,7 @@ import { quotaClaims, type AdmissionStore, type DispatchCounts, type Exceeded, t
 import { assertLimit } from '../quota.js'
 import type { DispatchPlan, LimitHit, Mailbox, MailboxCap, MailboxLanes, RefusalPlan, VerifyPlan, WindowCount } from '../admission.js'
 import { limitKey, lockoutKey, lockoutKeyPrefix, mailboxCountKey, suppressionKey, tokenKey } from './keys.js'
+import { defineKeyedScript, type KeyedScript } from './keyed-script.js'
 import { packArgs, type PackedArgs } from './script-args.js'
 import { COUNT_ARGS, COUNT_LUA, COUNTER_REFUND_ARGS, COUNTER_REFUND_LUA, DISPATCH, DISPATCH_ARGS, DISPATCH_LUA, MAILBOX_ARGS, MAILBOX_LUA, RESTORE_TOKEN_ARGS, RESTORE_TOKEN_LUA, UNDO_DISPATCH_ARGS, UNDO_DISPATCH_LUA, VERIFY, VERIFY_ARGS, VERIFY_LUA } from './scripts.js'
 
@@ -96,26 +97,18 @@ export class RedisAdmission implements AdmissionStore {
   readonly #client: RedisClient
   readonly #clock: RedisClock
   readonly #commands: AdmissionCommands
+  readonly #scripts: Record<keyof typeof COMMANDS, KeyedScript>
   /** A Cluster refuses a script whose keys live in different slots. */
   readonly #crossSlot: boolean
   readonly #acks: ReplicaAcks
 
   /**
-   * Each script is defined once per number of keys, with that number fixed: ioredis then takes
-   * the first argument for the first key. Were the count passed first instead, its Cluster
-   * auto-pipelining would group commands by the slot of that count rather than of their keys,
-   * and a pipeline holding keys of several nodes' slots would fail. All are defined up front,
-   * as ioredis's pipelines only reload (after a restart or failover) the scripts defined when
-   * they were created.
-   */
-  /**
    * `acks`: the replicas that must hold what a dispatch, a verify, a suppression or an unlock
    * wrote before it answers (none when not given).
    */
   constructor (client: RedisClient, acks: ReplicaAcks = new ReplicaAcks(client, { count: 0, timeoutMs: 0 })) {
-    for (const { name, lua } of Object.values(COMMANDS)) {
-      for (let keys = 1; keys <= MAX_KEYS; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
-    }
+    // Each script once per number of keys (keyed-script.ts says why).
+    this.#scripts = Object.fromEntries(Object.entries(COMMANDS).map(([command, { name, lua }]) => [command, defineKeyedScript(client, name, lua, MAX_KEYS)])) as Record<keyof typeof COMMANDS, KeyedScript>
     client.defineCommand(REFUND_MAILBOX_COUNT, { lua: COUNTER_REFUND_LUA, numberOfKeys: COUNTER_REFUND_ARGS.keys.length })
     this.#client = client
     this.#clock = redisClock(client)
@@ -129,14 +122,10 @@ export class RedisAdmission implements AdmissionStore {
    * verify script's address hash), which comes back as `text` and reads as 0 in `reply`.
    */
   async #run (command: keyof typeof COMMANDS, { keys, args }: { keys: readonly string[], args: readonly string[] }, textAt?: number): Promise<{ raw: unknown, reply: number[], text: string }> {
-    const run = this.#commands[`${COMMANDS[command].name}${keys.length}`]
-    if (run === undefined) throw new RangeError(`an admission plan has ${keys.length} keys; at most ${MAX_KEYS} are defined`)
+    const run = this.#scripts[command]
     const { fenced } = COMMANDS[command]
     const call = fenced ? storeCall : storeUndo
-    const raw = await call(`${command} admission`, async () => {
-      const deadline = fenced ? [await this.#clock.deadline()] : []
-      return await run.call(this.#client, ...keys, ...args, ...deadline)
-    })
+    const raw = await call(`${command} admission`, async () => await run(keys, fenced ? [...args, await this.#clock.deadline()] : args))
     if (textAt === undefined) return { raw, reply: numbers(raw, command), text: '' }
     const values: unknown[] = Array.isArray(raw) ? raw : []
     const text = values[textAt]

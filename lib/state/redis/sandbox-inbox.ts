@@ -1,16 +1,16 @@
 import type { RedisClient } from './client.js'
+import { defineKeyedScript, type KeyedScript } from './keyed-script.js'
 import { sandboxEntriesKey, sandboxEntriesKeyPrefix, sandboxKey, sandboxPiecesKey, sandboxShareKeys } from './keys.js'
 import { redisClock, type RedisClock } from './fence.js'
 import { storeCall } from '../../store-errors.js'
 import { CodePieces, type BodyPieces } from '../../code-pieces.js'
 import { isFresh, SANDBOX_ADDRESSES_PER_TENANT, SANDBOX_MESSAGES_PER_ADDRESS, SANDBOX_RETENTION_MS, SANDBOX_SIZE_PER_TENANT, type SandboxInbox, type SandboxMessage } from '../sandbox-inbox.js'
-import { packArgs } from './script-args.js'
+import { packArgs, type PackedArgs } from './script-args.js'
 import { SANDBOX_ADD_ARGS, SANDBOX_ADD_LUA } from './scripts.js'
 import { decodeJsonSandboxEntry, decodeSandboxEntry, encodeSandboxEntry } from './sandbox-entry.js'
 
-const ADD_COMMAND = 'emailOtpSandboxAdd'
-
-type AddCommand = Record<typeof ADD_COMMAND, (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unknown>>
+/** The box, the share's three counters, and the pieces the entry names (none to two). */
+const ADD_MAX_KEYS = 6
 
 const newestFirst = (a: SandboxMessage, b: SandboxMessage): number => Date.parse(b.createdAt) - Date.parse(a.createdAt)
 
@@ -30,11 +30,11 @@ export interface RedisSandboxShare {
 export class RedisSandboxInbox implements SandboxInbox {
   readonly #client: RedisClient
   readonly #clock: RedisClock
+  readonly #add: KeyedScript
   readonly #bounds: { perAddress: number, retentionMs: number, maxAddresses: number, maxBytes: number }
 
   constructor (client: RedisClient, { addressesPerTenant = SANDBOX_ADDRESSES_PER_TENANT, bytesPerTenant = SANDBOX_SIZE_PER_TENANT, retentionMs = SANDBOX_RETENTION_MS }: RedisSandboxShare = {}) {
-    // The keys: the box, the share, and the pieces the entry names (none to two).
-    client.defineCommand(ADD_COMMAND, { lua: SANDBOX_ADD_LUA })
+    this.#add = defineKeyedScript(client, 'emailOtpSandboxAdd', SANDBOX_ADD_LUA, ADD_MAX_KEYS)
     this.#client = client
     this.#clock = redisClock(client)
     this.#bounds = { perAddress: SANDBOX_MESSAGES_PER_ADDRESS, retentionMs, maxAddresses: addressesPerTenant, maxBytes: bytesPerTenant }
@@ -46,28 +46,25 @@ export class RedisSandboxInbox implements SandboxInbox {
     const text = pieces?.text?.stored ?? null
     const html = pieces?.html?.stored ?? null
     const named = [text, html].filter((stored) => stored !== null)
-    const call = (pieceValues: string[]): [number, ...string[]] => {
-      const { keys, args } = packArgs(SANDBOX_ADD_ARGS, {
-        box: sandboxEntriesKey(tenantId, address),
-        boxes,
-        bytes,
-        total,
-        pieces: named.map((stored) => sandboxPiecesKey(tenantId, stored.id)),
-        entry,
-        address,
-        boxPrefix: sandboxEntriesKeyPrefix(tenantId),
-        ...this.#bounds,
-        pieceValues: pieceValues.map((value) => ({ value }))
-      })
-      return [keys.length, ...keys, ...args]
-    }
+    const packedWith = (pieceValues: string[]): PackedArgs => packArgs(SANDBOX_ADD_ARGS, {
+      box: sandboxEntriesKey(tenantId, address),
+      boxes,
+      bytes,
+      total,
+      pieces: named.map((stored) => sandboxPiecesKey(tenantId, stored.id)),
+      entry,
+      address,
+      boxPrefix: sandboxEntriesKeyPrefix(tenantId),
+      ...this.#bounds,
+      pieceValues: pieceValues.map((value) => ({ value }))
+    })
     const entry = encodeSandboxEntry(message, { text: text?.id ?? null, html: html?.id ?? null })
-    const add = (this.#client as unknown as AddCommand)[ADD_COMMAND]
+    const add = async ({ keys, args }: PackedArgs): Promise<unknown> => await this.#add(keys, [...args, await this.#clock.deadline()])
     await storeCall('sandbox inbox write', async () => {
       // The pieces go along only when Redis lacks one: once a minute per part, not per message.
       // All of them then, so that the second call cannot miss one that expired in between.
-      const missing = await add.call(this.#client, ...call(named.map(() => '')), await this.#clock.deadline())
-      if (Array.isArray(missing)) await add.call(this.#client, ...call(named.map((stored) => stored.value)), await this.#clock.deadline())
+      const missing = await add(packedWith(named.map(() => '')))
+      if (Array.isArray(missing)) await add(packedWith(named.map((stored) => stored.value)))
     })
   }
 

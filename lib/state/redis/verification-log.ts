@@ -1,5 +1,6 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
+import { defineKeyedScript, type KeyedScript } from './keyed-script.js'
 import { insightsKeyPrefix, verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
 import { WRITE_BEHIND_MS, WriteBehind } from './write-behind.js'
@@ -22,8 +23,6 @@ function detailOf (event: VerificationEvent): string {
   return by === undefined ? '' : String((event as unknown as Record<string, unknown>)[by] ?? '')
 }
 
-type Command = (numberOfKeys: number, ...keysAndArgs: string[]) => Promise<unknown>
-
 interface Pending {
   tenantId: string
   mode: VerificationId['mode']
@@ -40,7 +39,7 @@ interface Pending {
  */
 export class RedisVerificationLog implements VerificationLog {
   readonly #client: RedisClient
-  readonly #command: Command
+  readonly #script: KeyedScript
   readonly #limits: VerificationLogLimits
   readonly #insights: InsightsLimits
   #pending = new Map<string, Pending>()
@@ -60,10 +59,8 @@ export class RedisVerificationLog implements VerificationLog {
     this.#client = client
     this.#limits = limits
     this.#insights = insights
-    client.defineCommand('emailOtpVerificationLog', { lua: VERIFICATION_LOG_LUA })
-    const command = (client as unknown as Record<string, Command | undefined>).emailOtpVerificationLog
-    if (command === undefined) throw new Error('defineCommand did not add the verification log command')
-    this.#command = command.bind(client)
+    // The lane indexes, the insights prefix, and one story per event.
+    this.#script = defineKeyedScript(client, 'emailOtpVerificationLog', VERIFICATION_LOG_LUA, 3 + EVENTS_PER_CALL)
   }
 
   start (id: VerificationId, lane: Lane, event: RequestedEvent): void {
@@ -144,7 +141,7 @@ export class RedisVerificationLog implements VerificationLog {
           insightsRetentionMs: this.#insights.retentionMs,
           events: batch.map(({ event, lane }) => ({ type: event.type, lane, json: JSON.stringify(event), atMs: Date.parse(event.at), detail: detailOf(event) }))
         })
-        writes.push(this.#command(packed.keys.length, ...packed.keys, ...packed.args).then(() => {}, () => { this.#dropped += batch.length }).finally(() => { this.#buffered -= batch.length }))
+        writes.push(this.#script(packed.keys, packed.args).then(() => {}, () => { this.#dropped += batch.length }).finally(() => { this.#buffered -= batch.length }))
       }
     }
     return writes
