@@ -88,6 +88,25 @@ t.test('Cluster', topologyTestOptions(), async (t) => {
       thaw()
     })
 
+    t.test('an empty Cluster with the legacy key\'s primary frozen: nothing recorded, not ready; the legacy key first once it answers', async (t) => {
+      const { path } = writeTenants(t)
+      const thaw = frozen(t, legacy)
+      const built = await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path })
+      await until('the app connected to the Cluster', () => built.app.redis?.status === 'ready')
+      for (let i = 0; i < 3; i++) t.equal((await readiness(built.app)).status, 503, 'not ready while the legacy key is silent')
+      // Another instance that heard from other primaries than this one must race for the same key.
+      const others = copies.filter((key) => shardPorts.get(key) !== legacy.primary.port)
+      t.same(await Promise.all(others.map(async (key) => await inspect.get(key))), others.map(() => null), 'no copy recorded on the primaries that answered')
+      thaw()
+      await until('every copy recorded once the legacy key answers', async () => {
+        await readiness(built.app)
+        return (await stored()).every((fingerprint) => fingerprint !== null)
+      })
+      t.equal((await readiness(built.app)).status, 200, 'ready')
+      const [first] = await stored()
+      t.same(await stored(), copies.map(() => first), 'one fingerprint in the legacy key and every copy')
+    })
+
     t.test('another tag key while a primary is frozen: never ready, the refusal names RECIPIENT_TAG_KEY', async (t) => {
       const { path } = writeTenants(t)
       await (await buildApp(t, { REDIS_CLUSTER_NODES: cluster.nodes, OTP_HMAC_KEYS: TEST_HMAC_KEYS, TENANTS_FILE: path })).app.close()

@@ -1,7 +1,7 @@
 import { Cluster } from 'ioredis'
 import type { RedisClient } from './client.js'
 import { TAG_KEY_FINGERPRINT, TAG_KEY_FINGERPRINT_COPIES } from './keys.js'
-import { NodeReplies, nodeId } from './readiness-reads.js'
+import { NodeReplies } from './readiness-reads.js'
 
 /** The running recipient tag key's fingerprint, and the one an operator accepted in place of the stored one. */
 export interface TagKeyCheck {
@@ -79,12 +79,13 @@ export function tagKeyRefusal (stored: string, fingerprint: string): { variable:
  *   that matched are compared again every RECHECK_MS.
  * - Every copy that answers holds the running key's: matched. Copies found missing are recorded;
  *   the silent ones are compared, and recorded if missing, on the checks after they answer.
- * - No copy holds a fingerprint yet (a new Redis): the first copy in the list that answered is
- *   recorded on its own, then the others. Two instances starting together with different keys
- *   race for that one copy and one of them finds the other's. On a Cluster whose legacy key
- *   did not answer, this waits unless the primaries that answered hold no data: the data may
- *   have been written by a release that kept the legacy key alone, and recording the running
- *   key's copies then would let a stranger key serve until that primary answered.
+ * - No copy holds a fingerprint yet (a new Redis): the legacy key is recorded on its own, then
+ *   the others. Two instances starting together with different keys race for that one key and
+ *   one of them finds the other's. Until the legacy key answers, nothing is recorded: a first
+ *   copy chosen among those that answered would depend on which primaries each instance heard
+ *   from in time, and two instances that heard from different ones each recorded its own (on a
+ *   loaded machine: neither then ready, the copies split between the two keys); and the data
+ *   may have been written by a release that kept the legacy key alone.
  *
  * Copies are read side by side, each waited for READINESS_READ_MS at most.
  */
@@ -102,7 +103,6 @@ export class TagKeyGuard {
   readonly #agreed = new Map<string, number>()
   readonly #recheckMs: number
   readonly #replies = new NodeReplies<CopyReply>()
-  readonly #sizes = new NodeReplies<number>()
   #matched = false
   #acceptLogged = false
   /** The stored fingerprint last logged as differing, so that one difference is logged once. */
@@ -144,8 +144,8 @@ export class TagKeyGuard {
     if (differs !== null) return differs
     const missing = open.filter((key) => read.get(key)?.kind === 'missing')
     if (this.#agreed.size === 0) {
-      const [leader] = missing
-      if (leader === undefined || !(await this.#mayRecordFirst(read))) return { kind: 'unread' }
+      const [leader] = this.#copies
+      if (leader === undefined || read.get(leader)?.kind !== 'missing') return { kind: 'unread' }
       const led = await this.#ask([leader], true)
       if (!this.#agreed.has(leader)) return differing(led) ?? { kind: 'unread' }
     }
@@ -154,15 +154,6 @@ export class TagKeyGuard {
     if (late !== null) return late
     this.#matched = true
     return { kind: 'matched' }
-  }
-
-  /** No copy holds a fingerprint: whether this instance may record the first one (see the class). */
-  async #mayRecordFirst (read: ReadonlyMap<string, CopyReply>): Promise<boolean> {
-    const client = this.#client
-    if (!(client instanceof Cluster) || read.has(TAG_KEY_FINGERPRINT)) return true
-    const sizes = await Promise.all(client.nodes('master').map(async (primary) => await this.#sizes.read(nodeId(primary), async () => await primary.dbsize())))
-    const answered = sizes.flatMap((size) => size?.ok === true ? [size.value] : [])
-    return answered.length > 0 && answered.every((size) => size === 0)
   }
 
   /** Each copy's answer in time (copies left out did not answer); the ones that hold the running key's are noted. */
