@@ -1,6 +1,7 @@
-import { Agent, request } from 'node:http'
+import { Agent } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { LoadResult, NextRequest } from './load.js'
+import { PostTally } from './post-tally.js'
 
 /**
  * Requests at a steady rate, each sent when its time comes: the load of users arriving on their
@@ -22,40 +23,9 @@ export async function runPacedLoad (spec: {
 }): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: spec.connections })
   const target = new URL(spec.url)
-  const latencies: number[] = []
-  const statuses: Record<string, number> = {}
-  let unexpected = 0
-  let errors = 0
-  let lastAnswer = 0
+  const tally = new PostTally()
   const answers: Array<Promise<void>> = []
-
-  const send = async (due: number): Promise<void> => {
-    const next = spec.next()
-    await new Promise<void>((resolve) => {
-      const outgoing = request({
-        agent,
-        host: target.hostname,
-        port: target.port,
-        method: 'POST',
-        path: spec.path,
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(next.body), ...spec.headers }
-      }, (response) => {
-        response.resume()
-        response.on('end', () => {
-          const now = performance.now()
-          latencies.push(now - due)
-          lastAnswer = now
-          const status = response.statusCode ?? 0
-          statuses[status] = (statuses[status] ?? 0) + 1
-          if (status !== next.expected) unexpected++
-          resolve()
-        })
-        response.on('error', () => { errors++; resolve() })
-      })
-      outgoing.on('error', () => { errors++; resolve() })
-      outgoing.end(next.body)
-    })
-  }
+  const send = async (due: number): Promise<void> => { await tally.post(agent, target, spec.path, spec.headers, spec.next(), due) }
 
   const started = performance.now()
   const total = Math.floor(spec.rate * spec.seconds)
@@ -68,9 +38,5 @@ export async function runPacedLoad (spec: {
   }
   await Promise.all(answers)
   agent.destroy()
-
-  const seconds = (lastAnswer - started) / 1000
-  latencies.sort((a, b) => a - b)
-  const percentile = (fraction: number): number => latencies.length === 0 ? Number.NaN : latencies[Math.min(latencies.length - 1, Math.ceil(fraction * latencies.length) - 1)] as number
-  return { requests: latencies.length, seconds, rps: seconds > 0 ? latencies.length / seconds : 0, p50: percentile(0.5), p99: percentile(0.99), statuses, unexpected, errors }
+  return tally.result(started)
 }
