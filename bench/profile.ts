@@ -2,7 +2,7 @@
  * Where the Redis-backed service spends its CPU under load. Run after `npm run bench` (or
  * any build of dist/ and .bench-build/):
  *
- *   node .bench-build/bench/profile.js [--memory] [--transport ses|smtp] [--refusals]
+ *   node .bench-build/bench/profile.js [--memory] [--transport ses|smtp] [--refusals] [--rate N]
  *
  * `--refusals` profiles the floods of refused dispatches that depend on the source, as
  * `npm run bench` measures them: 403 from a blocked source, then 429 from a source past its
@@ -28,6 +28,7 @@ import { Resources, startNodeChild, runWithResources } from './support/children.
 import { CodeSeeder } from './support/seed.js'
 import { runLoad, type LoadResult } from './support/load.js'
 import { runLoadFrom } from './support/source-load.js'
+import { runPacedLoad } from './support/paced-load.js'
 import { BASE_ENV, NO_LIMIT, ROOT, benchTenant, benchTenantsDocument, dispatchRequest, nextAddress, startService, verifyRequests, type Token } from './support/service.js'
 
 const CONNECTIONS = 50
@@ -42,6 +43,18 @@ const TRANSPORT = ((): 'ses' | 'smtp' | null => {
   return value
 })()
 const SECONDS = 10
+/**
+ * `--rate N`: dispatch paced at N requests a second (bench/support/paced-load.ts) instead of
+ * 50 connections flat out: where the CPU goes when requests arrive on their own, as in the
+ * benchmark's half-rate rows, rather than many to each wake-up.
+ */
+const RATE = ((): number | null => {
+  const index = process.argv.indexOf('--rate')
+  if (index < 0) return null
+  const value = Number(process.argv[index + 1])
+  if (!Number.isFinite(value) || value <= 0) throw new Error('--rate takes a number of requests a second')
+  return value
+})()
 /** Verify warms up on this many codes; its rate sizes the measured pool to at least SECONDS. */
 const WARMUP_CODES = 10_000
 /** `--refusals`: the 403 and 429 floods instead of dispatch and verify. */
@@ -201,7 +214,7 @@ async function main (resources: Resources): Promise<void> {
 
   // The memory store's verify pool could only come from its mail log: dispatch alone there,
   // as with a mail peer, whose cost is the dispatch's.
-  for (const endpoint of IN_MEMORY || TRANSPORT !== null ? ['dispatch'] as const : ['dispatch', 'verify'] as const) {
+  for (const endpoint of IN_MEMORY || TRANSPORT !== null || RATE !== null ? ['dispatch'] as const : ['dispatch', 'verify'] as const) {
     const profileDir = join(dir, endpoint)
     const service = await startService(resources, {
       name: `email-otp (${IN_MEMORY ? 'memory' : 'Redis'}, ${endpoint})`,
@@ -216,7 +229,9 @@ async function main (resources: Resources): Promise<void> {
       // The first seconds compile and optimise: not what the service spends at speed.
       await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: 2, next: dispatchRequest })
       from = monotonicMicros()
-      result = await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: SECONDS, next: dispatchRequest })
+      result = RATE === null
+        ? await runLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, seconds: SECONDS, next: dispatchRequest })
+        : await runPacedLoad({ url: service.child.url, path: '/otp/request', headers, connections: CONNECTIONS, rate: RATE, seconds: SECONDS, next: dispatchRequest })
     } else {
       const seeder = await CodeSeeder.open(tenant.liveKey, tenant.hmacSecret, { redis: client })
       resources.add(async () => { await seeder.close() })
@@ -245,7 +260,7 @@ async function main (resources: Resources): Promise<void> {
     const profile = JSON.parse(readFileSync(join(profileDir, file), 'utf8')) as CpuProfile
     process.stdout.write([
       '',
-      `${endpoint}: ${Math.round(result.rps).toLocaleString('en')} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms at ${CONNECTIONS} connections (statuses ${JSON.stringify(result.statuses)})`,
+      `${endpoint}: ${Math.round(result.rps).toLocaleString('en')} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms ${RATE === null ? `at ${CONNECTIONS} connections` : `paced at ${RATE} req/s`} (statuses ${JSON.stringify(result.statuses)})`,
       ...analyse(profile, from, to)
     ].join('\n') + '\n')
   }

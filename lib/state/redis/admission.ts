@@ -107,7 +107,7 @@ export class RedisAdmission implements AdmissionStore {
    * wrote before it answers (none when not given).
    */
   constructor (client: RedisClient, acks: ReplicaAcks = new ReplicaAcks(client, { count: 0, timeoutMs: 0 })) {
-    // Each script once per number of keys (keyed-script.ts says why).
+    // On a Cluster each script once per number of keys (keyed-script.ts says why).
     this.#scripts = Object.fromEntries(Object.entries(COMMANDS).map(([command, { name, lua }]) => [command, defineKeyedScript(client, name, lua, MAX_KEYS)])) as Record<keyof typeof COMMANDS, KeyedScript>
     client.defineCommand(REFUND_MAILBOX_COUNT, { lua: COUNTER_REFUND_LUA, numberOfKeys: COUNTER_REFUND_ARGS.keys.length })
     this.#client = client

@@ -1,6 +1,6 @@
 import { storeCall } from '../../store-errors.js'
 import type { RedisClient } from './client.js'
-import { defineKeyedScript, type KeyedScript } from './keyed-script.js'
+import { defineWideKeyedScript, type KeyedScript } from './keyed-script.js'
 import { insightsKeyPrefix, verificationLogKeys } from './keys.js'
 import { packArgs } from './script-args.js'
 import { WRITE_BEHIND_MS, WriteBehind } from './write-behind.js'
@@ -60,7 +60,7 @@ export class RedisVerificationLog implements VerificationLog {
     this.#limits = limits
     this.#insights = insights
     // The lane indexes, the insights prefix, and one story per event.
-    this.#script = defineKeyedScript(client, 'emailOtpVerificationLog', VERIFICATION_LOG_LUA, 3 + EVENTS_PER_CALL)
+    this.#script = defineWideKeyedScript(client, 'emailOtpVerificationLog', VERIFICATION_LOG_LUA, 3 + EVENTS_PER_CALL)
   }
 
   start (id: VerificationId, lane: Lane, event: RequestedEvent): void {
