@@ -25,7 +25,7 @@
  * and the sandbox inbox's ports and adapters pass them on without knowing what they are.
  */
 const LIB_LAYERS = [
-  ['lib/duration.ts', 'lib/json-position.ts', 'lib/code-pieces.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
+  ['lib/duration.ts', 'lib/json-position.ts', 'lib/code-pieces.ts', 'lib/random-ids.ts', 'lib/errors.ts', 'lib/store-errors.ts', 'lib/manifest.ts', 'lib/keys', 'lib/limits', 'lib/fairness', 'lib/lru', 'lib/net', 'lib/captcha', 'lib/recipients'],
   ['lib/telemetry'],
   ['lib/state/*.ts'],
   ['lib/state/memory', 'lib/state/redis'],

@@ -1,4 +1,5 @@
-import { randomBytes, randomInt } from 'node:crypto'
+import { randomInt } from 'node:crypto'
+import { ID_BYTES, randomId } from '../random-ids.js'
 import { tokenRecord } from '../state/tokens.js'
 import type { KeyMode } from '../keys/api-keys.js'
 import type { CodeSigner } from './signer.js'
@@ -9,24 +10,11 @@ export function generateCode (): string {
 }
 
 /** 128 bits: as many as the MAC, more than a UUID's 122. */
-export const REQUEST_ID_BYTES = 16
-/**
- * CSPRNG bytes drawn for many requestIds at once, each byte used once: one call into OpenSSL
- * per 512 ids instead of one per id.
- */
-const RANDOM_POOL_BYTES = REQUEST_ID_BYTES * 512
-let randomPool = Buffer.alloc(0)
-let randomPoolOffset = 0
+export const REQUEST_ID_BYTES = ID_BYTES
 
 /** 128 bits from a CSPRNG, URL-safe, 26 characters. */
 export function generateRequestId (): string {
-  if (randomPoolOffset + REQUEST_ID_BYTES > randomPool.length) {
-    randomPool = randomBytes(RANDOM_POOL_BYTES)
-    randomPoolOffset = 0
-  }
-  const id = 'otp_' + randomPool.toString('base64url', randomPoolOffset, randomPoolOffset + REQUEST_ID_BYTES)
-  randomPoolOffset += REQUEST_ID_BYTES
-  return id
+  return 'otp_' + randomId()
 }
 
 /** What verify accepts, once trimmed: exactly six ASCII digits. */

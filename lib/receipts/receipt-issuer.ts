@@ -1,4 +1,5 @@
-import { randomBytes, sign } from 'node:crypto'
+import { sign } from 'node:crypto'
+import { randomId } from '../random-ids.js'
 import { Value } from '@sinclair/typebox/value'
 import { createLocalJWKSet, errors, jwtVerify, type JWTVerifyGetKey } from 'jose'
 import { RECEIPT_TYPE, ReceiptClaims, type JwksType, type ReceiptClaimsType } from '../../schemas/receipts.js'
@@ -80,7 +81,7 @@ export class ReceiptIssuer {
       aud: subject.tenant,
       iat: issuedAt,
       exp: issuedAt + this.#ttlSeconds,
-      jti: randomBytes(16).toString('base64url')
+      jti: randomId()
     }
     const input = `${this.#header}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}`
     return `${input}.${this.#sign(input).toString('base64url')}`
