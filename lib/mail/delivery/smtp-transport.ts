@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { randomId } from '../../random-ids.js'
 import { createTransport, type SMTPTransportOptions, type Transporter } from 'nodemailer'
 import MimeNode from 'nodemailer/lib/mime-node'
 import { encode as quotedPrintable, wrap as wrapQuotedPrintable } from 'nodemailer/lib/qp'
@@ -99,7 +100,8 @@ function senderAddress (from: string): string {
  */
 function composeRaw (message: OutgoingMessage): { raw: Buffer, envelope: { from: string, to: string[] }, messageId: string } {
   const from = senderAddress(message.from)
-  const root = new MimeNode('multipart/alternative')
+  // nodemailer draws the boundary's random part from OpenSSL for every node it makes.
+  const root = new MimeNode('multipart/alternative', { baseBoundary: randomId() })
   // nodemailer's own Message-ID draws five random buffers and parses the sender again.
   const messageId = `<${randomUUID()}@${from.includes('@') ? from.slice(from.lastIndexOf('@') + 1) : 'localhost'}>`
   root.setHeader({ From: message.from, To: message.to, Subject: message.subject, 'Message-ID': messageId })
@@ -188,9 +190,10 @@ export class SmtpTransport implements MailTransport {
     // equivalent and are not sent.
     const deadline = AbortSignal.timeout(this.#timeoutMs)
     try {
-      // The id nodemailer reports is one it made up for a raw message; the header sent is ours.
       const { raw, envelope, messageId } = composeRaw(message)
-      await this.#transporter.sendMail({ raw, envelope, signal: deadline })
+      // Given the id, nodemailer does not make one up for the raw message (five random draws
+      // and a parse of the sender); the header sent is the raw message's own.
+      await this.#transporter.sendMail({ raw, envelope, messageId, signal: deadline })
       return messageId
     } catch (error) {
       throw toDeliveryError(error, deadline.aborted)

@@ -105,7 +105,7 @@ t.test('the message leaves whole: envelope, headers, and parts that survive dots
     // A line break in a subject is never a second header.
     subject: 'Votre code\r\nBcc: intruder@evil.test'
   }
-  await smtp.send(outgoing)
+  const messageId = await smtp.send(outgoing)
   t.same(envelope, { from: ['no-reply@acme.test'], to: ['person@example.com'] }, 'the envelope names the sender\'s and the recipient\'s addresses')
   const [mail] = peer.received
   if (mail === undefined) return
@@ -113,7 +113,8 @@ t.test('the message leaves whole: envelope, headers, and parts that survive dots
   t.equal(typeof mail.html === 'string' ? mail.html.trim() : mail.html, outgoing.html.trim(), 'html part')
   t.equal(mail.subject, 'Votre code Bcc: intruder@evil.test', 'the line break became a space')
   t.equal(mail.bcc, undefined, 'no Bcc header')
-  t.ok(mail.headers.has('message-id'), 'Message-ID')
+  t.equal(mail.messageId, messageId, 'the Message-ID sent is the id send() reports')
+  t.match(mail.messageId, /^<[\w-]+@acme\.test>$/, 'at the sender\'s domain')
   t.ok(mail.headers.has('date'), 'Date')
   t.equal(mail.headers.get('mime-version'), '1.0')
 })
