@@ -478,3 +478,10 @@ t.test('batching: a failing SendBulkEmail fails over message by message, as a fa
   t.same(smtp.received.map((received) => received.to !== undefined && !Array.isArray(received.to) ? received.to.text : '').sort(), ['one@example.com', 'two@example.com'])
   t.equal(mail.circuits().ses, 'open', 'the breaker counted each message\'s failure')
 })
+
+t.test('the SDK step the transport removes (its logger, which filters every input) is still the one named loggerMiddleware', async (t) => {
+  const client = new sesModel.SESv2Client({ region: 'eu-west-1' })
+  t.teardown(() => { client.destroy() })
+  t.ok(client.middlewareStack.identify().some((step) => step.startsWith('loggerMiddleware ')), 'present in a new client')
+  t.ok(client.middlewareStack.remove('loggerMiddleware'), 'removed by that name')
+})
