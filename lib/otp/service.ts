@@ -150,11 +150,13 @@ export class OtpService {
     const { policy, signer, tagger, gate, mailer, defaults, observer, receipts, events, turns, verifications, reputation } = this.#options
     const { key, log } = caller
     const { tenant, mode } = key
+    // Before the address is read: an over-limit caller's bad address answers 429 all the same
+    // (plugins/refusals.ts), and checking one costs more than the rest of such a refusal.
+    const own = refusalPlan(policy, this.#requester(caller))
+    this.#refuseAtOnce(own)
     const recipient = acceptableRecipient(input.email, key)
     if (!recipient.ok) throw recipient.refusal
     const { email } = recipient
-    const own = refusalPlan(policy, this.#requester(caller))
-    this.#refuseAtOnce(own)
 
     const recipientTag = tagger.tag(email.canonical)
     const addressHash = receipts.addressHash(tenant, email.address)

@@ -270,6 +270,8 @@ t.test('Redis state', redisTestOptions(), async (t) => {
     const again = await refusal(service.dispatch(sandbox, { email: 'dee@example.com' }))
     t.match(again, { code: 'RATE_LIMITED', statusCode: 429, headers: { 'ratelimit-limit': '2', 'ratelimit-remaining': '0', 'retry-after': /^\d+$/ } }, 'the same 429, from memory')
     t.match(await refusal(service.verify(sandbox, sent.requestId, '123456')), { code: 'RATE_LIMITED' }, 'a verify from the source too')
+    // Its address is not read: a bad one is refused as over the limit, as the refusal count would.
+    t.match(await refusal(service.dispatch(sandbox, { email: 'not an address' })), { code: 'RATE_LIMITED', statusCode: 429 }, 'a bad address from the source too')
     t.equal(keyedHashes.count, hashed, 'neither computed a keyed hash')
     t.notOk(events.includes('mismatch'), 'the refused verify checked no guess')
     const other: Caller = { ...sandbox, address: '192.0.2.2' }
