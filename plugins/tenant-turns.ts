@@ -39,9 +39,8 @@ export default fp(async function tenantTurnsPlugin (fastify) {
       done()
       return
     }
-    const tenantId = key.tenant.id
-    // 'close' comes once whatever ends the response: sent, failed, or its connection gone.
-    reply.raw.once('close', () => { turns.leave(tenantId) })
-    turns.enter(tenantId, done)
+    // 'close' comes once whatever ends the response (sent, failed, or its connection gone),
+    // never before this hook returns.
+    reply.raw.once('close', turns.enter(key.tenant.id, done))
   })
 }, { name: 'tenant-turns', dependencies: ['auth', 'metrics'], fastify: '5.x' })
