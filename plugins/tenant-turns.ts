@@ -39,8 +39,9 @@ export default fp(async function tenantTurnsPlugin (fastify) {
       done()
       return
     }
-    // 'close' comes once whatever ends the response (sent, failed, or its connection gone),
-    // never before this hook returns.
-    reply.raw.once('close', turns.enter(key.tenant.id, done))
+    const tenantId = key.tenant.id
+    // 'close' comes once whatever ends the response: sent, failed, or its connection gone.
+    reply.raw.once('close', () => { turns.leave(tenantId) })
+    turns.enter(tenantId, done)
   })
 }, { name: 'tenant-turns', dependencies: ['auth', 'metrics'], fastify: '5.x' })

@@ -31,16 +31,6 @@ function timeAverage (average: number, held: number, elapsedMs: number, windowMs
   return average * weight + held * (1 - weight)
 }
 
-/**
- * How many times the other tenants' average a heavy tenant has in the service. Above their
- * average alone, of two tenants with much the same load one was always heavy, its requests
- * held to a round every `maxWaitMs` while the loop was busy: a tenant whose requests wait on
- * Redis has as many in the service as a flood of quick refusals, and took turns with it at
- * being held (`npm run bench:noisy` on Redis: the calm tenant's p99 ×70 to ×150 its
- * baseline, seconds at the flood's start, against ×3.5 to ×5.5 with this).
- */
-const HEAVIER = 1.5
-
 /** An average of requests in the service below which a tenant with none left counts as gone. */
 const PRESENT = 0.01
 
@@ -77,7 +67,7 @@ class TenantPresence {
 
   /**
    * Counts a request in, and tells whether its tenant is heavy: more than one request in the
-   * service on average, and more than HEAVIER times what the other present tenants have on average.
+   * service on average, and more than the other present tenants have on average.
    */
   enter (tenantId: string): boolean {
     const now = this.#now()
@@ -90,7 +80,7 @@ class TenantPresence {
     this.#move(mine, 1, now)
     this.#move(this.#all, 1, now)
     const others = this.#tenants.size - 1
-    return others > 0 && mine.average > 1 && mine.average * others > HEAVIER * (this.#all.average - mine.average)
+    return others > 0 && mine.average > 1 && mine.average * others > this.#all.average - mine.average
   }
 
   leave (tenantId: string): void {
@@ -127,8 +117,7 @@ class TenantPresence {
  * been busy less than `busyShare` of its recent time. Past that:
  *
  * - A request of a light tenant still goes on at once: one with no more requests in the
- *   service than HEAVIER times what the other tenants have on average, or one at most (its
- *   requests waiting for their turn left out), averaged over about
+ *   service than the other tenants have on average, or one at most, averaged over about
  *   `presenceWindowMs` (a calm tenant next to a flood, any tenant alone). Its requests never
  *   queue behind a heavier tenant's, however many those are.
  * - A request of a heavy tenant waits in its tenant's queue. While the loop is below
@@ -167,37 +156,21 @@ export class TenantRequestTurns {
     this.#sampledActive = clock.activeMs()
   }
 
-  /**
-   * Calls `proceed` at once, or in the tenant's turn. Returns what the caller calls once the
-   * request is answered or its connection closed, whether it went on or still waits.
-   *
-   * A request waiting for its turn is not counted among its tenant's requests in the service
-   * until it goes on: counted, a tenant found heavy for a moment (next to a flood that has only
-   * just begun, whose average is still low) grew heavier with every request it then queued,
-   * and so waited for ever longer turns, seconds behind the flood it was heavier than only by
-   * its own queue.
-   */
-  enter (tenantId: string, proceed: () => void): () => void {
+  /** Calls `proceed` at once, or in the tenant's turn; the caller calls `leave` once the request is answered. */
+  enter (tenantId: string, proceed: () => void): void {
     const heavy = this.#presence.enter(tenantId)
     const active = this.#clock.activeMs()
     if (this.#turnStartedAt === null) this.#openTurn(active)
     if (!heavy || (this.#waiting.tenants === 0 && active - (this.#turnStartedAt as number) < this.#options.quantumMs && this.#sampleBusy() < this.#options.busyShare)) {
       proceed()
-      return () => { this.#presence.leave(tenantId) }
+      return
     }
+    this.#waiting.push(tenantId, proceed)
+  }
+
+  /** A request that entered is answered (or its connection closed). */
+  leave (tenantId: string): void {
     this.#presence.leave(tenantId)
-    let state: 'waiting' | 'in service' | 'gone' = 'waiting'
-    this.#waiting.push(tenantId, () => {
-      if (state === 'waiting') {
-        state = 'in service'
-        this.#presence.enter(tenantId)
-      }
-      proceed()
-    })
-    return () => {
-      if (state === 'in service') this.#presence.leave(tenantId)
-      state = 'gone'
-    }
   }
 
   /** Requests waiting now, all tenants together. */

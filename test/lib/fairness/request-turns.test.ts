@@ -19,8 +19,6 @@ function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
 } {
   const clock = { wall: 0, active: 0 }
   const log: string[] = []
-  // Each tenant's requests in the service, oldest first: what each one calls once answered.
-  const answers = new Map<string, Array<() => void>>()
   const turns = new TenantRequestTurns({ ...OPTIONS, ...options }, { now: () => clock.wall, activeMs: () => clock.active })
   const busy = (ms: number): void => {
     clock.wall += ms
@@ -31,15 +29,14 @@ function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
     log,
     enter: async (tenant, name, costMs = 0.1) => {
       await new Promise<void>((resolve) => {
-        const answered = turns.enter(tenant, () => {
+        turns.enter(tenant, () => {
           busy(costMs)
           log.push(name)
           resolve()
         })
-        answers.set(tenant, [...(answers.get(tenant) ?? []), answered])
       })
     },
-    leave: (tenant, count = 1) => { for (const answered of answers.get(tenant)?.splice(0, count) ?? []) answered() },
+    leave: (tenant, count = 1) => { for (let i = 0; i < count; i++) turns.leave(tenant) },
     idle: (ms) => { clock.wall += ms },
     busy
   }
@@ -247,38 +244,4 @@ t.test('leave counts a request out of all tenants\' average too: a tenant whose 
   t.same(log, ['n0', 'n1'], 'the noisy tenant is heavier than all the others together now: past the quantum, its requests wait')
   t.equal(turns.turns.waiting, 8, 'eight wait for their turn')
   await Promise.all(noisy)
-})
-
-t.test('requests waiting for their turn do not count among their tenant\'s: a tenant found heavy next to a flood that has just begun does not grow heavier by its own queue', async (t) => {
-  const turns = requestTurns()
-  const { log, enter, busy } = turns
-  // The calm tenant has had three requests in the service for a second; the flood just began.
-  for (let index = 0; index < 3; index++) await enter('calm', `calm-held${index}`)
-  busy(1000)
-  for (let index = 0; index < 8; index++) await enter('noisy', `noisy-held${index}`)
-  busy(100)
-  log.length = 0
-  // On a busy loop, the calm tenant is heavier than the flood's young average: its burst waits.
-  const burst = Array.from({ length: 50 }, async (_, index) => { await enter('calm', `burst${index}`) })
-  t.same(log, [], 'the burst waits')
-  // A second on, the loop still busy: the flood's average has caught up with its eight; the
-  // calm tenant's is still its three in the service, not fifty-three.
-  busy(1000)
-  void enter('calm', 'next')
-  t.same(log, ['next'], 'the calm tenant is light again: its next request goes on at once')
-  turns.idle(1000)
-  await Promise.all(burst)
-})
-
-t.test('of two tenants with much the same load, neither is heavy: a busy loop holds neither', async (t) => {
-  const turns = requestTurns()
-  const { log, enter, busy } = turns
-  for (let index = 0; index < 3; index++) await enter('calm', `calm-held${index}`)
-  for (let index = 0; index < 4; index++) await enter('noisy', `noisy-held${index}`)
-  busy(1000)
-  log.length = 0
-  void enter('noisy', 'noisy-next')
-  void enter('calm', 'calm-next')
-  t.same(log, ['noisy-next', 'calm-next'], 'four requests in the service against three is not heavy: both go on at once')
-  t.equal(turns.turns.waiting, 0)
 })
