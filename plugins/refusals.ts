@@ -24,9 +24,14 @@ const COUNTED_BY_ADMISSION: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
 export default fp(async function refusalsPlugin (fastify) {
   // Synchronous when there is nothing to count (a 401, a refusal admission counted): an async
   // handler costs every refusal a promise and a turn of the microtask queue.
-  fastify.setErrorHandler(function countRefusal (error: FastifyError, request): Promise<never> {
+  fastify.setErrorHandler(function countRefusal (error: FastifyError, request, reply): Promise<never> | undefined {
     const refusal = toApiError(error)
-    if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || refusal.counted === true || COUNTED_BY_ADMISSION.has(refusal.code)) throw error
+    if (request.auth === null || refusal.statusCode < 400 || refusal.statusCode >= 500 || refusal.counted === true || COUNTED_BY_ADMISSION.has(refusal.code)) {
+      // What a throw would do (Fastify sends the error on to the root handler), without the
+      // cost of throwing: a few microseconds of every 401 and 403.
+      reply.send(error)
+      return undefined
+    }
     return fastify.otp.countRefused(callerOf(request), refusal).then((counted) => { throw counted })
   })
   fastify.addHook('onResponse', function countInInsights (request, reply, done) {
