@@ -103,9 +103,9 @@ export function answerErrorsInContractShape (fastify: FastifyInstance, countErro
     return send(reply, mapped)
   }
   // Synchronous unless the connection must be brought back in step first: an async handler
-  // costs every refusal a promise and a turn of the microtask queue.
-  // The promise resolves to the reply: Fastify sends whatever else it resolves to again, and
-  // an answer plugins/refusal-pacing.ts holds would then go twice.
+  // costs every refusal a promise and a turn of the microtask queue. That promise resolves to
+  // the reply: Fastify sends whatever else it resolves to again, and an answer
+  // plugins/refusal-pacing.ts holds would then go twice.
   fastify.setErrorHandler(function rootErrorHandler (error: FastifyError, request, reply): Promise<FastifyReply> | undefined {
     const mapped = toApiError(error)
     if (reply.getHeader('connection') === 'close') {

@@ -4,7 +4,7 @@ import type { RedisClient } from './client.js'
 /** Runs the script with these keys, then these arguments. */
 export type KeyedScript = (keys: readonly string[], args: readonly string[]) => Promise<unknown>
 
-type ScriptCommands = Record<string, ((...keysAndArgs: string[]) => Promise<unknown>) | undefined>
+type ScriptCommand = (...keysAndArgs: string[]) => Promise<unknown>
 
 /**
  * A script whose number of keys varies from call to call, run through ioredis's auto-pipelining.
@@ -27,10 +27,10 @@ type ScriptCommands = Record<string, ((...keysAndArgs: string[]) => Promise<unkn
  */
 export function defineKeyedScript (client: RedisClient, name: string, lua: string, maxKeys: number): KeyedScript {
   if (!(client instanceof Cluster)) return defineWithCount(client, name, lua, maxKeys)
-  for (let keys = 1; keys <= maxKeys; keys++) client.defineCommand(`${name}${keys}`, { lua, numberOfKeys: keys })
-  const commands = client as unknown as ScriptCommands
+  // Indexed by number of keys (0 unused), so that a call looks up no name.
+  const runs = Array.from({ length: maxKeys + 1 }, (_, keys) => keys === 0 ? undefined : defined(client, `${name}${keys}`, { lua, numberOfKeys: keys }))
   return async (keys, args) => {
-    const run = commands[`${name}${keys.length}`]
+    const run = runs[keys.length]
     if (run === undefined) throw new RangeError(`${name} has ${keys.length} keys; 1 to ${maxKeys} are defined`)
     return await run.call(client, ...keys, ...args)
   }
@@ -50,10 +50,16 @@ export function defineWideKeyedScript (client: RedisClient, name: string, lua: s
   return defineWithCount(client, name, lua, maxKeys)
 }
 
-function defineWithCount (client: RedisClient, name: string, lua: string, maxKeys: number): KeyedScript {
-  client.defineCommand(name, { lua })
-  const run = (client as unknown as ScriptCommands)[name]
+/** Defines the command and returns the method ioredis added for it. */
+function defined (client: RedisClient, name: string, definition: { lua: string, numberOfKeys?: number }): ScriptCommand {
+  client.defineCommand(name, definition)
+  const run = (client as unknown as Record<string, ScriptCommand | undefined>)[name]
   if (run === undefined) throw new Error(`defineCommand did not add ${name}`)
+  return run
+}
+
+function defineWithCount (client: RedisClient, name: string, lua: string, maxKeys: number): KeyedScript {
+  const run = defined(client, name, { lua })
   return async (keys, args) => {
     if (keys.length < 1 || keys.length > maxKeys) throw new RangeError(`${name} has ${keys.length} keys; 1 to ${maxKeys} are allowed`)
     // A string: ioredis encodes a number argument slower.
