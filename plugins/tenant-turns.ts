@@ -14,7 +14,8 @@ import { TenantRequestTurns, type RequestTurnsOptions } from '../lib/fairness/re
  * - busyWindowMs: the loop's busy share is its last few tens of milliseconds.
  * - maxWaitMs: however busy the loop, a heavy tenant gets a request through every 10 ms.
  * - presenceWindowMs: a tenant's requests in the service are averaged over about a second,
- *   so that a calm tenant whose requests take a millisecond each still counts as there.
+ *   so that a calm tenant whose requests take a millisecond each still counts as there (a
+ *   flood counts at once by its count now).
  */
 const REQUEST_TURNS: RequestTurnsOptions = { quantumMs: 2, busyShare: 0.5, busyWindowMs: 20, maxWaitMs: 10, presenceWindowMs: 1000 }
 
@@ -39,9 +40,8 @@ export default fp(async function tenantTurnsPlugin (fastify) {
       done()
       return
     }
-    const tenantId = key.tenant.id
-    // 'close' comes once whatever ends the response: sent, failed, or its connection gone.
-    reply.raw.once('close', () => { turns.leave(tenantId) })
-    turns.enter(tenantId, done)
+    // 'close' comes once whatever ends the response (sent, failed, or its connection gone),
+    // never before this hook returns.
+    reply.raw.once('close', turns.enter(key.tenant.id, done))
   })
 }, { name: 'tenant-turns', dependencies: ['auth', 'metrics'], fastify: '5.x' })

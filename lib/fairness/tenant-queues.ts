@@ -14,6 +14,20 @@ export class TenantQueues<T> {
     else queue.push(item)
   }
 
+  /** Whether the tenant has something waiting. */
+  has (tenantId: string): boolean {
+    return this.#queues.has(tenantId)
+  }
+
+  /** The tenant's oldest item, out of its turn: its place in the round stays as it was. */
+  take (tenantId: string): T | undefined {
+    const queue = this.#queues.get(tenantId)
+    if (queue === undefined) return undefined
+    const item = queue.shift()
+    if (queue.length === 0) this.#queues.delete(tenantId)
+    return item
+  }
+
   /** Tenants with something waiting. */
   get tenants (): number {
     return this.#queues.size

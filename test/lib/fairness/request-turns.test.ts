@@ -7,7 +7,7 @@ const OPTIONS: RequestTurnsOptions = { quantumMs: 2, busyShare: 0.5, busyWindowM
 /**
  * Turns on a loop clock the test moves: a request that goes on works `costMs` (the wall clock
  * and the loop's active time both move); `idle` moves the wall clock alone, as a loop waiting
- * for I/O. A request stays in the service until the test lets it leave.
+ * for I/O. A request stays in the service until the test lets it leave (the oldest first).
  */
 function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
   turns: TenantRequestTurns
@@ -20,6 +20,8 @@ function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
   const clock = { wall: 0, active: 0 }
   const log: string[] = []
   const turns = new TenantRequestTurns({ ...OPTIONS, ...options }, { now: () => clock.wall, activeMs: () => clock.active })
+  /** Each tenant's requests in the order they entered, by what counts them out. */
+  const inService = new Map<string, Array<() => void>>()
   const busy = (ms: number): void => {
     clock.wall += ms
     clock.active += ms
@@ -29,14 +31,15 @@ function requestTurns (options: Partial<RequestTurnsOptions> = {}): {
     log,
     enter: async (tenant, name, costMs = 0.1) => {
       await new Promise<void>((resolve) => {
-        turns.enter(tenant, () => {
+        const leave = turns.enter(tenant, () => {
           busy(costMs)
           log.push(name)
           resolve()
         })
+        inService.set(tenant, [...inService.get(tenant) ?? [], leave])
       })
     },
-    leave: (tenant, count = 1) => { for (let i = 0; i < count; i++) turns.leave(tenant) },
+    leave: (tenant, count = 1) => { for (const leave of inService.get(tenant)?.splice(0, count) ?? []) leave() },
     idle: (ms) => { clock.wall += ms },
     busy
   }
@@ -244,4 +247,92 @@ t.test('leave counts a request out of all tenants\' average too: a tenant whose 
   t.same(log, ['n0', 'n1'], 'the noisy tenant is heavier than all the others together now: past the quantum, its requests wait')
   t.equal(turns.turns.waiting, 8, 'eight wait for their turn')
   await Promise.all(noisy)
+})
+
+t.test('while the loop is busy, a heavy tenant keeps as many requests going as the others have on average, and its waiting ones go on, oldest first, as its own are answered', async (t) => {
+  const turns = requestTurns()
+  const { log, enter, leave, busy } = turns
+  // Globex holds 4 requests throughout (its average 2.6 after a second), the calm tenant's
+  // average is near nothing: the others have 1.3 on average each.
+  for (let index = 0; index < 4; index++) await enter('globex', `globex-held${index}`)
+  await calmAndNoisy(turns)
+  busy(100)
+  const waiting = Array.from({ length: 5 }, async (_, index) => { await enter('noisy', `n${index}`, 0.1) })
+  t.same(log, [], 'all five wait: thirty of the noisy tenant\'s are going')
+  leave('noisy', 28)
+  t.same(log, [], 'two still going, more than the others\' 1.3')
+  leave('noisy')
+  t.same(log, ['n0'], 'one answered, the oldest waiting one went on in its place, no round needed')
+  leave('noisy', 2)
+  t.same(log, ['n0', 'n1', 'n2'], 'each answer lets one go, while the loop stays busy')
+  t.equal(turns.turns.waiting, 2)
+  leave('noisy', 3)
+  await Promise.all(waiting)
+  t.same(log, ['n0', 'n1', 'n2', 'n3', 'n4'])
+})
+
+/**
+ * A calm tenant on its own schedule on a fully busy loop, simulated in one turn of the real
+ * loop (no round comes: only answers and the tenants' loads let requests go): a request
+ * arrives each ms and is answered 3 ms after it goes on; `floodAt(ms)` says how many requests
+ * the flood has in the service by then (entered, never answered).
+ */
+function calmBesideFlood (floodAt: (ms: number) => number): { waits: Array<{ arrived: number, waited: number }>, floodStart: number, turns: TenantRequestTurns } {
+  const clock = { wall: 0, active: 0 }
+  const turns = new TenantRequestTurns(OPTIONS, { now: () => clock.wall, activeMs: () => clock.active })
+  interface Request { leave: () => void, answerAt: number }
+  const going: Request[] = []
+  const waits: Array<{ arrived: number, waited: number }> = []
+  let flood = 0
+  const run = (ms: number, withFlood: boolean): void => {
+    for (let step = 1; step <= ms; step++) {
+      clock.wall += 1
+      clock.active += 1
+      const floodNow = withFlood ? floodAt(step) : 0
+      for (; flood < floodNow; flood++) turns.enter('flood', () => {})
+      const arrived = clock.wall
+      const request: Request = { leave: () => {}, answerAt: Number.POSITIVE_INFINITY }
+      request.leave = turns.enter('calm', () => {
+        waits.push({ arrived, waited: clock.wall - arrived })
+        request.answerAt = clock.wall + 3
+        going.push(request)
+      })
+      for (const answered of going.filter((candidate) => candidate.answerAt <= clock.wall)) {
+        going.splice(going.indexOf(answered), 1)
+        answered.leave()
+      }
+    }
+  }
+  run(3000, false)
+  const floodStart = clock.wall
+  run(1000, true)
+  return { waits, floodStart, turns }
+}
+
+t.test('a flood that comes at once is heavy at once, by the requests it has in the service now: the calm tenant beside it never waits', async (t) => {
+  const { waits, floodStart, turns } = calmBesideFlood(() => 40)
+  t.equal(waits.length, 4000, 'every calm request went on')
+  t.ok(waits.every(({ waited }) => waited === 0), 'each at once, before and after the flood came')
+  t.ok(waits.some(({ arrived }) => arrived > floodStart))
+  let floodWent = false
+  turns.enter('flood', () => { floodWent = true })
+  t.notOk(floodWent, 'the flood\'s next request waits: it has more going than the calm tenant has in the service')
+  t.equal(turns.waiting, 1)
+})
+
+t.test('a tenant found heavy beside a flood still growing is slowed to the pace of its own answers for a moment, not held: its queue clears once the flood outweighs it, and the flood waits instead', async (t) => {
+  // One flood request more every 10 ms, up to 40: for a while the calm tenant is the heavier.
+  const { waits, floodStart, turns } = calmBesideFlood((ms) => Math.min(40, Math.ceil(ms / 10)))
+  const afterFlood = waits.filter(({ arrived }) => arrived > floodStart)
+  t.equal(afterFlood.length, 1000, 'every calm request went on: none is left waiting')
+  const longest = Math.max(...afterFlood.map(({ waited }) => waited))
+  t.ok(longest > 0, `it did wait at first, while the flood was the lighter (longest ${longest} ms)`)
+  t.ok(longest <= 100, `no calm request waited more than 100 ms (longest ${longest} ms)`)
+  t.ok(afterFlood.filter(({ arrived }) => arrived > floodStart + 300).every(({ waited }) => waited === 0), 'from 300 ms on, each went on at once')
+  const floodWaiting = turns.waiting
+  t.ok(floodWaiting > 0, 'the flood is the heavy one now: those of its requests past the calm tenant\'s load wait')
+  let floodWent = false
+  turns.enter('flood', () => { floodWent = true })
+  t.notOk(floodWent, 'and so does its next one')
+  t.equal(turns.waiting, floodWaiting + 1)
 })
