@@ -336,3 +336,32 @@ t.test('a tenant found heavy beside a flood still growing is slowed to the pace 
   t.notOk(floodWent, 'and so does its next one')
   t.equal(turns.waiting, floodWaiting + 1)
 })
+
+t.test('a request whose connection closes while it waits is counted out at once, and not counted as going when its turn comes', async (t) => {
+  const clock = { wall: 0, active: 0 }
+  const turns = new TenantRequestTurns(OPTIONS, { now: () => clock.wall, activeMs: () => clock.active })
+  const held = (tenant: string, count: number): Array<() => void> => Array.from({ length: count }, () => turns.enter(tenant, () => {}))
+  // Globex holds two requests throughout, acme thirty for a second: acme is heavy, and may
+  // keep two going (globex's load) once the loop is busy.
+  held('globex', 2)
+  const acmeHeld = held('acme', 30)
+  clock.wall += 1000
+  clock.active += 1000
+  const went: string[] = []
+  const waiter = (name: string): () => void => turns.enter('acme', () => { went.push(name) })
+  const closed = waiter('closed')
+  const second = waiter('second')
+  const third = waiter('third')
+  t.same(went, [], 'all three wait: thirty of acme\'s are going')
+  closed()
+  t.equal(turns.waiting, 3, 'a closed request stays in the queue until its turn')
+  const lastHeld = acmeHeld.pop() as () => void
+  for (const leave of acmeHeld) leave()
+  t.same(went, ['closed', 'second'], 'one of acme\'s is going: the closed request\'s turn came and went without taking a place, so the next one went on')
+  t.equal(turns.waiting, 1)
+  lastHeld()
+  t.same(went, ['closed', 'second', 'third'])
+  second()
+  third()
+  t.equal(turns.waiting, 0)
+})
