@@ -99,14 +99,20 @@ interface StoreRun {
      * moves when other work shares the machine.
      */
     serviceCpuPerRequestUs: number
+    /** The flood's requests that were served (2xx answers) a second: its admitted work, not starved. */
+    admittedPerSecond: number
     surfaces: Array<FloodResult & { rps: number }>
   }
   /** CPU seconds the service process (and redis-server) spent per second of each phase. */
   cpu: { baseline: number, noisy: number, redisBaseline: number | null, redisNoisy: number | null, generatorBaseline: number, generatorNoisy: number }
   /** The service's peak resident memory (VmHWM) at the end of each phase, MiB. */
   peakRssMiB: { baseline: number, noisy: number }
-  goal: { p99Within2x: boolean, everyFlowSucceeded: boolean }
+  /** The isolation bound (×2), the target of the performance work (×1.1), every flow. */
+  goal: { p99Within2x: boolean, p99WithinTarget: boolean, everyFlowSucceeded: boolean }
 }
+
+/** The calm tenant's p99 under the flood, at most this many times its baseline: the performance target. */
+const P99_TARGET_RATIO = 1.1
 
 function peakRssMiB (pid: number): number {
   try {
@@ -363,6 +369,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
     p99Ratio,
     flood: {
       requestsPerSecond: floodSurfaces.reduce((sum, result) => sum + result.rps, 0),
+      admittedPerSecond: floodSurfaces.reduce((sum, result) => sum + Object.entries(result.statuses).reduce((served, [status, count]) => status.startsWith('2') ? served + count : served, 0) / result.seconds, 0),
       serviceCpuPerRequestUs: floodRequests > 0 ? floodCpu / floodRequests * 1e6 : Number.NaN,
       surfaces: floodSurfaces
     },
@@ -375,7 +382,7 @@ async function runStore (resources: Resources, store: string, hooks: string[], p
       generatorNoisy: (generatorAfter - generatorNoisyStart) / noisySeconds
     },
     peakRssMiB: { baseline: baselineRss, noisy: noisyRss },
-    goal: { p99Within2x: p99Ratio <= 2, everyFlowSucceeded: baseline.succeeded === baseline.flows && noisy.succeeded === noisy.flows }
+    goal: { p99Within2x: p99Ratio <= 2, p99WithinTarget: p99Ratio <= P99_TARGET_RATIO, everyFlowSucceeded: baseline.succeeded === baseline.flows && noisy.succeeded === noisy.flows }
   }
 }
 
@@ -396,8 +403,8 @@ function table (runs: StoreRun[]): string {
   }
   lines.push('')
   for (const run of runs) {
-    lines.push(`${run.store}: calm p99 noisy/baseline ×${run.p99Ratio.toFixed(2)} (goal ≤ ×2: ${run.goal.p99Within2x ? 'PASS' : 'MISS'}); every calm flow succeeded: ${run.goal.everyFlowSucceeded ? 'PASS' : `MISS (${JSON.stringify({ ...run.baseline.problems, ...run.noisy.problems })})`}`)
-    lines.push(`  service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs; service peak RSS ${run.peakRssMiB.baseline.toFixed(0)} MiB after the baseline, ${run.peakRssMiB.noisy.toFixed(0)} MiB after the flood`)
+    lines.push(`${run.store}: calm p99 noisy/baseline ×${run.p99Ratio.toFixed(2)} (target ≤ ×${P99_TARGET_RATIO}: ${run.goal.p99WithinTarget ? 'PASS' : 'MISS'}; bound ≤ ×2: ${run.goal.p99Within2x ? 'PASS' : 'MISS'}); every calm flow succeeded: ${run.goal.everyFlowSucceeded ? 'PASS' : `MISS (${JSON.stringify({ ...run.baseline.problems, ...run.noisy.problems })})`}`)
+    lines.push(`  flood served (2xx) ${run.flood.admittedPerSecond.toFixed(0)}/s of ${run.flood.requestsPerSecond.toFixed(0)}/s answered; service CPU per flood request: ${run.flood.serviceCpuPerRequestUs.toFixed(0)} µs; service peak RSS ${run.peakRssMiB.baseline.toFixed(0)} MiB after the baseline, ${run.peakRssMiB.noisy.toFixed(0)} MiB after the flood`)
     if (options['per-second'] === true) {
       for (const [name, result] of [['baseline', run.baseline], ['noisy', run.noisy]] as const) {
         lines.push(`  ${name} by second (p50/p99/max ms): ${result.perSecond.map((second) => `${second.second}: ${ms(second.p50)}/${ms(second.p99)}/${ms(second.max)}`).join(', ')}`)
