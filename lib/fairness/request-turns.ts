@@ -34,14 +34,17 @@ function timeAverage (average: number, held: number, elapsedMs: number, windowMs
 /** An average of requests in the service below which a tenant with none left counts as gone. */
 const PRESENT = 0.01
 
-/** A tenant's requests in the service now and lately. */
-interface Presence {
+/** Requests in the service now and lately. */
+interface Load {
   /** Requests in the service now, waiting for their turn included. */
   count: number
   /** `count` on average lately, as of `at`. */
   average: number
   at: number
-  /** Requests that went on and are not answered yet (a tenant's share of the loop's work in progress). */
+}
+
+/** A tenant's load, and its requests that went on and are not answered yet (its share of the loop's work in progress). */
+interface Presence extends Load {
   going: number
 }
 
@@ -58,14 +61,14 @@ class TenantPresence {
   readonly #now: () => number
   readonly #tenants = new Map<string, Presence>()
   /** All tenants together: the average of the sum is the sum of the averages. */
-  readonly #all: Presence
+  readonly #all: Load
   #sweptAt: number
 
   constructor (windowMs: number, now: () => number) {
     this.#windowMs = windowMs
     this.#now = now
     this.#sweptAt = now()
-    this.#all = { count: 0, average: 0, at: this.#sweptAt, going: 0 }
+    this.#all = { count: 0, average: 0, at: this.#sweptAt }
   }
 
   /** Counts a request in; its tenant's presence. */
@@ -99,7 +102,7 @@ class TenantPresence {
   }
 
   /** Brings the average up to `now` (the count held since the last move), then moves the count. */
-  #move (presence: Presence, by: number, now: number): void {
+  #move (presence: Load, by: number, now: number): void {
     presence.average = timeAverage(presence.average, presence.count, now - presence.at, this.#windowMs)
     presence.at = now
     presence.count += by
