@@ -160,9 +160,11 @@ export default fp<ConnectionsOptions>(async function connectionsPlugin (fastify,
     turns.serving = response
     let stall: NodeJS.Timeout | undefined
     if (options.writeStallMs > 0) {
-      // The app is done with the answer; what is left is the client's to take.
+      // The app is done with the answer; what is left is the client's to take. Nothing left in
+      // the socket's buffer (the kernel took it all, as for nearly every answer) is nothing a
+      // client can hold: no timer for it, which every answer would otherwise arm and clear.
       response.once('prefinish', () => {
-        if (!response.writableFinished) stall = setTimeout(() => { socket.destroy() }, options.writeStallMs)
+        if (!response.writableFinished && socket.writableLength > 0) stall = setTimeout(() => { socket.destroy() }, options.writeStallMs)
       })
     }
     // 'close' also comes when the connection is lost before the answer is written.
