@@ -142,23 +142,67 @@ export class WorkLimitError extends RenderBoundError {
   }
 }
 
+/** A render's time budget, counted in the CPU time of the thread that renders. */
+export interface CpuBudget {
+  budgetMs: number
+  /** The thread's CPU time in ms. Linux brings it up to date at the scheduler's ticks: it may lag by a few ms. */
+  cpuMs: () => number
+}
+
+/**
+ * However long a descheduled thread keeps a render waiting, it stops this long after it
+ * started. On the event loop, which every request needs, ten budgets of a dispatch's render.
+ * In the preview thread, which no request waits on but the preview's own, a second: at its
+ * lower priority beside busy cores it runs a few milliseconds in every few tens, and an
+ * ordinary template's preview still renders.
+ */
+export const DISPATCH_WALL_LIMIT_MS = 10 * DISPATCH_RENDER_BUDGET_MS
+export const PREVIEW_WALL_LIMIT_MS = 1000
+
 /**
  * What a render may spend, standing in for LiquidJS's render and memory limiters
  * (`Context#renderLimit`, which LiquidJS checks between nodes, and `Context#memoryLimit`): it
  * counts work against `workLimit`, LiquidJS's allocations against MEMORY_LIMIT, and, for
- * renders of a running service, the time against `deadline` (performance.now(); Infinity at
- * load, where no decision reads the clock).
+ * renders of a running service, the time against a budget (none at load, where no decision
+ * reads the clock). The wall clock is read between nodes (cheap); only once it passes the
+ * budget is the thread's CPU time read: a render whose thread spent less than the budget was
+ * waiting for a core, not working, and goes on, up to the wall limit it was given. Stopped by
+ * the wall clock alone, a render on a busy machine was cut off however little it cost, and
+ * the tenant's preview showed the built-in wording.
  */
 export class WorkMeter {
   /** Units counted so far. */
   spent = 0
   #allocated = 0
-  constructor (readonly workLimit: number, readonly deadline: number = Number.POSITIVE_INFINITY) {}
+  #deadline: number
+  readonly #wallLimit: number
+  readonly #cpu: CpuBudget | null
+  readonly #cpuStart: number
+
+  constructor (readonly workLimit: number, time: { now: number, cpu: CpuBudget, wallLimitMs: number } | null = null) {
+    this.#cpu = time?.cpu ?? null
+    this.#deadline = time === null ? Number.POSITIVE_INFINITY : time.now + time.cpu.budgetMs
+    this.#wallLimit = time === null ? Number.POSITIVE_INFINITY : time.now + time.wallLimitMs
+    this.#cpuStart = time === null ? 0 : time.cpu.cpuMs()
+  }
 
   /** LiquidJS's call between nodes: one unit, and the time (with LiquidJS's own message). */
   check (now: number): void {
     this.charge(1)
-    if (now > this.deadline) throw new Error('template render limit exceeded')
+    if (now > this.#deadline) this.#pastDeadline(now)
+  }
+
+  #pastDeadline (now: number): void {
+    const cpu = this.#cpu
+    if (cpu !== null && now < this.#wallLimit) {
+      const spentMs = cpu.cpuMs() - this.#cpuStart
+      if (spentMs < cpu.budgetMs) {
+        // Read again once the rest of the budget could have been spent, never later than the bound.
+        this.#deadline = Math.min(this.#wallLimit, now + cpu.budgetMs - spentMs)
+        return
+      }
+    }
+    throw new Error('template render limit exceeded')
   }
 
   charge (units: number): void {

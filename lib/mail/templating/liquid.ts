@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { Context, Liquid, Output, defaultOperators, filters as builtinFilters, toValueSync, type FS, type Template } from 'liquidjs'
 import { CodePieces } from '../../code-pieces.js'
-import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, LOAD_WORK_LIMIT, MARKUP_WORK_UNITS, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
+import { BoundedCaptureTag, BoundedCaseTag, DISPATCH_RENDER_BUDGET_MS, DISPATCH_WALL_LIMIT_MS, PREVIEW_WALL_LIMIT_MS, LOAD_WORK_LIMIT, MARKUP_WORK_UNITS, MEMORY_LIMIT, RENDER_BUDGET_MS, RENDER_WORK_LIMIT, RenderBoundError, WorkMeter, boundFilters, boundedFilter, boundedOperators, markupCount, MARKUP_LIMIT, tagArgumentProblem } from './liquid-bounds.js'
 
 /** The three parts of a message a tenant may write. */
 export type Part = 'subject' | 'text' | 'html'
@@ -18,8 +18,6 @@ export const SOURCE_LIMITS: Readonly<Record<Part, number>> = { subject: 1024, te
  * meant to be read.
  */
 export const OUTPUT_LIMITS: Readonly<Record<Part, number>> = { subject: 250, text: 64 * 1024, html: 256 * 1024 }
-/** How often a render stopped by the wall clock, but not by its CPU time, is tried again. */
-const DESCHEDULED_RETRIES = 10
 
 /** The rendered code can be no other string: private-use characters around random letters. */
 const CODE_MARK = `\uE000${randomBytes(12).toString('base64url')}\uE001`
@@ -38,8 +36,7 @@ export function singleLine (value: string): string {
 
 /** A template the service will not use; `rule` says why, in words for the file's author. */
 export class TemplateRuleError extends Error {
-  /** `outOfTime`: the render ran out of its time budget (which a busy moment can cause too). */
-  constructor (readonly rule: string, readonly outOfTime = false) {
+  constructor (readonly rule: string) {
     super(rule)
     this.name = 'TemplateRuleError'
   }
@@ -299,7 +296,7 @@ export class CompiledPart {
    */
   pieces (values: PartValues): CodePieces {
     const key = `${values.minutes}\u0000${values.requestedAt}\u0000${values.brand}`
-    if (this.#rendered?.key !== key) this.#rendered = { key, pieces: this.#renderWithin(values, DISPATCH_RENDER_BUDGET_MS) }
+    if (this.#rendered?.key !== key) this.#rendered = { key, pieces: this.#renderWithin(values, DISPATCH_RENDER_BUDGET_MS, DISPATCH_WALL_LIMIT_MS) }
     const { pieces } = this.#rendered
     if (pieces instanceof TemplateRuleError) throw pieces
     return pieces
@@ -310,27 +307,22 @@ export class CompiledPart {
    * the pieces dispatches use. Throws TemplateRuleError.
    */
   renderFresh (values: PartValues, code: string): string {
-    const pieces = this.#renderWithin(values, RENDER_BUDGET_MS)
+    const pieces = this.#renderWithin(values, RENDER_BUDGET_MS, PREVIEW_WALL_LIMIT_MS)
     if (pieces instanceof TemplateRuleError) throw pieces
     return pieces.splice(code)
   }
 
   /**
-   * A render within RENDER_WORK_LIMIT units of work and `budgetMs` of the process's CPU time,
-   * the time being a backstop of the running service. LiquidJS stops a render by the wall
-   * clock, which also runs while a busy machine has the process waiting for a core (a load of
-   * 18 on two cores stopped ordinary templates at 50 ms): a render stopped while the process
-   * itself ran for less than the budget since the first try is tried again, a few times at
-   * most, so a template's mail and preview never depend on the machine's load, and no
-   * template costs more than about its budget of CPU.
+   * A render within RENDER_WORK_LIMIT units of work and `budgetMs` of this thread's CPU time,
+   * the time being a backstop of the running service. The wall clock alone also runs while a
+   * busy machine has the thread waiting for a core (a load of 18 on two cores stopped ordinary
+   * templates at 50 ms; a preview thread of lower priority beside busy cores, at 5 ms): the
+   * meter lets a render go on while its thread has spent less than the budget (WorkMeter), so
+   * a template's mail and preview never depend on the machine's load, and no template costs
+   * more than about its budget of CPU.
    */
-  #renderWithin (values: PartValues, budgetMs: number): CodePieces | TemplateRuleError {
-    const first = threadCpuMs()
-    for (let attempt = 1; ; attempt++) {
-      const pieces = this.#render(values, new WorkMeter(RENDER_WORK_LIMIT, performance.now() + budgetMs))
-      const retry = pieces instanceof TemplateRuleError && pieces.outOfTime && attempt < DESCHEDULED_RETRIES && threadCpuMs() - first < budgetMs
-      if (!retry) return pieces
-    }
+  #renderWithin (values: PartValues, budgetMs: number, wallLimitMs: number): CodePieces | TemplateRuleError {
+    return this.#render(values, new WorkMeter(RENDER_WORK_LIMIT, { now: performance.now(), cpu: { budgetMs, cpuMs: threadCpuMs }, wallLimitMs }))
   }
 
   /** The rendered pieces around the code, or the rule the render broke, within what `meter` allows. */
@@ -350,8 +342,7 @@ export class CompiledPart {
       // part with a date, measured on Node 20).
       output = String(this.#engine.renderSync(this.#templates, context))
     } catch (error) {
-      const outOfTime = error instanceof Error && error.message.startsWith('template render limit exceeded')
-      return new TemplateRuleError(`the template does not render: ${describeLiquidError(error)}`, outOfTime)
+      return new TemplateRuleError(`the template does not render: ${describeLiquidError(error)}`)
     }
     // Measured before anything walks the string: a runaway output is refused unread.
     if (output.length > OUTPUT_LIMITS[this.part] + CODE_MARK.length) return new TemplateRuleError(`the output is larger than ${OUTPUT_LIMITS[this.part]} characters (${output.length})`)

@@ -172,6 +172,26 @@ t.test('the same decisions with both cores saturated by other processes', async 
   t.same(decisions(), idle)
 })
 
+t.test('with both cores saturated by other processes, a preview still shows the tenant\'s own wording', async (t) => {
+  // About two milliseconds of CPU, within the budget. Beside two spinners the preview thread,
+  // of lower priority, runs about a millisecond at a time between waits several times as long:
+  // cut off by the wall clock at the budget, such a render never finished however often it
+  // was tried.
+  const text = `{{ code }}${loop(2000, 'x')}`
+  const templates = TenantTemplates.load({ templates: { en: { subject: 'Sign in to {{ brand }}', text } } }, { folder: null, brand: 'Acme' })
+  const input = { templates, locale: 'en', brand: 'Acme', code: '482910', ttlSeconds: 600 }
+  await previewVerificationParts(input)
+  const spinners = Array.from({ length: 2 }, () => killOnExit(spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' })))
+  t.teardown(() => { for (const spinner of spinners) spinner.kill('SIGKILL') })
+  await Promise.all(spinners.map(async (spinner) => await once(spinner, 'spawn')))
+  const fallbacks: string[] = []
+  for (let preview = 0; preview < 5; preview++) {
+    const shown = await previewVerificationParts({ ...input, onTemplateFallback: (fallback) => { fallbacks.push(fallback.rule) } })
+    t.equal(shown.subject, 'Sign in to Acme', `preview ${preview + 1}: the tenant's subject`)
+  }
+  t.same(fallbacks, [], 'no render was cut off')
+})
+
 t.test('a preview renders afresh in the preview thread, so the event loop keeps turning, and leaves dispatches\' pieces alone', async (t) => {
   // `sample` picks one of a hundred values at random: five parts rendered anew almost surely differ.
   const choices = `"${Array.from({ length: 100 }, (_, index) => `v${index}`).join(',')}" | split: ","`
