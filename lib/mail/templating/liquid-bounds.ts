@@ -27,13 +27,19 @@ import { CaptureTag, CaseTag, Drop, Token, evalToken, toValue, toValueSync, type
  * Time bounds only the renders of a running service (dispatch, preview), as a backstop.
  */
 
-/** Time a part's preview or test render may take; past it the render stops. */
-export const RENDER_BUDGET_MS = 5
+/**
+ * CPU time a part's preview may take (the preview thread's: see WorkMeter); past it the render
+ * stops. Several times what a template accepted at load takes (LOAD_WORK_LIMIT, about 2.5 ms),
+ * and well above the few ms by which the thread CPU clock may lag (Linux brings it up to date
+ * at the scheduler's ticks, 4 ms apart at 250 Hz): at 5 ms, a preview of an ordinary template
+ * on a busy machine was cut off now and then.
+ */
+export const RENDER_BUDGET_MS = 15
 /**
  * Time a part's render for dispatch may take (the process's CPU time: see CompiledPart); past
- * it the mail goes out in the built-in wording. Ten times the preview budget, so that a busy moment (another process on the core, a
- * garbage collection) never changes a tenant's mail: a template accepted at load renders within
- * half the preview budget. Dispatch renders are kept for the minute (lib/mail/templating/liquid.ts), so
+ * it the mail goes out in the built-in wording. Twenty times what a template accepted at load
+ * takes, so that a busy moment (another process on the core, a garbage collection) never
+ * changes a tenant's mail. Dispatch renders are kept for the minute (lib/mail/templating/liquid.ts), so
  * even a template that only slows down on a branch the load did not take holds the event loop
  * this long at most once a minute per part and language.
  */
@@ -103,7 +109,7 @@ function assertBounded (value: unknown, what: string): number {
  * elements, a string a filter builds) one per ALLOCATIONS_PER_UNIT, and each month or day name
  * a `date` formats DATE_NAME_UNITS. Calibrated on this project's 2-core
  * machines (`npm run bench:liquid-limits`): a unit costs about 250 ns of CPU at most, so
- * LOAD_WORK_LIMIT is about half of RENDER_BUDGET_MS, as the clock-based rule it replaces was.
+ * LOAD_WORK_LIMIT is about 2.5 ms of render, half the 5 ms of the clock-based rule it replaces.
  */
 export const LOAD_WORK_LIMIT = 10_000
 /** Twice the load's: a branch the test renders did not take may cost more without being cut off. */
@@ -152,12 +158,13 @@ export interface CpuBudget {
 /**
  * However long a descheduled thread keeps a render waiting, it stops this long after it
  * started. On the event loop, which every request needs, ten budgets of a dispatch's render.
- * In the preview thread, which no request waits on but the preview's own, a second: at its
- * lower priority beside busy cores it runs a few milliseconds in every few tens, and an
- * ordinary template's preview still renders.
+ * In the preview thread, shared by every tenant's previews, 250 ms: at its lower priority
+ * beside busy cores it gets a twentieth of a core or more (a millisecond or so at a time), so
+ * an ordinary template's preview still renders, and a tenant whose preview holds the thread
+ * that long holds it only while the machine is that busy.
  */
 export const DISPATCH_WALL_LIMIT_MS = 10 * DISPATCH_RENDER_BUDGET_MS
-export const PREVIEW_WALL_LIMIT_MS = 1000
+export const PREVIEW_WALL_LIMIT_MS = 250
 
 /**
  * What a render may spend, standing in for LiquidJS's render and memory limiters
